@@ -1,0 +1,51 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(CURDIR)/$(VENV)/bin
+PY := $(BIN)/python
+PYTHON ?= python3
+export PATH := $(BIN):$(PATH)
+# Debian packages the tests drive as real, independent tools (command:package).
+SYSTOOLS := bsdtar:libarchive-tools gm:graphicsmagick zstd:zstd tmux:tmux curl:curl xz:xz-utils bzip2:bzip2 gzip:gzip
+
+.PHONY: all install demo test test-fast bench fuzz sysdeps clean
+
+all: install
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e . 2>&1 | grep -v '^WARNING: Location' || true
+	$(BIN)/tarcat --version
+	touch $@
+
+install: $(VENV)/.installed
+
+$(VENV)/.test-deps: $(VENV)/.installed setup.cfg
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v '^WARNING: Location' || true
+	$(PY) -c 'import pytest, hypothesis, webdataset, moto'
+	touch $@
+
+# Install the system tools the tests need, from Debian's packages, when missing.
+sysdeps:
+	@missing=""; for pair in $(SYSTOOLS); do \
+	  command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair##*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+demo: install
+	@bash testdata/demo.sh
+
+test: $(VENV)/.test-deps sysdeps
+	$(PY) -m pytest -n 2 -q tests
+
+bench: $(VENV)/.test-deps sysdeps
+	$(PY) bench/run.py
+
+fuzz: $(VENV)/.test-deps
+	TARPROC_FUZZ_EXAMPLES=20000 $(PY) -m pytest -q -p no:xdist tests/test_fuzz.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

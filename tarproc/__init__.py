@@ -1,0 +1,27 @@
+"""tarproc: small, pipeable tools and a streaming library for datasets in
+tar shards (the WebDataset convention).
+
+The library API (see README.md, "Python API")::
+
+    import tarproc
+    for sample in tarproc.iter_samples("shard-{0000..0009}.tar"):
+        ...
+    tarproc.write_samples("out.tar.gz", samples)
+    tarproc.pipeline(samples, tarproc.take(10), tarproc.rekey("{index:06d}"))
+"""
+
+from .errors import (BadArchive, BadInput, BadSample, OutputError, SampleFailed, TarprocError,
+                     UsageError)
+from .samples import (SampleWriter, Stats, group, iter_samples, parse_fields, pipeline, rekey,
+                      rename_fields, select_fields, shuffle, skip, slice_samples, split_name, take,
+                      write_samples)
+from .tario import Member, TarReader, TarWriter, read_members
+from .urls import Sink, expand_urls, open_sink, open_source
+
+__all__ = [
+    "BadArchive", "BadInput", "BadSample", "OutputError", "SampleFailed", "TarprocError", "UsageError",
+    "SampleWriter", "Stats", "group", "iter_samples", "parse_fields", "pipeline", "rekey",
+    "rename_fields", "select_fields", "shuffle", "skip", "slice_samples", "split_name", "take",
+    "write_samples", "Member", "TarReader", "TarWriter", "read_members", "Sink", "expand_urls",
+    "open_sink", "open_source",
+]

@@ -1,0 +1,83 @@
+"""tarcat (also tarcats, tarscat): concatenate the samples of tar shards."""
+
+from .base import (add_fields, add_inputs, add_output, add_selection, add_strict, add_verbosity,
+                   make_parser, open_inputs, progress_stage, run, Reporter)
+
+EXAMPLES = """
+tarcat -c 10 big.tar > small.tar                 # the first 10 samples
+curl -sL https://host/shard-0000.tar | tarcat -c 10 > small.tar
+tarcat 'shard-{0000..0146}.tar' -o all.tar.gz    # brace range in, gzip out
+tarcat -f 'img=jpg;png cls' --rekey '{index:09d}' data.tar -o clean.tar
+gsutil cat gs://b/big.tgz | tarscat -c 10 > small.tar   # returns at once
+"""
+
+
+def build_parser(prog="tarcat"):
+    p = make_parser(prog, "Concatenate the samples of tar shards into one tar stream.", EXAMPLES)
+    add_inputs(p)
+    add_output(p)
+    add_selection(p)
+    add_fields(p)
+    p.add_argument("--rekey", metavar="FORMAT",
+                   help="new keys from {index}, {key}, {basename}, {dirname}, {source}, e.g. '{index:09d}'")
+    p.add_argument("--shuffle", type=int, default=0, metavar="N",
+                   help="shuffle samples through a buffer of N (and the list of inputs)")
+    p.add_argument("--seed", type=int, default=None, help="random seed for --shuffle")
+    add_strict(p)
+    add_verbosity(p)
+    return p
+
+
+def main(argv, prog="tarcat"):
+    from .. import samples as S
+    from ..urls import open_sink
+
+    args = build_parser(prog).parse_args(argv)
+    rep = Reporter(prog, args.verbose, args.quiet, args.progress)
+    stats = S.Stats()
+    urls = open_inputs(args)
+    if args.shuffle > 0 and len(urls) > 1:
+        import random
+
+        random.Random(args.seed).shuffle(urls)
+
+    def sources():
+        for url in urls:
+            rep.info(f"reading {url}")
+            yield from S.iter_samples([url], stats, strict=args.strict, warn=rep.warn)
+
+    stages = []
+    if args.shuffle > 0:
+        stages.append(S.shuffle(args.shuffle, args.seed))
+    if args.skip:
+        stages.append(S.skip(args.skip))
+    if args.slice:
+        sl = S.parse_slice(args.slice)
+        stages.append(S.slice_samples(sl.start, sl.stop, sl.step))
+    if args.fields:
+        stages.append(S.select_fields(args.fields, stats))
+    if args.count is not None:
+        stages.append(S.take(args.count))
+    if args.rekey:
+        stages.append(S.rekey(args.rekey))
+    stages.append(progress_stage(rep, stats))
+
+    with open_sink(args.output) as sink:
+        writer = S.SampleWriter(sink, stats)
+        for sample in S.pipeline(sources(), *stages):
+            writer.write(sample)
+        writer.close()
+    rep.done(stats)
+    return 0
+
+
+def tarcat():
+    run("tarcat", lambda argv: main(argv, "tarcat"))
+
+
+def tarcats():
+    run("tarcats", lambda argv: main(argv, "tarcats"))
+
+
+def tarscat():
+    run("tarscat", lambda argv: main(argv, "tarscat"))

@@ -1,0 +1,61 @@
+"""The library's exceptions.
+
+Every error the library raises on purpose is a :class:`TarprocError`.  Each
+carries the exit code a command should end with, so the CLI layer turns any of
+them into one line on stderr and that code, and never needs a traceback.
+"""
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # some samples (or an output) failed
+EXIT_USAGE = 2  # bad usage, unreadable or damaged input
+
+
+class TarprocError(Exception):
+    """Base class of every error raised by tarproc on purpose."""
+
+    exit_code = EXIT_USAGE
+
+
+class UsageError(TarprocError):
+    """The caller asked for something that cannot be done (bad option value)."""
+
+
+class BadInput(TarprocError):
+    """An input cannot be opened or read (missing file, failed download)."""
+
+
+class BadArchive(BadInput):
+    """The tar stream is damaged or malicious.
+
+    ``source`` names the input, ``offset`` is the byte offset (in the
+    uncompressed stream) of the header or data where the problem is.
+    """
+
+    def __init__(self, source, offset, problem):
+        self.source = source
+        self.offset = offset
+        self.problem = problem
+        where = f"{source}: offset {offset}" if offset is not None else f"{source}"
+        super().__init__(f"{where}: {problem}")
+
+
+class BadSample(BadInput):
+    """A sample breaks the sample rules (duplicate field, unwritable key)."""
+
+    def __init__(self, key, problem, source=None):
+        self.key = key
+        self.source = source
+        prefix = f"{source}: " if source else ""
+        super().__init__(f"{prefix}sample {key!r}: {problem}")
+
+
+class OutputError(TarprocError):
+    """An output could not be written or committed (disk full, upload failed)."""
+
+    exit_code = EXIT_FAILED
+
+
+class SampleFailed(TarprocError):
+    """Processing a sample failed and the error policy says stop."""
+
+    exit_code = EXIT_FAILED
