@@ -1,0 +1,65 @@
+"""Timing helpers for the benchmarks: whole commands, in turns, with peak memory.
+
+Every figure is measured in the same run as its baselines (cat, GNU tar,
+webdataset), because the machines' pipes and page cache vary run to run."""
+
+import json
+import os
+import statistics
+import subprocess
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "out")
+DATA = os.environ.get("TARPROC_BENCH_DATA", os.path.join(OUT, "data"))
+
+
+def warm(*paths):
+    """Read inputs once, untimed: the page cache drops idle pages quickly."""
+    for p in paths:
+        with open(p, "rb") as f:
+            while f.read(1 << 24):
+                pass
+
+
+def run_once(cmd, env=None):
+    """Run a bash command; returns (seconds, peak RSS in MB of its largest process)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(["bash", "-o", "pipefail", "-c", cmd], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    dt = time.perf_counter() - t0
+    err = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        raise RuntimeError(f"{cmd!r} exited {code}: {err}")
+    return dt, usage.ru_maxrss / 1024
+
+
+def compare(cmds, repeat=3, warm_paths=()):
+    """Time several commands in turns (a, b, c, a, b, c, ...); returns
+    ``{name: {"median": s, "runs": [...], "peak_mb": mb}}``."""
+    results = {name: {"runs": [], "peak_mb": 0.0} for name in cmds}
+    for _ in range(repeat):
+        for name, cmd in cmds.items():
+            warm(*warm_paths)
+            dt, mb = run_once(cmd)
+            results[name]["runs"].append(dt)
+            results[name]["peak_mb"] = max(results[name]["peak_mb"], mb)
+    for r in results.values():
+        r["median"] = statistics.median(r["runs"])
+    return results
+
+
+def save(name, payload):
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, f"{name}.json"), "w") as f:
+        json.dump(payload, f, indent=2)
+
+
+def table(rows, header):
+    """A markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)

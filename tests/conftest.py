@@ -1,0 +1,50 @@
+"""Shared fixtures: the installed commands on PATH, a shell runner, test data.
+
+Command tests run the installed console scripts (``.venv/bin``) through
+``bash`` in real pipes, and read what comes out with independent readers
+(GNU tar, Python's tarfile, webdataset)."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+VENV_BIN = os.path.dirname(sys.executable)
+REALDATA = os.path.join(os.path.dirname(ROOT), "shared", "realdata")
+
+# The commands under test are the installed ones, first on PATH.
+os.environ["PATH"] = VENV_BIN + os.pathsep + os.environ.get("PATH", "")
+sys.path.insert(0, HERE)
+
+
+@pytest.fixture
+def sh(tmp_path):
+    """Run a bash pipeline in tmp_path; returns CompletedProcess (bytes).
+
+    ``sh("tarcat a.tar | tar tf -")``; ``input=`` feeds stdin; ``ok=True``
+    (default) asserts exit 0 and an empty stderr unless ``stderr_ok``."""
+
+    def run(cmd, input=None, ok=True, timeout=120, env=None, stderr_ok=False):
+        full_env = dict(os.environ)
+        if env:
+            full_env.update(env)
+        p = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], input=input, cwd=tmp_path,
+                           capture_output=True, timeout=timeout, env=full_env)
+        if ok:
+            assert p.returncode == 0, f"{cmd!r} exited {p.returncode}: {p.stderr.decode(errors='replace')}"
+            if not stderr_ok:
+                assert p.stderr == b"", f"{cmd!r} wrote to stderr: {p.stderr.decode(errors='replace')}"
+        return p
+
+    return run
+
+
+def require(tool):
+    """A tool the Makefile installs (`make sysdeps`): fail, never skip."""
+    path = shutil.which(tool)
+    assert path, f"{tool} is missing: `make test` installs it (make sysdeps)"
+    return path

@@ -1,0 +1,72 @@
+"""Test-data makers and independent readers, shared by the test modules."""
+
+import io
+import random
+import tarfile
+
+
+def tar_bytes(members, format=tarfile.USTAR_FORMAT):
+    """A tar archive made by Python's tarfile from ``[(name, bytes), ...]``."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=format) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mtime = 1600000000
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def read_tar(data):
+    """``[(name, bytes)]`` of the regular files in a tar, read by tarfile."""
+    out = []
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tf:
+        for info in tf:
+            if info.isfile():
+                out.append((info.name, tf.extractfile(info).read()))
+    return out
+
+
+def samples_of(data):
+    """Group a tar's members (read by tarfile) into ``{key: {field: bytes}}``
+    with the WebDataset key rule, in order."""
+    out = {}
+    for name, body in read_tar(data):
+        slash = name.rfind("/")
+        dot = name.find(".", slash + 1)
+        out.setdefault(name[:dot], {})[name[dot + 1 :]] = body
+    return out
+
+
+def png_bytes(width=32, height=24, seed=0, mode="RGB"):
+    """A small real PNG image made by Pillow."""
+    from PIL import Image
+
+    r = random.Random(seed)
+    img = Image.new(mode, (width, height))
+    img.putdata([tuple(r.randrange(256) for _ in range(len(mode))) if len(mode) > 1 else r.randrange(256)
+                 for _ in range(width * height)])
+    out = io.BytesIO()
+    img.save(out, format="PNG")
+    return out.getvalue()
+
+
+def jpeg_bytes(width=32, height=24, seed=0):
+    from PIL import Image
+
+    r = random.Random(seed)
+    img = Image.new("RGB", (width, height), tuple(r.randrange(256) for _ in range(3)))
+    out = io.BytesIO()
+    img.save(out, format="JPEG", quality=90)
+    return out.getvalue()
+
+
+def image_shard(n=10, ext="png", prefix=""):
+    """Members of a shard of ``n`` samples: an image and a class label each."""
+    members = []
+    for i in range(n):
+        key = f"{prefix}{i:04d}"
+        img = png_bytes(seed=i) if ext == "png" else jpeg_bytes(seed=i)
+        members.append((f"{key}.{ext}", img))
+        members.append((f"{key}.cls", str(i % 3).encode()))
+    return members
