@@ -1,0 +1,113 @@
+"""tarsplit: cut a stream of samples into shards by count and size."""
+
+from .base import (add_inputs, add_strict, add_verbosity, make_parser, open_inputs, parse_size,
+                   progress_stage, run, Reporter)
+
+EXAMPLES = """
+tar -cf - --sort=name -C /data/raw train | tarsplit -s 1e9 -o imagenet_train --maxshards 2
+tarsort -S shuffle < all.tar | tarsplit -n 1000 -o 'out-%06d.tar'
+tarsplit -n 20 -o _test data.tar               # _test-000000.tar, _test-000001.tar, ...
+tarsplit -s 100MB -z -o train big.tar          # train-000000.tar.gz, ... (sizes before gzip)
+tarsplit -n 1000 -o 'train-{shard:06d}.tar' -p 'gsutil cp %s gs://bucket/ && rm %s' data.tar
+tarsplit -n 1000 -o 'gs://bucket/train-%06d.tar' --manifest shards.json data.tar
+"""
+
+NOTES = """
+post commands (-p, -C): every %s is the shard's name; {shard} its name, {abspath},
+{basename} (train-000003.tar), {base} (train-000003), {ext} (.tar), {dirname}, {index} (3).
+A shard appears under its final name only when complete; killed at any moment,
+every file with a final name is a whole shard.
+exit status: 0 ok, 1 a shard could not be written or its post command failed,
+2 bad usage or unreadable input.
+"""
+
+
+def build_parser(prog="tarsplit"):
+    p = make_parser(prog, "Split a stream of samples into shards of at most N samples and/or BYTES bytes.",
+                    EXAMPLES, NOTES)
+    add_inputs(p)
+    p.add_argument("-n", "--num-samples", "--maxcount", dest="num_samples", type=int, default=100000,
+                   metavar="N", help="at most N samples per shard (default: 100000)")
+    p.add_argument("-s", "--max-size", "--maxsize", dest="max_size", default="1e9", metavar="BYTES",
+                   help="at most BYTES per shard as written, before compression: 1e9, 100MB, 1GiB "
+                        "(default: 1e9)")
+    p.add_argument("-o", "--output", default="temp", metavar="PREFIX|PATTERN",
+                   help="PREFIX gives PREFIX-000000.tar, PREFIX-000001.tar, ...; a PATTERN with %%06d or "
+                        "{shard:06d} is used as given; may be a URL (gs://, s3://, pipe:...) (default: temp)")
+    p.add_argument("-z", "--compress", action="store_true",
+                   help="gzip the shards (a PREFIX gets .tar.gz; a pattern ending .tgz/.tar.gz/.tar.zst "
+                        "compresses without -z)")
+    p.add_argument("--start", type=int, default=0, metavar="N", help="number the shards from N (default: 0)")
+    p.add_argument("--maxshards", type=int, default=None, metavar="N",
+                   help="stop after N shards (and stop reading input)")
+    p.add_argument("-p", "--post", default=None, metavar="CMD",
+                   help="shell command run after each shard is complete (see below); failure stops with exit 1")
+    p.add_argument("-C", "--command", default=None, metavar="CMD",
+                   help="like --post, and the shard is deleted after the command succeeds")
+    p.add_argument("--nodelete", action="store_true", help="with -C: keep the shard")
+    p.add_argument("--manifest", default=None, metavar="FILE",
+                   help="write a JSON list of the shards (name, index, samples, bytes) to FILE")
+    add_strict(p)
+    add_verbosity(p)
+    return p
+
+
+def main(argv):
+    import json
+
+    from .. import samples as S
+    from ..split import post_command, shard_pattern, split_samples
+    from ..errors import UsageError
+    from ..urls import compression_for, open_sink
+
+    args = build_parser().parse_args(argv)
+    rep = Reporter("tarsplit", args.verbose, args.quiet, args.progress)
+    max_size = parse_size(args.max_size) if args.max_size not in (None, "", "0") else None
+    max_count = args.num_samples if args.num_samples and args.num_samples > 0 else None
+    if args.maxshards is not None and args.maxshards < 0:
+        raise UsageError("--maxshards must be >= 0")
+    if args.start < 0:
+        raise UsageError("--start must be >= 0")
+    pattern = shard_pattern(args.output, args.compress)
+    compression = "auto"
+    if args.compress and compression_for(pattern.replace("%", "").replace("{", "")) is None:
+        compression = "gzip"
+    posts = []
+    if args.post:
+        posts.append(post_command(args.post))
+    if args.command:
+        posts.append(post_command(args.command, delete=not args.nodelete))
+
+    def post(shard):
+        for p in posts:
+            p(shard)
+
+    stats = S.Stats()
+    urls = open_inputs(args)
+
+    def sources():
+        for url in urls:
+            rep.info(f"reading {url}")
+            yield from S.iter_samples([url], stats, strict=args.strict, warn=rep.warn)
+
+    shards = []
+    total_bytes = 0
+    try:
+        samples = progress_stage(rep, stats)(sources())
+        for shard in split_samples(samples, pattern, max_count=max_count, max_size=max_size,
+                                   start=args.start, maxshards=args.maxshards, compression=compression,
+                                   post=post if posts else None, stats=stats):
+            shards.append(shard)
+            total_bytes += shard.bytes
+            rep.info(f"{shard.name}: {shard.samples} samples, {shard.bytes} bytes")
+    finally:
+        if args.manifest:
+            with open_sink(args.manifest, compression=None) as sink:
+                sink.write((json.dumps([s.as_dict() for s in shards], indent=1) + "\n").encode())
+    rep.done(stats)
+    rep.info(f"{len(shards)} shards, {sum(s.samples for s in shards)} samples, {total_bytes} bytes")
+    return 0
+
+
+def entry():
+    run("tarsplit", main)
