@@ -1,0 +1,165 @@
+"""tarshow: show what is in the samples of tar shards (text, terminal images, contact sheets)."""
+
+from .base import add_inputs, add_selection, add_strict, make_parser, open_inputs, run, Reporter
+
+EXAMPLES = """
+tarshow -c 2 small.tar                        # the first two samples, every field
+tarshow -c 3 -f 'jpg;png cls' data.tar        # chosen fields; images drawn in a terminal
+curl -sL https://host/shard-0000.tar | tarshow -c 5 --skip 100
+tarshow --grid sheet.png -c 16 -f 'jpg;png' data.tar   # contact sheet with keys
+tarshow -f depth.npy -N -C viridis data.tar   # arrays through a colormap
+"""
+
+NOTES = """\
+Each sample is a block: its key, then one line per field with its size and a
+preview (text and JSON as text, numbers as numbers, images as <jpg 640x480 RGB,
+52 KB>, arrays as <npy float32 64x64, 16 KB>, other binary data as hex).
+When stdout is a terminal and an image field is asked for with -f, the images
+are drawn below their block with 24-bit colour half-block characters, as wide
+as the terminal.  Piped output is plain text.  Exit status: 0 ok, 2 bad usage
+or unreadable input."""
+
+
+def build_parser(prog="tarshow"):
+    p = make_parser(prog, "Show the samples of tar shards: keys, fields, sizes, previews and images.",
+                    EXAMPLES, NOTES)
+    add_inputs(p)
+    add_selection(p)
+    p.add_argument("-f", "--field", "--fields", dest="fields", default=None, metavar="SPEC",
+                   help="show only these fields, in this order: 'jpg cls'; 'jpg;png' shows the first present")
+    p.add_argument("--grid", metavar="FILE.png",
+                   help="write a contact sheet of the first -c images (default 25) with their keys, "
+                        "instead of the text report")
+    p.add_argument("--columns", type=int, default=None, metavar="N",
+                   help="images per row of the contact sheet (default: a square)")
+    p.add_argument("--thumb", type=int, default=128, metavar="PX", help="thumbnail size in the sheet (default 128)")
+    p.add_argument("-N", "--normalize", action="store_true",
+                   help="stretch image and array values to their full range")
+    p.add_argument("-C", "--cmap", default=None, metavar="NAME",
+                   help="colormap for grayscale images and 2-D arrays: gray, viridis, magma, inferno, "
+                        "plasma, hot, jet, coolwarm")
+    p.add_argument("--images", choices=("auto", "always", "never"), default="auto",
+                   help="draw images requested with -f: auto = when stdout is a terminal (default)")
+    p.add_argument("-w", "--width", type=int, default=None, metavar="COLS",
+                   help="width of terminal images and previews (default: the terminal's)")
+    p.add_argument("-q", "--quick", action="store_true", help="never draw images (as the original tarshow)")
+    p.add_argument("--silent", action="store_true", help="no text blocks (only images)")
+    p.add_argument("--verbatim-keys", action="store_true", help="accepted for compatibility (field names are "
+                                                                "never lower-cased)")
+    add_strict(p)
+    p.add_argument("-v", "--verbose", action="store_true", help="report inputs on stderr")
+    p.add_argument("--quiet", action="store_true", help="no warnings")
+    return p
+
+
+def _choose(sample, wanted):
+    """The field names of ``sample`` chosen by a parsed field spec (the first
+    present candidate; the first candidate when none is)."""
+    out = []
+    for _name, candidates in wanted:
+        out.append(next((c for c in candidates if c in sample), candidates[0]))
+    return out
+
+
+def main(argv, prog="tarshow"):
+    import shutil
+    import sys
+
+    from .. import samples as S
+    from .. import show
+    from ..errors import UsageError
+
+    args = build_parser(prog).parse_args(argv)
+    rep = Reporter(prog, args.verbose, args.quiet, False)
+    if args.cmap is not None and args.cmap not in show.COLORMAPS:
+        raise UsageError(f"unknown colormap {args.cmap!r} (choose from {', '.join(sorted(show.COLORMAPS))})")
+    for name in ("count", "skip"):
+        value = getattr(args, name)
+        if value is not None and value < 0:
+            raise UsageError(f"--{name} must be >= 0")
+    if args.thumb < 8 or (args.columns is not None and args.columns < 1):
+        raise UsageError("--thumb must be >= 8 and --columns >= 1")
+    wanted = S.parse_fields(args.fields) if args.fields else None
+    urls = open_inputs(args)
+    stats = S.Stats()
+
+    def sources():
+        for url in urls:
+            rep.info(f"reading {url}")
+            yield from S.iter_samples([url], stats, strict=args.strict, warn=rep.warn)
+
+    stages = []
+    if args.skip:
+        stages.append(S.skip(args.skip))
+    if args.slice:
+        sl = S.parse_slice(args.slice)
+        stages.append(S.slice_samples(sl.start, sl.stop, sl.step))
+    if args.count is not None and not args.grid:
+        stages.append(S.take(args.count))
+    samples = S.pipeline(sources(), *stages)
+
+    if args.grid:
+        return _grid(args, samples, wanted, rep)
+
+    out = sys.stdout
+    tty = out.isatty()
+    term = shutil.get_terminal_size((100, 40))
+    columns = args.width or (term.columns if tty else 100)
+    draw = wanted is not None and not args.quick and (
+        args.images == "always" or (args.images == "auto" and tty))
+    first = True
+    for sample in samples:
+        names = _choose(sample, wanted) if wanted else None
+        if not args.silent:
+            if not first:
+                out.write("\n")
+            wide = max((len(k) for k in (names or sample)), default=8)
+            out.write("\n".join(show.format_sample(sample, names, max(16, columns - wide - 16))) + "\n")
+        first = False
+        if draw:
+            for name in names:
+                if name not in sample:
+                    continue
+                img = show.to_image(name, sample[name], args.normalize, args.cmap,
+                                    max_size=(2 * columns, 4 * term.lines))
+                if img is None:
+                    continue
+                lines = show.ansi_image(img, columns, max(4, term.lines - 2))
+                out.write("\n".join(lines) + "\n")
+        out.flush()
+    return 0
+
+
+def _grid(args, samples, wanted, rep):
+    from .. import show
+    from ..samples import is_meta
+    from ..urls import open_sink
+
+    limit = 25 if args.count is None else args.count
+    items = []
+    if limit > 0:
+        for sample in samples:
+            names = _choose(sample, wanted) if wanted else sorted(k for k in sample if not is_meta(k))
+            for name in names:
+                if name in sample and (wanted or show.looks_like_image(name, sample[name])
+                                       or show.ext_of(name) == "npy"):
+                    img = show.to_image(name, sample[name], args.normalize, args.cmap,
+                                        max_size=(args.thumb, args.thumb))
+                    if img is not None:
+                        items.append((sample["__key__"], img))
+                        break
+            if len(items) >= limit:
+                break
+    sheet = show.contact_sheet(items, args.columns, args.thumb)
+    import io
+
+    buf = io.BytesIO()
+    sheet.save(buf, format="JPEG" if args.grid.lower().endswith((".jpg", ".jpeg")) else "PNG")
+    with open_sink(args.grid, compression=None) as sink:
+        sink.write(buf.getvalue())
+    rep.info(f"wrote a contact sheet of {len(items)} images ({sheet.width}x{sheet.height}) to {args.grid}")
+    return 0
+
+
+def entry():
+    run("tarshow", main)
