@@ -1,0 +1,215 @@
+"""kujob: run one command per shard, here (a small process pool) or on
+Kubernetes (an Indexed Job whose pods run kujob for their own shard)."""
+
+import argparse
+import os
+import sys
+
+from .base import add_verbosity, make_parser, run
+
+EXAMPLES = """
+kujob -s '{0000..0009}' -j 4 -- tarcat -c 100 in-{}.tar -o small-{}.tar
+kujob -s '{0000..0999}' --done-if ocr-{}.tar --retries 2 -- \\
+    tarproc -p 16 -c 'run-ocr *.png' scanned-{}.tar -o ocr-{}.tar
+kujob -s '{00..99}' -- 'tarcat in-{}.tar | gzip > out-{}.tar.gz'   # one string: sh -c
+kujob -s '{0000..0999}' -n -- tarcat in-{}.tar -o out-{}.tar      # show the commands only
+kujob --k8s --image ghcr.io/me/ocr:1 --cpu 16 --memory 8Gi --parallelism 50 \\
+    -s '{0000..0999}' -- tarproc -p 16 -c 'run-ocr *.png' \\
+    gs://g1000/scanned-{}.tar -o gs://g1000/ocr-{}.tar > job.json
+kujob --k8s --apply --image IMAGE -s '{0000..0999}' -- CMD ...   # kubectl apply -f -
+kujob --index 7 -s '{0000..0999}' -- CMD ...                      # shard 0007 only
+"""
+
+NOTES = """\
+Every {} in every argument of the command is replaced by the shard id; the
+command runs without a shell, unless it is ONE argument containing spaces or
+shell characters, which runs with sh -c (ids pasted into a shell command must
+be made of letters, digits and ._,+=:@%/-).  Each run also sees KUJOB_ID
+(the id) and KUJOB_INDEX (its 0-based position) in its environment.  The
+children's output (stdout and stderr) goes to stderr, each line prefixed
+with [id].
+
+exit status: 0 every shard ok (or skipped by --done-if), 1 some shards failed
+(their ids are listed at the end), 2 bad usage (bad pattern, command not
+found, kubectl missing for --apply)."""
+
+
+def build_parser(prog="kujob"):
+    p = make_parser(prog, "Run a command once per shard id: locally with a process pool, "
+                          "or on Kubernetes as an Indexed Job.", EXAMPLES, NOTES)
+    p.add_argument("-s", "--shards", action="append", default=[], metavar="PATTERN", required=True,
+                   help="shard ids as a brace pattern, e.g. '{0000..0999}' or '{a,b,c}-{0..3}' "
+                        "(repeat to add more)")
+    p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                   help=f"run N shards at once (default: the number of cores, {os.cpu_count() or 1} here)")
+    p.add_argument("--retries", type=int, default=0, metavar="N",
+                   help="run a failing shard up to N more times (on Kubernetes: backoffLimitPerIndex)")
+    p.add_argument("--done-if", metavar="TEMPLATE",
+                   help="skip a shard when this file exists, e.g. 'ocr-{}.tar' (tarproc writes "
+                        "files atomically, so an existing output is complete); a shard that exits 0 "
+                        "without creating it counts as failed")
+    p.add_argument("-n", "--dry-run", action="store_true",
+                   help="print the command of every shard that would run (one per line) and exit")
+    g = p.add_argument_group("one shard (what each Kubernetes pod runs)")
+    g.add_argument("--index", metavar="N", default=None,
+                   help="run only the shard at 0-based position N of the pattern")
+    g.add_argument("--index-from-env", action="store_true",
+                   help="take N from $JOB_COMPLETION_INDEX (set by Kubernetes in an Indexed Job)")
+    k = p.add_argument_group("Kubernetes (print a batch/v1 Indexed Job manifest as JSON)")
+    k.add_argument("--k8s", action="store_true", help="print the Job manifest instead of running")
+    k.add_argument("--image", metavar="IMAGE", help="container image with tarproc and the command installed")
+    k.add_argument("--name", metavar="NAME",
+                   help="Job name, a DNS-1123 label (default: kujob-<program>-<hash of the job>)")
+    k.add_argument("--namespace", metavar="NS", help="namespace of the Job (default: kubectl's)")
+    k.add_argument("--parallelism", type=int, default=None, metavar="P",
+                   help="pods at once (default: the number of shards, at most 100)")
+    k.add_argument("--cpu", default="1", metavar="N", help="CPU request and limit per pod, e.g. 16 or 500m (default: 1)")
+    k.add_argument("--memory", default="2Gi", metavar="M",
+                   help="memory request and limit per pod, e.g. 8Gi (default: 2Gi)")
+    k.add_argument("--max-failed", type=int, default=None, metavar="N",
+                   help="fail the whole Job once more than N shards have failed (maxFailedIndexes; "
+                        "default: run every shard)")
+    k.add_argument("-e", "--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="environment variable for the pods (repeatable)")
+    k.add_argument("--ttl", type=int, default=None, metavar="SECONDS",
+                   help="delete the finished Job after SECONDS (ttlSecondsAfterFinished)")
+    k.add_argument("--kujob", default="kujob", metavar="PATH", help="kujob inside the image (default: kujob)")
+    k.add_argument("--apply", action="store_true",
+                   help="pipe the manifest to 'kubectl apply -f -' (KUJOB_KUBECTL overrides the kubectl command)")
+    add_verbosity(p)
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command, with {} for the shard id")
+    return p
+
+
+def split_argv(argv):
+    """Options before the first ``--``, the command after it (the command's
+    own options are never taken for kujob's)."""
+    argv = list(argv)
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, None
+
+
+class Progress:
+    """``kujob: 12/1000 done, 3 running, 1 failed, 40 skipped`` on a terminal."""
+
+    def __init__(self, prog, enabled):
+        self.prog = prog
+        self.enabled = enabled
+        self.shown = False
+        self.last = 0.0
+
+    def __call__(self, runner):
+        if not self.enabled:
+            return
+        import time
+
+        now = time.monotonic()
+        if now - self.last < 0.25:
+            return
+        self.last = now
+        c = runner.counts()
+        finished = c["ok"] + c["failed"] + c["skipped"]
+        line = f"{self.prog}: {finished}/{len(runner.results)} done, {c['running']} running"
+        if c["failed"]:
+            line += f", {c['failed']} failed"
+        if c["skipped"]:
+            line += f", {c['skipped']} skipped"
+        line += f", {now - runner.started:.0f} s"
+        sys.stderr.write(f"\r{line}\x1b[K")
+        sys.stderr.flush()
+        self.shown = True
+
+    def clear(self):
+        if self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            self.shown = False
+
+
+def main(argv, prog="kujob"):
+    from .. import jobs
+    from ..errors import UsageError
+
+    opts, command = split_argv(argv)
+    parser = build_parser(prog)
+    args = parser.parse_args(opts)
+    if command is None:
+        command = args.command
+    elif args.command:
+        raise UsageError(f"unexpected arguments before '--': {' '.join(args.command)}")
+
+    if args.apply and not args.k8s:
+        raise UsageError("--apply goes with --k8s")
+    if args.k8s:
+        if args.index is not None or args.index_from_env:
+            raise UsageError("--index/--index-from-env run one shard; they do not go with --k8s")
+        manifest = jobs.job_manifest(
+            command, args.shards, args.image, name=args.name, namespace=args.namespace,
+            parallelism=args.parallelism, cpu=args.cpu, memory=args.memory, retries=args.retries,
+            max_failed=args.max_failed, done_if=args.done_if, env=args.env, kujob=args.kujob, ttl=args.ttl)
+        text = jobs.manifest_json(manifest)
+        if args.apply:
+            code = jobs.kubectl_apply(text)
+            if code != 0:
+                print(f"{prog}: kubectl apply failed (exit {code})", file=sys.stderr)
+                return 1
+            return 0
+        sys.stdout.write(text)
+        return 0
+
+    ids = jobs.expand_ids(args.shards)
+    first = 0
+    if args.index is not None or args.index_from_env:
+        value = args.index
+        if value is None:
+            value = os.environ.get("JOB_COMPLETION_INDEX")
+            if value is None:
+                raise UsageError("JOB_COMPLETION_INDEX is not set (--index-from-env runs in a pod of an "
+                                 "Indexed Job; here use --index N)")
+        first, one = jobs.pick_index(ids, value)
+        ids = [one]
+    if args.retries < 0:
+        raise UsageError(f"bad --retries {args.retries}: must be 0 or more")
+    jobs.check_command(command)
+    if jobs.PLACEHOLDER not in " ".join(command) and not args.quiet:
+        print(f"{prog}: warning: the command has no {{}}: every shard runs the same command "
+              f"(it can read its id from $KUJOB_ID)", file=sys.stderr)
+
+    if args.dry_run:
+        import shlex
+
+        for n, shard_id in enumerate(ids):
+            if args.done_if and jobs.is_done(args.done_if, shard_id):
+                continue
+            sys.stdout.write(" ".join(shlex.quote(a) for a in jobs.fill(command, shard_id)) + "\n")
+        return 0
+
+    njobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
+    if njobs < 1:
+        raise UsageError(f"bad --jobs {njobs}: must be at least 1")
+    progress = Progress(prog, sys.stderr.isatty() if args.progress is None else args.progress)
+
+    def status(message):
+        progress.clear()
+        print(f"{prog}: {message}", file=sys.stderr, flush=True)
+
+    runner = jobs.Runner(command, ids, jobs=njobs, retries=args.retries, done_if=args.done_if,
+                         log=sys.stderr.buffer, status=status, progress=progress,
+                         verbose=args.verbose, first_index=first)
+    try:
+        summary = runner.run()
+    finally:
+        progress.clear()
+    if args.verbose:
+        print(f"{prog}: {summary.line()}", file=sys.stderr, flush=True)
+    failed = summary.failed
+    if failed:
+        print(f"{prog}: {len(failed)} of {len(ids)} shards failed: {' '.join(failed)}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+def entry():
+    run("kujob", main)

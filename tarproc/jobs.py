@@ -1,0 +1,514 @@
+"""One command per shard: shard ids, command templates, a local runner and
+Kubernetes Indexed Job manifests (the library behind ``kujob``).
+
+The unit of work is a *shard id*, a string such as ``0042`` that comes from
+brace-expanding a pattern (``{0000..0999}``).  A command is a list of
+arguments in which every ``{}`` is replaced by the id.  Locally a small pool
+of threads runs one child process per shard; on Kubernetes an Indexed Job
+runs ``kujob --index-from-env`` in each pod, which maps
+``JOB_COMPLETION_INDEX`` to the id and runs the same code.
+
+Nothing here prints to stdout: the runner writes the children's output,
+prefixed with their id, to a binary stream given by the caller (stderr).
+"""
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+from .errors import UsageError
+
+PLACEHOLDER = "{}"
+# Characters that may be pasted into a shell command line as they are, in any
+# quoting context ('...', "...", bare): no quotes, no $, no backslash, no space.
+_SHELL_SAFE = re.compile(r"[A-Za-z0-9._,+=:@%/-]+\Z")
+_SHELL_CHARS = re.compile(r"[\s|&;<>()$`\\\"'*?\[\]#~!{}]")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+_QUANTITY = re.compile(r"(\d+(\.\d+)?|\.\d+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?\Z")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
+MAX_INDEXED_COMPLETIONS = 100000  # Kubernetes limit with backoffLimitPerIndex
+
+
+# --------------------------------------------------------------------------- ids and commands
+
+def expand_ids(patterns):
+    """Shard ids from brace patterns, in order: ``["{00..02}"]`` -> ``00 01 02``.
+
+    Several patterns are concatenated.  Duplicate ids are refused (two runs
+    would write the same output)."""
+    import braceexpand
+
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    ids = []
+    for pattern in patterns:
+        try:
+            ids.extend(braceexpand.braceexpand(pattern))
+        except Exception as e:  # braceexpand raises its own UnbalancedBracesError
+            raise UsageError(f"bad shard pattern {pattern!r}: {e}") from None
+    if not ids:
+        raise UsageError("no shard ids (give -s PATTERN, e.g. -s '{0000..0999}')")
+    seen = set()
+    for i in ids:
+        if i == "":
+            raise UsageError(f"empty shard id in {patterns!r}")
+        if i in seen:
+            raise UsageError(f"shard id {i!r} appears twice in {' '.join(patterns)!r}")
+        seen.add(i)
+    return ids
+
+
+def uses_shell(command):
+    """A command given as ONE argument with spaces or shell characters in it
+    (``'tarcat in-{}.tar | gzip > out-{}.tgz'``) runs with ``sh -c``;
+    anything else runs directly, without a shell."""
+    return len(command) == 1 and bool(_SHELL_CHARS.search(command[0].replace(PLACEHOLDER, "")))
+
+
+def fill(command, shard_id):
+    """The argv for one shard: every ``{}`` in every argument replaced by the id.
+
+    Without a shell the id is passed verbatim, whatever it contains.  For a
+    shell command (see :func:`uses_shell`) the id is pasted into the shell
+    text, so it must be shell-safe (letters, digits and ``._,+=:@%/-``);
+    other ids are refused rather than quoted, because no quoting is right in
+    every context (inside ``'...'``, ``"..."`` and bare words).  A shell
+    command can always use ``"$KUJOB_ID"`` instead."""
+    if uses_shell(command):
+        if not _SHELL_SAFE.match(shard_id):
+            raise UsageError(f"shard id {shard_id!r} is not safe to paste into a shell command; "
+                             f"pass the command as separate arguments, or use \"$KUJOB_ID\"")
+        return ["/bin/sh", "-c", command[0].replace(PLACEHOLDER, shard_id)]
+    return [arg.replace(PLACEHOLDER, shard_id) for arg in command]
+
+
+def check_command(command):
+    """Refuse an empty command or a program that is not on PATH (exit 2)
+    before anything runs, instead of failing every shard the same way."""
+    if not command:
+        raise UsageError("no command: put it after '--', e.g. kujob -s '{0..9}' -- tarcat in-{}.tar -o out-{}.tar")
+    if uses_shell(command):
+        return
+    prog = command[0].replace(PLACEHOLDER, "x")
+    if shutil.which(prog) is None:
+        raise UsageError(f"command not found: {command[0]}")
+
+
+def done_path(template, shard_id):
+    return template.replace(PLACEHOLDER, shard_id)
+
+
+def is_done(template, shard_id):
+    """True when the output named by ``template`` exists.  tarproc's writers
+    rename a complete file into place, so existing means complete."""
+    if not template:
+        return False
+    return os.path.exists(done_path(template, shard_id))
+
+
+# --------------------------------------------------------------------------- local runner
+
+class Result:
+    """What happened to one shard."""
+
+    __slots__ = ("shard_id", "index", "status", "returncode", "attempts", "seconds", "message")
+
+    def __init__(self, shard_id, index):
+        self.shard_id = shard_id
+        self.index = index
+        self.status = "pending"  # pending | running | ok | failed | skipped
+        self.returncode = None
+        self.attempts = 0
+        self.seconds = 0.0
+        self.message = ""
+
+
+class Summary:
+    def __init__(self, results):
+        self.results = results
+
+    def ids(self, status):
+        return [r.shard_id for r in self.results if r.status == status]
+
+    @property
+    def failed(self):
+        return self.ids("failed")
+
+    def counts(self):
+        c = {"ok": 0, "failed": 0, "skipped": 0, "retried": 0}
+        for r in self.results:
+            if r.status in c:
+                c[r.status] += 1
+            if r.attempts > 1:
+                c["retried"] += 1
+        return c
+
+    def line(self):
+        c = self.counts()
+        return (f"{len(self.results)} shards: {c['ok']} ok, {c['failed']} failed, "
+                f"{c['skipped']} skipped (done), {c['retried']} retried")
+
+
+def _describe_exit(code):
+    if code is None:
+        return "did not start"
+    if code < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = str(-code)
+        return f"killed by {name}"
+    return f"exit {code}"
+
+
+class Runner:
+    """Run ``command`` once per shard id, ``jobs`` at a time.
+
+    ``log`` is a binary stream (stderr) that receives every line the children
+    write (stdout and stderr), each prefixed with ``[id] ``; whole lines only,
+    so the output of concurrent shards never mixes inside a line.  ``status``
+    is called with one-line messages about shards (failures, retries, and
+    with ``verbose`` starts and successes); ``progress`` is called with the
+    Runner after every change, for a progress line."""
+
+    def __init__(self, command, ids, jobs=1, retries=0, done_if=None, log=None, status=None,
+                 progress=None, verbose=False, first_index=0, env=None):
+        self.command = list(command)
+        self.ids = list(ids)
+        self.jobs = max(1, int(jobs))
+        self.retries = max(0, int(retries))
+        self.done_if = done_if
+        self.log = log if log is not None else sys.stderr.buffer
+        self.status = status or (lambda message: None)
+        self.progress = progress
+        self.verbose = verbose
+        self.env = env
+        self.results = [Result(i, first_index + n) for n, i in enumerate(self.ids)]
+        self._lock = threading.Lock()  # guards log writes and the result table
+        self._procs = set()
+        self._stop = threading.Event()
+        self._next = 0
+        self.started = time.monotonic()
+
+    # counts for the progress line
+    def counts(self):
+        c = {"pending": 0, "running": 0, "ok": 0, "failed": 0, "skipped": 0}
+        for r in self.results:
+            c[r.status] += 1
+        return c
+
+    def _say(self, message):
+        with self._lock:
+            self.status(message)
+
+    def _changed(self):
+        if self.progress:
+            with self._lock:
+                self.progress(self)
+
+    def _take(self):
+        with self._lock:
+            if self._stop.is_set() or self._next >= len(self.results):
+                return None
+            r = self.results[self._next]
+            self._next += 1
+            return r
+
+    def _worker(self):
+        while True:
+            r = self._take()
+            if r is None:
+                return
+            try:
+                self._run_one(r)
+            except BaseException as e:  # never lose a shard's status to a bug
+                r.status = "failed"
+                r.message = f"{type(e).__name__}: {e}"
+                self._say(f"[{r.shard_id}] failed: {r.message}")
+            self._changed()
+
+    def _run_one(self, r):
+        if self.done_if and is_done(self.done_if, r.shard_id):
+            r.status = "skipped"
+            if self.verbose:
+                self._say(f"[{r.shard_id}] skipped, {done_path(self.done_if, r.shard_id)} exists")
+            return
+        argv = fill(self.command, r.shard_id)
+        env = dict(os.environ if self.env is None else self.env)
+        env["KUJOB_ID"] = r.shard_id
+        env["KUJOB_INDEX"] = str(r.index)
+        r.status = "running"
+        self._changed()
+        t0 = time.monotonic()
+        while not self._stop.is_set():
+            r.attempts += 1
+            if self.verbose:
+                again = f" (attempt {r.attempts})" if r.attempts > 1 else ""
+                self._say(f"[{r.shard_id}] start{again}: {_shell_line(argv)}")
+            r.returncode, r.message = self._exec(argv, env, r.shard_id)
+            if r.returncode == 0 and self.done_if and not is_done(self.done_if, r.shard_id):
+                r.returncode = None
+                r.message = f"exited 0 but {done_path(self.done_if, r.shard_id)} does not exist"
+            if r.returncode == 0:
+                r.status = "ok"
+                r.seconds = time.monotonic() - t0
+                if self.verbose:
+                    self._say(f"[{r.shard_id}] ok ({r.seconds:.1f} s)")
+                return
+            if self._stop.is_set():
+                break
+            if r.attempts <= self.retries:
+                self._say(f"[{r.shard_id}] failed ({r.message}), retrying ({r.attempts}/{self.retries})")
+                continue
+            break
+        r.status = "failed"
+        r.seconds = time.monotonic() - t0
+        self._say(f"[{r.shard_id}] failed ({r.message})")
+
+    def _exec(self, argv, env, shard_id):
+        prefix = f"[{shard_id}] ".encode("utf-8", "surrogateescape")
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, env=env)
+        except OSError as e:
+            return None, f"cannot run {argv[0]}: {e.strerror or e}"
+        with self._lock:
+            self._procs.add(proc)
+            if self._stop.is_set():  # stop() ran while this one was starting
+                proc.terminate()
+        try:
+            while True:
+                # whole lines, each prefixed; a line over 64 KiB is cut into
+                # prefixed pieces, and a last line without newline gets one
+                chunk = proc.stdout.readline(1 << 16)
+                if not chunk:
+                    break
+                if not chunk.endswith(b"\n"):
+                    chunk += b"\n"
+                with self._lock:
+                    self._write_log(prefix + chunk)
+            proc.stdout.close()
+            code = proc.wait()
+        finally:
+            with self._lock:
+                self._procs.discard(proc)
+        return code, _describe_exit(code)
+
+    def _write_log(self, data):
+        clear = getattr(self.progress, "clear", None)
+        if clear:
+            clear()
+        try:
+            self.log.write(data)
+            self.log.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    def run(self):
+        """Run every shard; returns a :class:`Summary`.  Ctrl-C or SIGTERM in
+        the calling thread terminates the running children, then re-raises."""
+        threads = [threading.Thread(target=self._worker, daemon=True, name=f"kujob-{n}")
+                   for n in range(min(self.jobs, len(self.results)))]
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)
+                    self._changed()
+        except BaseException:
+            self.stop()
+            for t in threads:
+                t.join(10)
+            raise
+        return Summary(self.results)
+
+    def stop(self):
+        """Start no new shard and terminate the running ones (SIGTERM, then
+        SIGKILL after 5 s)."""
+        self._stop.set()
+        with self._lock:
+            procs = list(self._procs)
+        for p in procs:
+            try:
+                p.terminate()
+            except OSError:
+                pass
+        deadline = time.monotonic() + 5
+        for p in procs:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def pick_index(ids, index):
+    """The id for a 0-based completion index (``JOB_COMPLETION_INDEX``)."""
+    try:
+        n = int(str(index).strip())
+    except ValueError:
+        raise UsageError(f"bad index {index!r}: not a number") from None
+    if not 0 <= n < len(ids):
+        raise UsageError(f"index {n} out of range: the pattern has {len(ids)} shards (0..{len(ids) - 1})")
+    return n, ids[n]
+
+
+# --------------------------------------------------------------------------- Kubernetes
+
+def check_name(name):
+    if len(name) > 63 or not _DNS_LABEL.match(name):
+        raise UsageError(f"bad name {name!r}: a Kubernetes Job name must be a DNS-1123 label "
+                         f"(lower-case letters, digits and '-', starting and ending with a letter "
+                         f"or digit, at most 63 characters)")
+    return name
+
+
+def derive_name(command, patterns):
+    """``kujob-<program>-<hash>``: a valid DNS-1123 label from the command's
+    program name and a short hash of the whole job (same job, same name)."""
+    prog = os.path.basename(command[0].split()[0]) if command and command[0].split() else "job"
+    word = re.sub(r"[^a-z0-9]+", "-", prog.lower()).strip("-")[:30].strip("-") or "job"
+    digest = hashlib.sha1("\0".join(list(patterns) + ["--"] + list(command)).encode("utf-8", "surrogateescape"))
+    return check_name(f"kujob-{word}-{digest.hexdigest()[:8]}")
+
+
+def quantity(value, what):
+    """A Kubernetes resource quantity: ``2``, ``500m``, ``4Gi``; sizes in
+    tarproc's notation (``4GiB``, ``512MB``) are converted to bytes."""
+    text = str(value).strip()
+    if _QUANTITY.match(text):
+        return text
+    if what == "memory":
+        from .cli.base import parse_size  # noqa: the one size parser of the project
+
+        try:
+            return str(parse_size(text))
+        except UsageError:
+            pass
+    example = "2, 500m" if what == "cpu" else "4Gi, 512Mi, 4GiB"
+    raise UsageError(f"bad --{what} {value!r} (use e.g. {example})")
+
+
+def parse_env(items):
+    """``["NAME=VALUE", ...]`` to Kubernetes ``env`` entries."""
+    out = []
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        if not sep or not _ENV_NAME.match(name):
+            raise UsageError(f"bad --env {item!r} (use NAME=VALUE)")
+        out.append({"name": name, "value": value})
+    return out
+
+
+def job_manifest(command, patterns, image, name=None, namespace=None, parallelism=None, cpu="1",
+                 memory="2Gi", retries=0, max_failed=None, done_if=None, env=(), kujob="kujob",
+                 ttl=None):
+    """A self-contained ``batch/v1`` Indexed Job (a dict, ready for JSON).
+
+    ``completions`` is the number of shards; each pod runs
+    ``kujob --index-from-env -s PATTERN -- COMMAND`` so the shard pattern and
+    the command travel inside the Job, and kujob maps the pod's
+    ``JOB_COMPLETION_INDEX`` to its id.  ``retries`` becomes
+    ``backoffLimitPerIndex`` (each shard is retried on its own, and one bad
+    shard does not stop the others); ``max_failed`` becomes
+    ``maxFailedIndexes`` (fail the whole Job early)."""
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    ids = expand_ids(patterns)
+    check_command_syntax(command)
+    if not image:
+        raise UsageError("--k8s needs --image IMAGE (an image with tarproc and your command installed)")
+    n = len(ids)
+    if n > MAX_INDEXED_COMPLETIONS:
+        raise UsageError(f"{n} shards: Kubernetes allows at most {MAX_INDEXED_COMPLETIONS} completions "
+                         f"for an Indexed Job with per-index retries; split the pattern into several jobs")
+    name = check_name(name) if name else derive_name(command, patterns)
+    if namespace is not None:
+        check_name(namespace)
+    if parallelism is None:
+        parallelism = min(n, 100)
+    if int(parallelism) < 1:
+        raise UsageError(f"bad --parallelism {parallelism}: must be at least 1")
+    if int(retries) < 0:
+        raise UsageError(f"bad --retries {retries}: must be 0 or more")
+    args = ["--index-from-env"]
+    for p in patterns:
+        args += ["-s", p]
+    if done_if:
+        args += ["--done-if", done_if]
+    args += ["-v", "--"] + list(command)
+    resources = {}
+    if cpu is not None:
+        resources.setdefault("requests", {})["cpu"] = quantity(cpu, "cpu")
+        resources.setdefault("limits", {})["cpu"] = quantity(cpu, "cpu")
+    if memory is not None:
+        resources.setdefault("requests", {})["memory"] = quantity(memory, "memory")
+        resources.setdefault("limits", {})["memory"] = quantity(memory, "memory")
+    container = {"name": "shard", "image": image, "command": [kujob], "args": args}
+    env_list = parse_env(env)
+    if env_list:
+        container["env"] = env_list
+    if resources:
+        container["resources"] = resources
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "kujob"}
+    metadata = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    metadata["labels"] = labels
+    spec = {
+        "completions": n,
+        "parallelism": min(int(parallelism), n),
+        "completionMode": "Indexed",
+        "backoffLimitPerIndex": int(retries),
+    }
+    if max_failed is not None:
+        if not 0 <= int(max_failed) <= n:
+            raise UsageError(f"bad --max-failed {max_failed}: must be between 0 and the number of shards ({n})")
+        spec["maxFailedIndexes"] = int(max_failed)
+    if ttl is not None:
+        spec["ttlSecondsAfterFinished"] = int(ttl)
+    spec["template"] = {
+        "metadata": {"labels": dict(labels)},
+        "spec": {"restartPolicy": "Never", "containers": [container]},
+    }
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}
+
+
+def check_command_syntax(command):
+    """Like :func:`check_command` without looking at PATH (the command runs
+    in a container image, not here)."""
+    if not command:
+        raise UsageError("no command: put it after '--', e.g. kujob -s '{0..9}' -- tarcat in-{}.tar -o out-{}.tar")
+
+
+def manifest_json(manifest):
+    import json
+
+    return json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+
+
+def kubectl_apply(manifest_text, kubectl=None):
+    """Pipe a manifest to ``kubectl apply -f -``; returns kubectl's exit code.
+    ``KUJOB_KUBECTL`` names another kubectl (e.g. ``kubectl --context prod``)."""
+    import shlex
+
+    words = shlex.split(kubectl or os.environ.get("KUJOB_KUBECTL") or "kubectl")
+    if not words or shutil.which(words[0]) is None:
+        raise UsageError(f"--apply needs {words[0] if words else 'kubectl'}, which is not on PATH: install "
+                         f"kubectl, or save the manifest with 'kujob --k8s ... > job.json' and apply it "
+                         f"where kubectl is (kubectl apply -f job.json)")
+    p = subprocess.run(words + ["apply", "-f", "-"], input=manifest_text.encode("utf-8"))
+    return p.returncode
+
+
+def _shell_line(argv):
+    import shlex
+
+    return " ".join(shlex.quote(a) for a in argv)
