@@ -345,3 +345,118 @@ def contact_sheet(items, columns=None, thumb=128):
             label = label[1:]
         draw.text((x0, y0 + thumb + 2), label, fill=(230, 230, 230), font=font)
     return sheet
+
+
+# ---------------------------------------------------------------- selecting samples by expression
+
+
+class Value(bytes):
+    """A field's bytes in a select expression: ``int(_.cls) == 3`` works
+    (``int`` of bytes), and so do ``_.cls == "3"`` (compared as UTF-8 text)
+    and ``str(_.cls)`` / f-strings (the decoded text)."""
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            return bytes(self).decode("utf-8", "replace") == other
+        return bytes.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = bytes.__hash__
+
+    def __str__(self):
+        return bytes(self).decode("utf-8", "replace")
+
+    @property
+    def text(self):
+        return str(self)
+
+    @property
+    def json(self):
+        return json.loads(bytes(self).decode("utf-8"))
+
+
+class SampleView:
+    """The ``_`` of a select expression: ``_.cls``, ``_["seg.png"]``,
+    ``"cls" in _``, ``_.get("cls")``, ``_.__key__``."""
+
+    __slots__ = ("_sample",)
+
+    def __init__(self, sample):
+        object.__setattr__(self, "_sample", sample)
+
+    def _value(self, name):
+        v = self._sample[name]
+        return Value(v) if isinstance(v, (bytes, bytearray, memoryview)) else v
+
+    def __getattr__(self, name):
+        try:
+            return self._value(name)
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __getitem__(self, name):
+        return self._value(name)
+
+    def __contains__(self, name):
+        return name in self._sample
+
+    def get(self, name, default=None):
+        return self._value(name) if name in self._sample else default
+
+    def keys(self):
+        return self._sample.keys()
+
+
+class _Missing(Exception):
+    pass
+
+
+def compile_select(expr):
+    """A predicate ``f(sample) -> bool`` from a Python expression over
+    ``_`` (a :class:`SampleView`).  A sample that lacks a field the
+    expression uses does not match; other errors raise :class:`UsageError`
+    naming the sample."""
+    import math
+
+    try:
+        code = compile(expr, "<select>", "eval")
+    except SyntaxError as e:
+        raise UsageError(f"bad select expression {expr!r}: {e.msg}") from None
+    env = {"__builtins__": __builtins__, "json": json, "re": re, "math": math}
+
+    def predicate(sample):
+        try:
+            return bool(eval(code, env, {"_": SampleView(sample)}))
+        except (KeyError, AttributeError):
+            return False
+        except Exception as e:
+            raise UsageError(f"select expression {expr!r} failed on sample {sample.get('__key__')!r}: "
+                             f"{type(e).__name__}: {e}") from None
+
+    return predicate
+
+
+DEFAULT_FIRST_FIELDS = "jpg;jpeg;png;ppm;pgm;gif;bmp;tif;tiff;webp"
+
+
+def find_match(samples, fields=DEFAULT_FIRST_FIELDS, select=None, nth=1):
+    """``(key, field, bytes)`` of the ``nth`` sample (1-based) that passes
+    ``select`` and has one of ``fields`` (``"jpg;png"``: the first present),
+    or ``None``.  Stops pulling samples at the match."""
+    candidates = [f for f in re.split(r"[;,\s]+", fields) if f]
+    if not candidates:
+        raise UsageError("empty field list")
+    pred = compile_select(select) if select and select.strip() not in ("", "True") else None
+    seen = 0
+    for sample in samples:
+        field = next((f for f in candidates if f in sample), None)
+        if field is None:
+            continue
+        if pred is not None and not pred(sample):
+            continue
+        seen += 1
+        if seen >= nth:
+            return sample["__key__"], field, sample[field]
+    return None
