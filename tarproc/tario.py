@@ -224,7 +224,7 @@ class TarReader:
         while True:
             buf = read(BLOCK)
             if len(buf) < BLOCK:
-                if buf:
+                if buf.strip(b"\0"):  # a cut in zero padding loses nothing
                     self._fail(offset, f"input ends inside a header ({len(buf)} of 512 bytes)")
                 if pending_at is not None:
                     self._fail(pending_at, "input ends after a long-name or pax header, before its member")
