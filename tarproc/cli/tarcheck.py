@@ -1,0 +1,76 @@
+"""tarcheck: check tar shards for what breaks training pipelines."""
+
+from .base import add_inputs, make_parser, open_inputs, run
+
+EXAMPLES = """
+tarcheck data.tar                              # summary and problems; exit 1 if any
+tarcheck 'shard-{0000..0146}.tar'              # per shard and in total, keys across shards
+tarcheck --json shards/*.tar | jq .total       # machine-readable report
+curl -sL https://host/shard-0000.tar | tarcheck
+tarcheck -q data.tar && echo clean             # only the exit status (and problems)
+"""
+
+NOTES = """\
+Reported as problems: keys that come back after other keys (a sample split
+apart), the same key in more than one shard, fields repeated inside a sample,
+samples missing fields that most samples have, members readers skip (no
+extension, links, devices, FIFOs), names that are not UTF-8 or escape a
+directory, empty files, shards cut off before the end-of-archive marker, and
+shards without samples.  Each shard and the total get a summary: samples,
+members, bytes, compression, size on disk, fields with counts and bytes.
+Exit status: 0 clean, 1 problems found, 2 bad usage or a damaged/unreadable
+shard (one line naming the shard and byte offset)."""
+
+
+def build_parser(prog="tarcheck"):
+    p = make_parser(prog, "Check tar shards: split samples, duplicate keys, missing fields, skipped members.",
+                    EXAMPLES, NOTES)
+    add_inputs(p)
+    p.add_argument("--json", action="store_true", help="write the report as JSON on stdout")
+    p.add_argument("--majority", type=float, default=0.5, metavar="FRACTION",
+                   help="a field counts as expected when more than this fraction of samples have it "
+                        "(default 0.5)")
+    p.add_argument("--strict", action="store_true",
+                   help="a shard without the end-of-archive marker is an error (exit 2), not a problem")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only the problems")
+    p.add_argument("-v", "--verbose", action="store_true", help="accepted for symmetry (the report is verbose)")
+    return p
+
+
+def main(argv, prog="tarcheck"):
+    import json
+    import sys
+
+    from .. import check
+    from ..errors import UsageError
+
+    args = build_parser(prog).parse_args(argv)
+    if not 0.0 <= args.majority < 1.0:
+        raise UsageError("--majority must be in [0, 1)")
+    urls = open_inputs(args)
+    out = sys.stdout
+
+    def on_shard(rep):
+        if args.json:
+            return
+        if args.quiet:
+            lines = [f"{rep['url']}:"] + [check.format_problem(p) for p in rep["problems"]] if rep["problems"] else []
+        else:
+            lines = check.format_shard(rep)
+        if lines:
+            out.write("\n".join(lines) + "\n")
+            out.flush()
+
+    report = check.check_shards(urls, args.majority, args.strict, on_shard)
+    if args.json:
+        out.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    elif args.quiet:
+        if report["total"]["problems"]:
+            out.write("\n".join(["total:"] + [check.format_problem(p) for p in report["total"]["problems"]]) + "\n")
+    else:
+        out.write("\n".join(check.format_total(report)) + "\n")
+    return 0 if report["ok"] else 1
+
+
+def entry():
+    run("tarcheck", main)
