@@ -1,0 +1,292 @@
+"""The tar codec (tarproc.tario): round trips, every header dialect, and
+damage that must become BadArchive with an offset, never a crash or a hang."""
+
+import io
+import tarfile
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tarproc.errors import BadArchive
+from tarproc.tario import BLOCK, MAX_SPECIAL, TarReader, TarWriter, _pax_record, parse_pax, read_members
+
+from helpers import read_tar, tar_bytes
+
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def write(members, **kw):
+    out = io.BytesIO()
+    w = TarWriter(out, **kw)
+    for name, data in members:
+        w.write(name, data)
+    w.close()
+    return out.getvalue()
+
+
+def read(data, **kw):
+    return [(m.name, m.data) for m in read_members(io.BytesIO(data), "t.tar", **kw)]
+
+
+def fix_checksum(block):
+    block = bytearray(block)
+    block[148:156] = b" " * 8
+    block[148:156] = b"%06o\0 " % sum(block)
+    return bytes(block)
+
+
+def header(name=b"a.txt", size=0, flag=b"0", **fields):
+    """One ustar header with some raw fields (``size=b"..."``) replaced,
+    checksum recomputed."""
+    info = tarfile.TarInfo(name.decode())
+    if isinstance(size, bytes):
+        fields["size"] = size
+        size = 0
+    info.size = size
+    info.type = flag
+    block = bytearray(info.tobuf(tarfile.USTAR_FORMAT))
+    offsets = {"size": (124, 136), "mode": (100, 108), "mtime": (136, 148), "name": (0, 100)}
+    for key, value in fields.items():
+        a, b = offsets[key]
+        block[a:b] = value.ljust(b - a, b"\0")
+    return fix_checksum(block[:BLOCK])
+
+
+def pad(data):
+    return data + bytes(-len(data) % BLOCK)
+
+
+# ------------------------------------------------------------ names
+
+name_chars = st.characters(blacklist_categories=("Cs",), blacklist_characters="\0")
+text_names = st.text(name_chars, min_size=1, max_size=300)
+# bytes that are not UTF-8 come back through surrogateescape
+byte_names = st.binary(min_size=1, max_size=250).filter(lambda b: b"\0" not in b).map(
+    lambda b: b.decode("utf-8", "surrogateescape"))
+sizes = st.sampled_from([0, 1, 511, 512, 513, 1024, 1536, 3000])
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.one_of(text_names, byte_names), sizes, st.integers(0, 255)), max_size=6))
+def test_round_trip_arbitrary_names_and_sizes(items):
+    members = [(name, bytes([fill]) * size) for name, size, fill in items]
+    data = write(members)
+    assert len(data) % BLOCK == 0
+    assert read(data) == members
+    # an independent reader agrees on names and bytes
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:", encoding="utf-8", errors="surrogateescape") as tf:
+        got = [(i.name, tf.extractfile(i).read()) for i in tf]
+    assert members == got
+
+
+@pytest.mark.parametrize("name", [
+    "a" * 100, "d" * 150 + "/" + "f" * 99, "x" * 200, "dir/" + "y" * 196, "ü/ñ.txt", "日本語/名前.jpg",
+])
+def test_long_and_non_ascii_names(name):
+    data = write([(name, b"abc")])
+    assert read(data) == [(name, b"abc")]
+    assert read_tar(data) == [(name, b"abc")]
+
+
+def test_pax_only_when_ustar_cannot_hold_the_name():
+    plain = write([("k.jpg", b"x"), ("a" * 100, b""), ("p" * 150 + "/" + "n" * 100, b"")])
+    assert b"PaxHeader" not in plain
+    assert len(plain) == 512 * 2 + 512 + 512 + 1024  # 3 headers + 1 data block + end marker
+    assert plain[257:263] == b"ustar\0"
+    assert b"PaxHeader" in write([("x" * 200, b"")])  # no slash to split at
+    assert b"PaxHeader" in write([("é.txt", b"")])  # not ASCII
+    nonutf8 = "\udcff.bin"
+    data = write([(nonutf8, b"q")])
+    assert b"hdrcharset=BINARY" in data and read(data) == [(nonutf8, b"q")]
+
+
+def test_fixed_defaults_make_bytes_deterministic():
+    members = [("a.txt", b"1"), ("b/c.d.e", b"22" * 400)]
+    assert write(members) == write(members)
+    with tarfile.open(fileobj=io.BytesIO(write(members))) as tf:
+        infos = tf.getmembers()
+    assert {(i.mode, i.mtime, i.uid, i.gid, i.uname) for i in infos} == {(0o644, 0, 0, 0, "")}
+    with tarfile.open(fileobj=io.BytesIO(write(members, mode=0o600, mtime=1234))) as tf:
+        assert {(i.mode, i.mtime) for i in tf} == {(0o600, 1234)}
+
+
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_reads_tarfile_formats(fmt):
+    members = [("x" * 120 + ".txt", b"long"), ("ü.txt", b"u"), ("e.cls", b""), ("b.bin", bytes(512))]
+    if fmt == tarfile.USTAR_FORMAT:
+        members = [("d" * 120 + "/x.txt", b"long"), ("e.cls", b""), ("b.bin", bytes(512))]
+    assert read(tar_bytes(members, format=fmt)) == members
+
+
+def test_gnu_base256_size_and_mtime():
+    body = b"hello"
+    field = b"\x80" + (5).to_bytes(11, "big")
+    mtime = b"\xff" + (-1 & ((1 << 88) - 1)).to_bytes(11, "big")  # -1 in base-256
+    block = bytearray(header(size=5))
+    block[124:136] = field
+    block[136:148] = mtime
+    data = fix_checksum(block) + pad(body) + bytes(1024)
+    (m,) = list(read_members(io.BytesIO(data)))
+    assert (m.name, m.data, m.mtime) == ("a.txt", body, -1)
+
+
+def test_pax_values_win_over_ustar_fields():
+    records = _pax_record("path", b"pax.txt") + _pax_record("size", b"7") + _pax_record("mtime", b"123.456")
+    x = header(b"././@PaxHeader", len(records), b"x")
+    data = x + pad(records) + header(b"ustar-name.txt", 0) + pad(b"1234567") + bytes(1024)
+    (m,) = list(read_members(io.BytesIO(data)))
+    assert (m.name, m.data, m.mtime) == ("pax.txt", b"1234567", 123)
+
+
+def test_global_pax_header_applies_to_following_members():
+    rec = b"16 mtime=424242\n"
+    data = header(b"g", len(rec), b"g") + pad(rec) + header(b"a.txt", 1) + pad(b"A") + \
+        header(b"b.txt", 1) + pad(b"B") + bytes(1024)
+    assert [(m.name, m.mtime) for m in read_members(io.BytesIO(data))] == [("a.txt", 424242), ("b.txt", 424242)]
+
+
+def test_gnu_long_link_and_special_members():
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tf:
+        for name, kind in (("d", tarfile.DIRTYPE), ("l" * 150, tarfile.SYMTYPE), ("f.txt", tarfile.REGTYPE)):
+            info = tarfile.TarInfo(name)
+            info.type = kind
+            info.linkname = "t" * 130 if kind == tarfile.SYMTYPE else ""
+            tf.addfile(info, io.BytesIO(b""))
+    got = [(m.name, m.type, m.linkname, m.data) for m in read_members(io.BytesIO(raw.getvalue()))]
+    assert got == [("d/", "5", "", None), ("l" * 150, "2", "t" * 130, None), ("f.txt", "0", "", b"")]
+
+
+def test_v7_header_without_magic():
+    block = bytearray(header(b"v.txt", 3))
+    block[257:265] = bytes(8)
+    data = fix_checksum(block) + pad(b"v7!") + bytes(1024)
+    assert read(data) == [("v.txt", b"v7!")]
+
+
+def test_data_after_end_marker_is_read_on():
+    a = write([("a.txt", b"a")])
+    b = write([("b.txt", b"b")])
+    assert read(a + b) == [("a.txt", b"a"), ("b.txt", b"b")]
+
+
+def test_empty_input_and_lone_end_marker():
+    assert read(b"") == []
+    assert read(bytes(1024)) == []
+
+
+# ------------------------------------------------------------ damage
+
+
+def expect_bad(data, fragment, offset=None):
+    with pytest.raises(BadArchive) as e:
+        read(data)
+    assert fragment in str(e.value)
+    assert str(e.value).startswith("t.tar: offset ")
+    if offset is not None:
+        assert e.value.offset == offset
+    return e.value
+
+
+def test_bad_checksum():
+    good = write([("a.txt", b"a"), ("b.txt", b"b")])
+    bad = bytearray(good)
+    bad[1024 + 3] ^= 1  # name of the second header
+    expect_bad(bytes(bad), "checksum", 1024)
+
+
+def test_non_octal_and_negative_size():
+    expect_bad(header(size=b"00000001x4\0") + bytes(1024), "non-octal size", 0)
+    block = bytearray(header())
+    block[124:136] = b"\xff" * 12  # base-256 -1
+    expect_bad(fix_checksum(block) + bytes(1024), "negative size", 0)
+
+
+@pytest.mark.parametrize("records, problem", [
+    (b"abc path=x\n", "bad length"),
+    (b"3 p\n", "too small"),
+    (b"99 path=x\n", "overruns"),
+    (b"10 path=xy ", "no newline"),
+    (b"9 pathx\n\n", "keyword=value"),
+    (b"x" * 30, "no length field"),
+])
+def test_malformed_pax_records(records, problem):
+    data = header(b"pax", len(records), b"x") + pad(records) + header() + bytes(1024)
+    expect_bad(data, problem, 0)
+    with pytest.raises(BadArchive):
+        parse_pax(records)
+
+
+def test_bad_pax_size_value():
+    rec = b"12 size=-3x\n"
+    expect_bad(header(b"pax", len(rec), b"x") + pad(rec) + header() + bytes(1024), "bad pax size")
+
+
+def test_oversized_special_header_refused_without_reading_it():
+    data = header(b"././@LongLink", MAX_SPECIAL + 1, b"L")  # no data follows at all
+    expect_bad(data, "limit", 0)
+
+
+def test_huge_size_claim_does_not_allocate():
+    # claims 64 GiB, holds 10 bytes: a clean error, not a MemoryError
+    data = header(size=b"%011o\0" % (64 << 30)) + b"0123456789"
+    expect_bad(data, "input ends inside member data", 0)
+
+
+def test_special_header_then_end():
+    rec = b"16 path=pax.txt\n"
+    x = header(b"pax", len(rec), b"x") + pad(rec)
+    expect_bad(x, "before its member", 0)
+    expect_bad(x + bytes(1024), "end-of-archive block right after", 1024)
+
+
+def test_cut_on_block_boundary_warns_or_fails_when_strict():
+    data = write([("a.txt", b"a" * 600), ("b.txt", b"b")])[:-1024]
+    warnings = []
+    reader = TarReader(io.BytesIO(data), "t.tar", warn=warnings.append)
+    assert [m.name for m in reader] == ["a.txt", "b.txt"]
+    assert reader.truncated and len(warnings) == 1 and "end-of-archive" in warnings[0]
+    with pytest.raises(BadArchive) as e:
+        read(data, strict=True)
+    assert e.value.offset == len(data)
+
+
+def test_truncation_at_every_offset():
+    out = io.BytesIO()
+    w = TarWriter(out)
+    ends = set()
+    for name, body in [("a.txt", b"a" * 700), ("x" * 200, b""), ("c.cls", b"7")]:
+        w.write(name, body)
+        ends.add(w.bytes_written)
+    w.close()
+    data = out.getvalue()
+    for cut in range(1, len(data) - 1024 + 1):
+        part = data[:cut]
+        if cut in ends:  # cut cleanly after a member
+            names = [m.name for m in TarReader(io.BytesIO(part), "t.tar", warn=lambda m: None)]
+            assert names  # the members before the cut are kept
+            with pytest.raises(BadArchive):
+                read(part, strict=True)
+        else:
+            with pytest.raises(BadArchive) as e:
+                read(part)
+            assert 0 <= e.value.offset <= cut
+
+
+@SETTINGS
+@given(st.data())
+def test_arbitrary_byte_damage_is_clean(data):
+    members = data.draw(st.lists(st.tuples(st.one_of(text_names, byte_names), sizes), min_size=1, max_size=4))
+    good = write([(n, b"z" * s) for n, s in members])
+    damaged = bytearray(good)
+    for _ in range(data.draw(st.integers(1, 8))):
+        i = data.draw(st.integers(0, len(good) - 1))
+        damaged[i] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(good)))
+    try:
+        out = read(bytes(damaged[:cut]))
+    except BadArchive as e:
+        assert isinstance(e.offset, int) and 0 <= e.offset <= cut
+    else:
+        assert isinstance(out, list)
