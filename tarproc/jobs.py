@@ -87,12 +87,15 @@ def fill(command, shard_id):
     return [arg.replace(PLACEHOLDER, shard_id) for arg in command]
 
 
-def check_command(command):
-    """Refuse an empty command or a program that is not on PATH (exit 2)
-    before anything runs, instead of failing every shard the same way."""
+def check_command(command, ids=()):
+    """Refuse an empty command, a program that is not on PATH, or an id that
+    cannot go into a shell command (exit 2) before anything runs, instead of
+    failing every shard the same way."""
     if not command:
         raise UsageError("no command: put it after '--', e.g. kujob -s '{0..9}' -- tarcat in-{}.tar -o out-{}.tar")
     if uses_shell(command):
+        for shard_id in ids:
+            fill(command, shard_id)
         return
     prog = command[0].replace(PLACEHOLDER, "x")
     if shutil.which(prog) is None:

@@ -172,7 +172,7 @@ def main(argv, prog="kujob"):
         ids = [one]
     if args.retries < 0:
         raise UsageError(f"bad --retries {args.retries}: must be 0 or more")
-    jobs.check_command(command)
+    jobs.check_command(command, ids)
     if jobs.PLACEHOLDER not in " ".join(command) and not args.quiet:
         print(f"{prog}: warning: the command has no {{}}: every shard runs the same command "
               f"(it can read its id from $KUJOB_ID)", file=sys.stderr)
