@@ -1,0 +1,141 @@
+"""tarshow: text blocks, terminal images under a pseudo-terminal, contact sheets."""
+
+import io
+import json
+import re
+
+from conftest import require
+from helpers import image_shard, jpeg_bytes, png_bytes, tar_bytes
+
+ESC = b"\x1b["
+
+
+def make_small(tmp_path, n=4):
+    members = []
+    for i in range(n):
+        key = f"{i:04d}"
+        members.append((f"{key}.cls", str(i).encode()))
+        members.append((f"{key}.jpg", jpeg_bytes(64, 48, seed=i)))
+        members.append((f"{key}.json", json.dumps({"label": i, "text": "a b"}).encode()))
+        members.append((f"{key}.bin", bytes(range(40))))
+    (tmp_path / "small.tar").write_bytes(tar_bytes(members))
+
+
+def test_blocks_per_sample(sh, tmp_path):
+    make_small(tmp_path)
+    out = sh("tarshow -c 2 small.tar").stdout.decode()
+    blocks = out.strip("\n").split("\n\n")
+    assert len(blocks) == 2
+    assert blocks[0].splitlines()[0] == "0000" and blocks[1].splitlines()[0] == "0001"
+    first = blocks[0]
+    assert re.search(r"jpg\s+\S+ \S+\s+<jpg 64x48 RGB, [\d.]+ (B|KB)>", first), first
+    assert re.search(r"cls\s+1 B\s+0$", first, re.M), first
+    assert '{"label": 0, "text": "a b"}' in first
+    assert "<40 B binary: 00 01 02 03" in first
+    assert ESC.decode() not in out
+
+
+def test_skip_and_fields(sh, tmp_path):
+    make_small(tmp_path)
+    out = sh("tarshow --skip 2 -f 'png;jpg cls' small.tar | cat").stdout.decode()
+    blocks = out.strip("\n").split("\n\n")
+    assert [b.splitlines()[0] for b in blocks] == ["0002", "0003"]
+    lines = blocks[0].splitlines()
+    assert len(lines) == 3 and lines[1].split()[0] == "jpg" and lines[2].split()[0] == "cls"
+    assert "json" not in out and "binary" not in out
+
+
+def _tty_run(sh, cmd, cols=50):
+    require("script")
+    return sh(f"COLUMNS={cols} LINES=40 script -qec {cmd!r} /dev/null", stderr_ok=True).stdout
+
+
+def test_terminal_images_under_pty(sh, tmp_path):
+    members = [("a.png", png_bytes(200, 100, seed=1)), ("a.cls", b"1"), ("b.png", png_bytes(200, 100, seed=2))]
+    (tmp_path / "x.tar").write_bytes(tar_bytes(members))
+    out = _tty_run(sh, "tarshow -f png -c 1 x.tar", cols=50)
+    assert re.search(rb"\x1b\[38;2;\d+;\d+;\d+;48;2;\d+;\d+;\d+m\xe2\x96\x80", out), out[:300]
+    rows = [line for line in out.split(b"\n") if "▀".encode() in line]
+    # 200x100 image in 50 columns: 25 pixel rows, padded to 26 -> 13 text rows of 50 cells
+    assert len(rows) == 13
+    assert all(r.count("▀".encode()) == 50 for r in rows)
+    assert b"<png 200x100 RGB" in out
+
+
+def test_plain_when_piped(sh, tmp_path):
+    (tmp_path / "x.tar").write_bytes(tar_bytes(image_shard(2)))
+    out = sh("tarshow -f png x.tar | cat").stdout
+    assert ESC not in out and "▀".encode() not in out
+    assert out.count(b"<png 32x24 RGB") == 2
+    # -q (the original's --quick) never draws, even on a terminal
+    out = _tty_run(sh, "tarshow -q -f png x.tar")
+    assert "▀".encode() not in out and b"<png 32x24" in out
+
+
+def test_grid_contact_sheet(sh, tmp_path):
+    from PIL import Image
+
+    members = []
+    colors = []
+    for i in range(7):
+        data = jpeg_bytes(80, 60, seed=i)
+        colors.append(Image.open(io.BytesIO(data)).convert("RGB").getpixel((40, 30)))
+        members += [(f"k{i}.jpg", data), (f"k{i}.cls", b"1")]
+    (tmp_path / "x.tar").write_bytes(tar_bytes(members))
+    p = sh("tarshow --grid sheet.png -c 5 --thumb 64 -f jpg x.tar")
+    assert p.stdout == b""
+    sheet = Image.open(tmp_path / "sheet.png")
+    # 5 images -> 3 columns, 2 rows; cell 64 + 4 padding, label 16
+    assert sheet.size == (3 * 68 + 4, 2 * (64 + 16 + 4) + 4)
+    # the first cell shows the first image (80x60 fits as 64x48, centred)
+    got = sheet.convert("RGB").getpixel((4 + 32, 4 + 32))
+    assert all(abs(a - b) <= 6 for a, b in zip(got, colors[0])), (got, colors[0])
+    # the sixth cell is empty background
+    assert sheet.convert("RGB").getpixel((4 + 2 * 68 + 32, 4 + 84 + 32)) == (32, 32, 32)
+    # the key is written under the image: the label strip is not all background
+    strip = sheet.convert("RGB").crop((4, 4 + 64, 4 + 64, 4 + 80))
+    assert len(strip.getcolors(4096)) > 1
+
+
+def test_npy_normalize_and_cmap(sh, tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    arr = np.tile(np.arange(64, dtype=np.float32) * 10.0, (64, 1))  # 0..630, left to right
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    (tmp_path / "a.tar").write_bytes(tar_bytes([("s.depth.npy", buf.getvalue()), ("s.cls", b"1")]))
+    out = sh("tarshow a.tar").stdout.decode()
+    assert "<npy float32 64x64, 16 KB>" in out
+    sh("tarshow --grid g.png -f depth.npy -N -C viridis --thumb 64 a.tar")
+    g = Image.open(tmp_path / "g.png").convert("RGB")
+    assert g.size == (72, 88)
+    left, right = g.getpixel((4, 36)), g.getpixel((4 + 63, 36))
+    assert all(abs(a - b) <= 2 for a, b in zip(left, (68, 1, 84))), left  # viridis low end
+    assert all(abs(a - b) <= 2 for a, b in zip(right, (253, 231, 37))), right  # viridis high end
+    # without -N the floats are clipped to [0, 1]: only the first column is not at the top colour
+    sh("tarshow --grid h.png -f depth.npy -C gray --thumb 64 a.tar")
+    h = Image.open(tmp_path / "h.png").convert("RGB")
+    assert h.getpixel((4, 36)) == (0, 0, 0) and h.getpixel((4 + 10, 36)) == (255, 255, 255)
+    # grayscale image through a colormap, drawn in a terminal
+    gray = png_bytes(16, 8, seed=3, mode="L")
+    (tmp_path / "b.tar").write_bytes(tar_bytes([("g.png", gray)]))
+    out = _tty_run(sh, "tarshow -f png -C hot b.tar", cols=16)
+    cells = re.findall(rb"\x1b\[38;2;(\d+);(\d+);(\d+);48", out)
+    assert len(cells) == 16 * 4
+    # hot: red >= green >= blue for every colour
+    assert all(int(r) >= int(g) >= int(b) for r, g, b in cells)
+
+
+def test_damaged_input(sh, tmp_path):
+    data = tar_bytes(image_shard(3))
+    p = sh("tarshow", input=data[:700], ok=False)
+    assert p.returncode == 2
+    assert len(p.stderr.decode().strip().splitlines()) == 1
+
+
+def test_help_and_bad_cmap(sh):
+    out = sh("tarshow --help").stdout.decode()
+    assert "examples:" in out and "tarshow -c 2 small.tar" in out
+    p = sh("tarshow -C nosuch < /dev/null", ok=False)
+    assert p.returncode == 2 and b"unknown colormap" in p.stderr
