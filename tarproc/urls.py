@@ -448,6 +448,16 @@ def cleanup_partials(path_or_dir, all_names=False):
     return removed
 
 
+def _is_special_file(path):
+    """An existing output path that is not a regular file (device, FIFO)."""
+    import stat
+
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode) and not stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 class Sink:
     """A binary output opened by URL.  ``write`` bytes, then ``close()`` to
     commit (rename into place, wait for the upload) or ``abort()`` to discard.
@@ -465,6 +475,13 @@ class Sink:
             if os.isatty(1) and not os.environ.get("TARPROC_ALLOW_TTY"):
                 raise UsageError("refusing to write a tar archive to a terminal (use -o FILE or a pipe)")
             self.fd = os.dup(1)
+        elif scheme == "file" and _is_special_file(url):
+            # /dev/null, a FIFO, /dev/stdout: write straight into it; a rename
+            # would replace the device with a regular file
+            try:
+                self.fd = os.open(url, os.O_WRONLY)
+            except OSError as e:
+                raise OutputError(f"{url}: cannot open: {e.strerror}") from None
         elif scheme == "file":
             d = os.path.dirname(url) or "."
             if not os.path.isdir(d):
