@@ -1,0 +1,224 @@
+"""tarsplit: limits, names, post commands, atomic shards (through real pipes)."""
+
+import glob
+import io
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+
+from conftest import require
+from helpers import read_tar, samples_of, tar_bytes
+
+
+def make_input(n, seed=0, maxsize=3000):
+    r = random.Random(seed)
+    members = []
+    for i in range(n):
+        members.append((f"s{i:05d}.bin", r.randbytes(r.randrange(0, maxsize))))
+        members.append((f"s{i:05d}.cls", str(i % 7).encode()))
+    return members
+
+
+def shard_files(tmp, pattern="*.tar"):
+    return sorted(p for p in glob.glob(os.path.join(tmp, pattern)) if not os.path.basename(p).startswith("."))
+
+
+def all_members(paths):
+    out = []
+    for p in paths:
+        with open(p, "rb") as f:
+            out += read_tar(f.read())
+    return out
+
+
+def test_gnu_tar_with_directories_into_count_shards(sh, tmp_path):
+    require("tar")
+    d = tmp_path / "raw" / "train"
+    d.mkdir(parents=True)
+    (tmp_path / "raw" / "train" / "sub").mkdir()
+    for i in range(45):
+        (d / f"n{i:03d}.txt").write_bytes(f"text {i}".encode() * (i + 1))
+        (d / f"n{i:03d}.cls").write_bytes(str(i).encode())
+    p = sh("tar -cf - --sort=name -C raw train | tarsplit -n 20 -o _test -v", stderr_ok=True)
+    shards = shard_files(tmp_path, "_test-*.tar")
+    assert [os.path.basename(s) for s in shards] == ["_test-000000.tar", "_test-000001.tar", "_test-000002.tar"]
+    counts = [len(samples_of(open(s, "rb").read())) for s in shards]
+    assert counts == [20, 20, 5]
+    got = all_members(shards)
+    assert [n for n, _ in got] == sorted(f"train/n{i:03d}.{e}" for i in range(45) for e in ("cls", "txt"))
+    for name, body in got:
+        assert body == (tmp_path / "raw" / name).read_bytes()
+    err = p.stderr.decode()
+    assert "_test-000000.tar: 20 samples" in err and "_test-000002.tar: 5 samples" in err
+    assert "3 shards, 45 samples" in err
+    assert "directories" in err  # skipped directory entries are counted in the summary
+
+
+def test_size_limit_never_exceeded_and_manifest_matches(sh, tmp_path):
+    members = make_input(300, seed=1, maxsize=6000)
+    limit = 40000
+    sh(f"tarsplit -s {limit} -n 1000 -o part --manifest m.json", input=tar_bytes(members))
+    shards = shard_files(tmp_path, "part-*.tar")
+    assert len(shards) > 5
+    manifest = json.loads((tmp_path / "m.json").read_text())
+    assert [m["name"] for m in manifest] == [os.path.basename(s) for s in shards]
+    total = 0
+    for m, path in zip(manifest, shards):
+        size = os.path.getsize(path)
+        assert m["bytes"] == size  # counted exactly as written, end marker included
+        assert size <= limit
+        n = len(samples_of(open(path, "rb").read()))
+        assert n == m["samples"]
+        total += n
+    assert total == 300
+    # each shard was closed only because the next sample would not fit
+    sizes = [os.path.getsize(s) for s in shards]
+    assert all(s > limit - 2 * (6000 + 512 + 512 + 512) for s in sizes[:-1])
+    assert all_members(shards) == members
+
+
+def test_size_units_and_oversized_sample(sh, tmp_path):
+    members = [("a.bin", b"x" * 100), ("b.bin", b"y" * 5000), ("c.bin", b"z" * 100), ("d.bin", b"w" * 100)]
+    sh("tarsplit -s 3KiB -o p", input=tar_bytes(members))
+    shards = shard_files(tmp_path, "p-*.tar")
+    names = [[n for n, _ in read_tar(open(s, "rb").read())] for s in shards]
+    assert names == [["a.bin"], ["b.bin"], ["c.bin", "d.bin"]]
+    assert os.path.getsize(shards[1]) > 3 * 1024  # a sample alone may exceed the limit
+    assert os.path.getsize(shards[2]) <= 3 * 1024
+    p = sh("tarsplit -s 12parsecs -o q", input=tar_bytes(members), ok=False)
+    assert p.returncode == 2 and len(p.stderr.decode().strip().splitlines()) == 1
+
+
+def test_patterns_start_compression_and_maxshards(sh, tmp_path):
+    require("zstd")
+    data = tar_bytes(make_input(50, seed=2, maxsize=100))
+    (tmp_path / "in.tar").write_bytes(data)
+    sh("tarsplit -n 10 -o 'pct-%04d.tar' --start 7 in.tar")
+    assert [os.path.basename(s) for s in shard_files(tmp_path, "pct-*")] == [f"pct-{i:04d}.tar" for i in range(7, 12)]
+    sh("tarsplit -n 10 -o 'br-{shard:03d}.tar.zst' in.tar")
+    zs = shard_files(tmp_path, "br-*")
+    assert [os.path.basename(s) for s in zs] == [f"br-{i:03d}.tar.zst" for i in range(5)]
+    assert open(zs[0], "rb").read(4) == b"\x28\xb5\x2f\xfd"
+    out = sh(f"zstd -dc {zs[0]}").stdout
+    assert len(samples_of(out)) == 10
+    sh("tarsplit -n 10 -z -o gz in.tar")
+    gz = shard_files(tmp_path, "gz-*")
+    assert [os.path.basename(s) for s in gz] == [f"gz-{i:06d}.tar.gz" for i in range(5)]
+    assert all_members(gz) == read_tar(data)
+    sh("tarsplit -n 10 -z -o 'zp-%02d.tar' in.tar")
+    assert open(tmp_path / "zp-00.tar", "rb").read(2) == b"\x1f\x8b"
+    # pipe: outputs, one command per shard
+    sh("tarsplit -n 20 -o 'pipe:cat > piped-%d.tar' in.tar")
+    assert [len(samples_of((tmp_path / f"piped-{i}.tar").read_bytes())) for i in range(3)] == [20, 20, 10]
+
+
+def test_maxshards_stops_reading_an_endless_input(sh, tmp_path):
+    gen = tmp_path / "gen.py"
+    gen.write_text(
+        "import sys, tarfile, io, itertools\n"
+        "tf = tarfile.open(fileobj=sys.stdout.buffer, mode='w|')\n"
+        "for i in itertools.count():\n"
+        "    info = tarfile.TarInfo(f'{i:09d}.txt'); data = b'x' * 100; info.size = len(data)\n"
+        "    tf.addfile(info, io.BytesIO(data))\n"
+    )
+    p = sh(f"{sys.executable} gen.py 2>/dev/null | tarsplit -n 100 --maxshards 3 -o m; echo ${{PIPESTATUS[1]}}",
+           timeout=60)
+    assert p.stdout.decode().split() == ["0"]
+    shards = shard_files(tmp_path, "m-*.tar")
+    assert len(shards) == 3
+    assert [len(samples_of(open(s, "rb").read())) for s in shards] == [100, 100, 100]
+
+
+def test_post_command_every_placeholder_and_command_deletes(sh, tmp_path):
+    data = tar_bytes(make_input(25, seed=3, maxsize=50))
+    (tmp_path / "in.tar").write_bytes(data)
+    (tmp_path / "up").mkdir()
+    sh("tarsplit -n 10 -o 'x-%03d.tar' -p 'echo %s %s {shard} {abspath} {basename} {base} {ext} {index} >> log' in.tar")
+    lines = (tmp_path / "log").read_text().splitlines()
+    assert len(lines) == 3
+    for i, line in enumerate(lines):
+        name = f"x-{i:03d}.tar"
+        assert line.split() == [name, name, name, str(tmp_path / name), name, f"x-{i:03d}", ".tar", str(i)]
+    # -C runs the command then deletes the shard; --nodelete keeps it
+    sh("tarsplit -n 10 -o y -C 'cp {shard} up/' in.tar")
+    assert shard_files(tmp_path, "y-*") == []
+    assert sorted(os.listdir(tmp_path / "up")) == ["y-000000.tar", "y-000001.tar", "y-000002.tar"]
+    assert all_members(sorted(str(p) for p in (tmp_path / "up").iterdir())) == read_tar(data)
+    sh("tarsplit -n 10 -o z -C 'true' --nodelete in.tar")
+    assert len(shard_files(tmp_path, "z-*")) == 3
+    # a compressed shard's {ext} is its whole extension
+    sh("tarsplit -n 30 -o 'c-%d.tar.gz' -p 'echo {base} {ext} >> clog' in.tar")
+    assert (tmp_path / "clog").read_text().split() == ["c-0", ".tar.gz"]
+
+
+def test_failing_post_command_stops_with_exit_1(sh, tmp_path):
+    (tmp_path / "in.tar").write_bytes(tar_bytes(make_input(40, seed=4, maxsize=50)))
+    p = sh("tarsplit -n 10 -o f -p 'test {index} != 1' in.tar", ok=False)
+    assert p.returncode == 1
+    err = p.stderr.decode().strip().splitlines()
+    assert len(err) == 1 and "f-000001.tar" in err[0] and "post command" in err[0]
+    assert [os.path.basename(s) for s in shard_files(tmp_path, "f-*")] == ["f-000000.tar", "f-000001.tar"]
+
+
+def test_sigkill_leaves_only_whole_shards(tmp_path):
+    gen = tmp_path / "slow.py"
+    gen.write_text(
+        "import sys, tarfile, io, time\n"
+        "tf = tarfile.open(fileobj=sys.stdout.buffer, mode='w|')\n"
+        "for i in range(100000):\n"
+        "    info = tarfile.TarInfo(f'{i:09d}.bin'); data = bytes([i % 251]) * (i % 3000); info.size = len(data)\n"
+        "    tf.addfile(info, io.BytesIO(data))\n"
+        "    if i % 50 == 0: sys.stdout.flush(); time.sleep(0.01)\n"
+    )
+    producer = subprocess.Popen([sys.executable, str(gen)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    split = subprocess.Popen(["tarsplit", "-n", "37", "-o", "k"], stdin=producer.stdout, cwd=tmp_path,
+                             stderr=subprocess.PIPE)
+    producer.stdout.close()
+    try:
+        deadline = time.time() + 60
+        while len(shard_files(tmp_path, "k-*.tar")) < 4 and time.time() < deadline:
+            time.sleep(0.05)
+        split.send_signal(signal.SIGKILL)
+        split.wait(timeout=30)
+    finally:
+        producer.kill()
+        producer.wait()
+        split.stderr.close()
+    shards = shard_files(tmp_path, "k-*.tar")
+    assert len(shards) >= 4
+    expected = 0
+    for i, path in enumerate(shards):
+        assert os.path.basename(path) == f"k-{i:06d}.tar"
+        with tarfile.open(path) as tf:  # reads the whole archive: fails on a cut-off shard
+            names = [m.name for m in tf.getmembers()]
+            for m in tf.getmembers():
+                body = tf.extractfile(m).read()
+                n = int(m.name.split(".")[0])
+                assert body == bytes([n % 251]) * (n % 3000)
+        assert names == [f"{n:09d}.bin" for n in range(expected, expected + 37)]
+        expected += 37
+    # a later run cleans the partial files of killed writers
+    leftovers = [n for n in os.listdir(tmp_path) if n.endswith(".tarproc-partial")]
+    assert all(n.startswith(".") for n in leftovers)
+
+
+def test_url_output_via_env_command(sh, tmp_path):
+    (tmp_path / "in.tar").write_bytes(tar_bytes(make_input(20, seed=5, maxsize=50)))
+    (tmp_path / "bucket").mkdir()
+    env = {"TARPROC_WRITE_GS": f"cat > {tmp_path}/bucket/$(basename {{url}})"}
+    sh("tarsplit -n 10 -o 'gs://b/train-%06d.tar' -p 'echo %s >> uploaded' in.tar", env=env)
+    assert sorted(os.listdir(tmp_path / "bucket")) == ["train-000000.tar", "train-000001.tar"]
+    assert (tmp_path / "uploaded").read_text().split() == ["gs://b/train-000000.tar", "gs://b/train-000001.tar"]
+    assert len(samples_of((tmp_path / "bucket" / "train-000001.tar").read_bytes())) == 10
+
+
+def test_help_and_bad_usage(sh):
+    p = sh("tarsplit --help")
+    assert b"examples:" in p.stdout and b"{basename}" in p.stdout
+    p = sh("tarsplit -n 10 -o 'bad-{nope}.tar'", input=tar_bytes([("a.txt", b"1")]), ok=False)
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1
