@@ -1,0 +1,149 @@
+"""tarproc: run a shell command or a Python function on every sample, in parallel."""
+
+import argparse
+
+from .base import (add_output, add_strict, add_verbosity, make_parser, open_inputs, progress_stage, run,
+                   Reporter)
+
+EXAMPLES = """
+tarproc -p 5 -c 'gm mogrify -size 256x256 *.jpg -resize 256x256' small.tar > out.tar
+gsutil cat gs://b/scans-0042.tar | tarproc -p 16 -c 'run-ocr *.png' -o gs://b/ocr-0042.tar
+tarproc -c 'cp sample.txt sample.x.txt' data.tar -o out.tar   # add a field
+tarproc -c 'rm sample.png' data.tar > nopng.tar                 # drop a field
+tarproc -e abort --timeout 60 -s ocr.sh scans.tar -o ocr.tar    # stop at the first failure
+tarproc -m -c 'gm convert sample.pdf sample-%d.png' docs.tar > pages.tar  # one sample per page
+tarproc --mode lines -c 'curl -sf "$(cat sample.txt)" -o sample.html' urls.txt > pages.tar
+tarproc --map resize.py:resize -p 8 images.tar > small.tar      # a Python function, no shell
+"""
+
+NOTES = """
+Each sample's fields are written as sample.<field> (and sample.__key__) in a private
+working directory; the command runs there (stdin /dev/null, its output to stderr);
+the regular files sample.* left afterwards become the output sample. Output is in
+input order. Exit status: 0 ok, 1 some samples failed, 2 usage or unreadable input.
+"""
+
+
+def build_parser(prog="tarproc"):
+    p = make_parser(prog, "Run a shell command (or a Python function) on every sample of tar shards, "
+                          "in parallel; collect the results into a new tar.", EXAMPLES, NOTES)
+    p.add_argument("inputs", nargs="*", metavar="URL",
+                   help="input shards (or text files with --mode): paths, '-', pipe:CMD, http(s)://, "
+                        "gs://, s3://; brace patterns are expanded (default: stdin)")
+    p.add_argument("-T", "--filelist", metavar="FILE", help="read input URLs from FILE, one per line ('-' for stdin)")
+    add_output(p)
+    what = p.add_argument_group("what to run (one of)")
+    what.add_argument("-c", "--command", metavar="CMD", help="shell command run in each sample's directory")
+    what.add_argument("-s", "--script", metavar="FILE", help="script run (with --interpreter) in each sample's directory")
+    what.add_argument("--map", metavar="MODULE:FUNC",
+                      help="apply a Python function to each sample dict in worker processes "
+                           "(module:function or path/to/file.py:function); it returns a sample, "
+                           "a list of samples, or None to drop")
+    p.add_argument("--interpreter", default="bash", metavar="PROG",
+                   help="interpreter for -s FILE and -c CMD (PROG -c CMD) (default: bash)")
+    p.add_argument("-p", "--parallel", type=int, default=None, metavar="N",
+                   help="samples processed at once (default: all cores)")
+    p.add_argument("-b", "--base", default="sample", metavar="NAME",
+                   help="file name base of the fields: NAME.jpg (default: sample)")
+    p.add_argument("-e", "--error-handling", dest="error_handling", default="skip",
+                   choices=("skip", "ignore", "abort"),
+                   help="a failed sample is dropped (skip), kept as produced (ignore), or stops the "
+                        "run after the samples before it (abort) (default: skip)")
+    p.add_argument("-S", "--subdirs", action="store_true",
+                   help="each subdirectory the command makes is one output sample "
+                        "(key from its sample.__key__, or KEY/NAME)")
+    p.add_argument("-m", "--multi", action="store_true",
+                   help="files sample-N.* are output samples (key KEY-N)")
+    p.add_argument("--count", type=int, default=None, metavar="N", help="process only the first N samples")
+    p.add_argument("--add-log", dest="add_log", metavar="FIELD",
+                   help="store the command's output (stdout and stderr) in this field instead of stderr")
+    p.add_argument("--mode", default="tar", choices=("tar", "lines", "pages", "keys"),
+                   help="input is tar shards (default), or text: one sample per line, per form-feed "
+                        "page, or per key (line); the text is in field txt")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="kill a sample's command (its whole process group) after this long; "
+                        "the sample fails")
+    p.add_argument("--unordered", action="store_true", help="write results as they finish, not in input order")
+    p.add_argument("-w", "--working-dir", "--working_dir", dest="workdir", default=None, metavar="DIR",
+                   help="where working directories are made (default: $TMPDIR or /tmp)")
+    p.add_argument("--keepdir", action="store_true", help="keep the working directories (for debugging)")
+    p.add_argument("--batch", type=int, default=32, metavar="N",
+                   help="--map: samples sent to a worker at once (default: 32)")
+    add_strict(p)
+    add_verbosity(p)
+    p.add_argument("--silent", dest="quiet", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv, prog="tarproc"):
+    from .. import samples as S
+    from ..errors import SampleFailed, UsageError
+    from ..urls import open_sink
+    from .. import proc
+
+    args = build_parser(prog).parse_args(argv)
+    chosen = [o for o, v in (("-c", args.command), ("-s", args.script), ("--map", args.map)) if v is not None]
+    if len(chosen) != 1:
+        raise UsageError("give exactly one of -c CMD, -s FILE, --map MODULE:FUNC"
+                         + (f" (got {' and '.join(chosen)})" if chosen else ""))
+    if args.map is not None:
+        for flag, bad in (("-S", args.subdirs), ("-m", args.multi), ("--timeout", args.timeout is not None),
+                          ("--add-log", args.add_log is not None), ("--keepdir", args.keepdir)):
+            if bad:
+                raise UsageError(f"{flag} applies to commands, not to --map")
+    if args.parallel is not None and args.parallel < 0:
+        raise UsageError("-p must be >= 0 (0: all cores)")
+    if args.count is not None and args.count < 0:
+        raise UsageError("--count must be >= 0")
+    parallel = args.parallel or proc.default_parallel()
+    rep = Reporter(prog, args.verbose, args.quiet, args.progress)
+    stats = S.Stats()
+    urls = open_inputs(args)
+
+    def report(message):
+        rep._clear()
+        import sys
+
+        print(f"{prog}: {message}", file=sys.stderr, flush=True)
+
+    def sources():
+        for url in urls:
+            rep.info(f"reading {url}")
+            if args.mode == "tar":
+                yield from S.iter_samples([url], stats, strict=args.strict, warn=rep.warn)
+            else:
+                yield from proc.iter_text_samples([url], args.mode, stats)
+
+    inputs = sources()
+    if args.count is not None:
+        inputs = S.take(args.count)(inputs)
+    if args.map is not None:
+        results = proc.map_function(inputs, args.map, parallel, error_handling=args.error_handling,
+                                    ordered=not args.unordered, batch=args.batch, stats=stats,
+                                    on_error=report, prog=prog)
+    else:
+        results = proc.map_command(inputs, args.command, parallel, script=args.script,
+                                   interpreter=args.interpreter, base=args.base,
+                                   error_handling=args.error_handling, subdirs=args.subdirs,
+                                   multi=args.multi, ordered=not args.unordered, timeout=args.timeout,
+                                   workdir=args.workdir, keepdir=args.keepdir, add_log=args.add_log,
+                                   stats=stats, on_error=report, quiet=args.quiet, prog=prog)
+    failure = None
+    with open_sink(args.output) as sink:
+        writer = S.SampleWriter(sink, stats)
+        try:
+            for sample in progress_stage(rep, stats)(results):
+                writer.write(sample)
+        except SampleFailed as e:
+            failure = e  # abort: keep (and commit) the samples before it
+        finally:
+            results.close()
+        writer.close()
+    rep.done(stats, force=stats.failed > 0)
+    if failure is not None:
+        raise failure
+    return 1 if stats.failed else 0
+
+
+def entry():
+    run("tarproc", main)
