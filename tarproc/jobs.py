@@ -102,16 +102,59 @@ def check_command(command, ids=()):
         raise UsageError(f"command not found: {command[0]}")
 
 
+# Exit 0 when the object exists.  Replace with TARPROC_EXISTS_<SCHEME> (a shell
+# command with {url}, {bucket} and {key}, quoted), like urls.py's commands.
+EXISTS_COMMANDS = {
+    "http": "curl -sfIL -o /dev/null {url}",
+    "https": "curl -sfIL -o /dev/null {url}",
+    "gs": "gsutil -q stat {url}",
+    "s3": "aws s3api head-object {endpoint}--bucket {bucket} --key {key}",
+}
+
+
 def done_path(template, shard_id):
     return template.replace(PLACEHOLDER, shard_id)
 
 
+def check_done_template(template):
+    from .urls import scheme_of
+
+    scheme = scheme_of(template)
+    if scheme in ("-", "pipe"):
+        raise UsageError(f"--done-if {template!r}: give a file name or a URL, e.g. out-{{}}.tar")
+    if scheme != "file" and not (os.environ.get(f"TARPROC_EXISTS_{scheme.upper()}") or scheme in EXISTS_COMMANDS):
+        raise UsageError(f"--done-if {template!r}: cannot check whether a {scheme}:// URL exists "
+                         f"(set TARPROC_EXISTS_{scheme.upper()} to a command that can)")
+
+
 def is_done(template, shard_id):
-    """True when the output named by ``template`` exists.  tarproc's writers
-    rename a complete file into place, so existing means complete."""
+    """True when the output named by ``template`` exists: a local file, or a
+    URL whose existence command (``EXISTS_COMMANDS``) succeeds.  tarproc's
+    writers make a file or object visible only when it is complete, so
+    existing means complete.  A check that fails for another reason (no
+    credentials) counts as "not done": the shard runs."""
     if not template:
         return False
-    return os.path.exists(done_path(template, shard_id))
+    target = done_path(template, shard_id)
+    from .urls import _quote, scheme_of
+
+    scheme = scheme_of(target)
+    if scheme == "file":
+        return os.path.exists(target)
+    command = os.environ.get(f"TARPROC_EXISTS_{scheme.upper()}") or EXISTS_COMMANDS.get(scheme)
+    if not command:
+        return False
+    rest = target.split("://", 1)[1]
+    bucket, _, key = rest.partition("/")
+    endpoint = os.environ.get("AWS_ENDPOINT_URL", "") if scheme == "s3" else ""
+    command = (command.replace("{endpoint}", f"--endpoint-url {_quote(endpoint)} " if endpoint else "")
+               .replace("{bucket}", _quote(bucket)).replace("{key}", _quote(key)).replace("{url}", _quote(target)))
+    try:
+        p = subprocess.run(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=300)
+    except subprocess.TimeoutExpired:
+        return False
+    return p.returncode == 0
 
 
 # --------------------------------------------------------------------------- local runner

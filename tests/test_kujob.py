@@ -368,3 +368,63 @@ def test_library_fill_and_expand():
     assert jobs.quantity("4GiB", "memory") == str(4 << 30) and jobs.quantity("500m", "cpu") == "500m"
     with pytest.raises(UsageError):
         jobs.check_name("x" * 64)
+
+
+def test_done_if_url_checked_over_http(sh, tmp_path):
+    """--done-if with an http:// URL asks the server (curl -I) whether the
+    output exists."""
+    import functools
+    import http.server
+    import threading
+
+    from conftest import require
+
+    require("curl")
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "out-1.tar").write_bytes(b"x")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    handler.log_message = lambda *a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/out-{{}}.tar"
+        sh(f"kujob -s '{{0..2}}' -j 2 --done-if {url} -- sh -c 'touch served/out-{{}}.tar; echo ran > ran-{{}}'")
+    finally:
+        server.shutdown()
+    assert sorted(f.name for f in tmp_path.glob("ran-*")) == ["ran-0", "ran-2"]
+    p = sh("kujob -s 1 --done-if 'pipe:cat' -- true {}", ok=False)
+    assert p.returncode == 2 and "--done-if" in p.stderr.decode()
+
+
+def test_progress_line_when_asked(sh, tmp_path):
+    p = sh("kujob --progress -s '{0..3}' -j 2 -- sh -c 'echo hi {}; sleep 0.4'", stderr_ok=True)
+    err = p.stderr.decode()
+    assert re.search(r"\rkujob: \d/4 done, \d running", err)
+    # output lines are still whole and prefixed once the progress line is cleared
+    out = [line.split("\r\x1b[K")[-1] for line in err.split("\n") if "hi" in line]
+    assert sorted(out) == [f"[{i}] hi {i}" for i in range(4)]
+    assert "\r" not in sh("kujob -s '{0..1}' -- true {}").stderr.decode()  # not a terminal: no progress
+
+
+def test_sigterm_stops_the_running_shards(tmp_path):
+    import signal
+    import time
+
+    p = subprocess.Popen(["kujob", "-s", "{0..3}", "-j", "2", "--", "sh", "-c", "echo $$ > pid-{}; exec sleep 60"],
+                         cwd=tmp_path, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("pid-*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=60) == 143
+    pids = [int(f.read_text()) for f in tmp_path.glob("pid-*")]
+    assert len(pids) == 2  # no new shard started after SIGTERM
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            alive = open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+        except (ProcessLookupError, FileNotFoundError):
+            alive = False
+        assert not alive, f"shard process {pid} still running"

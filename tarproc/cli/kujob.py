@@ -173,6 +173,8 @@ def main(argv, prog="kujob"):
     if args.retries < 0:
         raise UsageError(f"bad --retries {args.retries}: must be 0 or more")
     jobs.check_command(command, ids)
+    if args.done_if:
+        jobs.check_done_template(args.done_if)
     if jobs.PLACEHOLDER not in " ".join(command) and not args.quiet:
         print(f"{prog}: warning: the command has no {{}}: every shard runs the same command "
               f"(it can read its id from $KUJOB_ID)", file=sys.stderr)
