@@ -45,7 +45,7 @@ def build_parser(prog="kujob"):
     p.add_argument("--retries", type=int, default=0, metavar="N",
                    help="run a failing shard up to N more times (on Kubernetes: backoffLimitPerIndex)")
     p.add_argument("--done-if", metavar="TEMPLATE",
-                   help="skip a shard when this file exists, e.g. 'ocr-{}.tar' (tarproc writes "
+                   help="skip a shard when this file or URL exists, e.g. 'ocr-{}.tar' (tarproc writes "
                         "files atomically, so an existing output is complete); a shard that exits 0 "
                         "without creating it counts as failed")
     p.add_argument("-n", "--dry-run", action="store_true",
