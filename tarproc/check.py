@@ -29,6 +29,12 @@ from .tario import TYPE_NAMES, REGULAR, DIRECTORY, TarReader
 EXAMPLES = 5
 
 
+def printable(name):
+    """A name as text that can always be printed: bytes that are not UTF-8
+    become ``\\xNN`` escapes."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 class _Problems:
     def __init__(self):
         self.items = {}
@@ -38,6 +44,8 @@ class _Problems:
         if p is None:
             p = self.items[kind] = {"kind": kind, "message": message, "count": 0, "examples": []}
         p["count"] += n
+        if example is not None:
+            example = printable(example)
         if example is not None and len(p["examples"]) < EXAMPLES and example not in p["examples"]:
             p["examples"].append(example)
 
@@ -96,8 +104,7 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
             try:
                 name.encode("utf-8")
             except UnicodeEncodeError:
-                probs.add("non_utf8_names", "member names that are not UTF-8",
-                          name.encode("utf-8", "surrogateescape").decode("utf-8", "replace"))
+                probs.add("non_utf8_names", "member names that are not UTF-8", name)
             if m.type != REGULAR:
                 if m.type == DIRECTORY:
                     directories += 1
@@ -168,14 +175,14 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
                           f"{ex} (no {field})", n=0)
             probs.add("missing_fields", "missing fields (that most samples have)", n=missing)
     return {
-        "url": name_of,
+        "url": printable(name_of),
         "compression": compression,
         "size": _source_size(url),
         "tar_bytes": tar_bytes,
         "members": members,
         "directories": directories,
         "samples": samples,
-        "fields": {k: fields[k] for k in sorted(fields)},
+        "fields": {printable(k): fields[k] for k in sorted(fields)},
         "skipped": dict(sorted(skipped.items())),
         "problems": probs.as_list(),
         "warnings": warnings,
