@@ -469,6 +469,11 @@ def job_manifest(command, patterns, image, name=None, namespace=None, parallelis
         patterns = [patterns]
     ids = expand_ids(patterns)
     check_command_syntax(command)
+    if uses_shell(command):  # refuse here what every pod would refuse
+        for shard_id in ids:
+            fill(command, shard_id)
+    if done_if:
+        check_done_template(done_if)
     if not image:
         raise UsageError("--k8s needs --image IMAGE (an image with tarproc and your command installed)")
     n = len(ids)

@@ -178,6 +178,7 @@ def test_usage_errors_exit_2_one_line(sh):
                      ("kujob -s 1 --apply -- true {}", "--apply goes with --k8s"),
                      ("kujob -s 1 --k8s -- true {}", "needs --image"),
                      ("kujob -s 1 --k8s --image i --memory lots -- true {}", "bad --memory"),
+                     ("kujob -s '{a,b c}' --k8s --image i -- 'echo {} > x'", "not safe"),
                      ("kujob -s 1 --k8s --image i --name=Bad_Name -- true {}", "DNS-1123")]:
         p = sh(cmd, ok=False)
         err = p.stderr.decode()
