@@ -441,6 +441,7 @@ class CommandRunner:
             dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except OSError as e:
             return [], f"working directory vanished: {e.strerror}"
+        problem = None
         try:
             if self.subdirs:
                 groups = []
@@ -459,13 +460,11 @@ class CommandRunner:
                     finally:
                         os.close(sub)
                     if why:
-                        return outputs, f"{name}/{why}"
+                        problem = problem or f"{name}/{why}"
                     if files:
                         outputs.append(self._make_sample(files, f"{key}/{name}", meta))
             elif self.multi:
-                files, why = _read_files(dfd, self.base + "-")
-                if why:
-                    return [], why
+                files, problem = _read_files(dfd, self.base + "-")
                 per = {}
                 for field, data in files.items():
                     n, dot, rest = field.partition(".")
@@ -474,9 +473,7 @@ class CommandRunner:
                     per.setdefault(n, {})[rest] = data
                 outputs = [self._make_sample(per[n], f"{key}-{n}", meta) for n in sorted(per, key=_natural)]
             else:
-                files, why = _read_files(dfd, self.base + ".")
-                if why:
-                    return [], why
+                files, problem = _read_files(dfd, self.base + ".")
                 outputs = [self._make_sample(files, key, meta)] if files else []
         finally:
             os.close(dfd)
@@ -491,7 +488,7 @@ class CommandRunner:
             seen.add(k)
         # an output with no fields besides its key is no output
         outputs = [o for o in outputs if any(not (f[:2] == "__" and f[-2:] == "__") for f in o)]
-        return outputs, None
+        return outputs, problem
 
     def _make_sample(self, files, key, meta):
         out = dict(meta)
@@ -560,18 +557,21 @@ def _entries(dfd):
 
 def _read_files(dfd, prefix):
     """``{suffix: bytes}`` of the regular files named ``prefix + suffix`` in a
-    directory; ``(files, error)``.  A symlink is an error, never followed;
+    directory; ``(files, problem)``.  A symlink is a problem (the other files
+    are still read), never followed;
     FIFOs, directories and other special files are ignored."""
     import stat
 
     files = {}
+    problem = None
     with os.scandir(dfd) as it:
         entries = [e for e in it if e.name.startswith(prefix) and len(e.name) > len(prefix)]
     for entry in sorted(entries, key=lambda e: e.name):
         name = entry.name
         try:
             if entry.is_symlink():
-                return files, f"{name} is a symbolic link: refused"
+                problem = problem or f"{name} is a symbolic link: refused"
+                continue
             if not entry.is_file(follow_symlinks=False):
                 continue
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
@@ -579,7 +579,7 @@ def _read_files(dfd, prefix):
             import errno
 
             if e.errno == errno.ELOOP:
-                return files, f"{name} is a symbolic link: refused"
+                problem = problem or f"{name} is a symbolic link: refused"
             continue
         try:
             st = os.fstat(fd)
@@ -594,7 +594,7 @@ def _read_files(dfd, prefix):
             files[name[len(prefix):]] = b"".join(chunks) if len(chunks) != 1 else chunks[0]
         finally:
             os.close(fd)
-    return files, None
+    return files, problem
 
 
 def _wait_exit(pid, timeout):

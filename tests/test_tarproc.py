@@ -1,0 +1,332 @@
+"""tarproc: the installed command in real pipes; outputs read with tarfile / GNU tar / Pillow."""
+
+import io
+import os
+import select
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import require
+from helpers import jpeg_bytes, png_bytes, read_tar, samples_of, tar_bytes
+
+
+def text_shard(n, prefix=""):
+    return tar_bytes([(f"{prefix}{i:04d}.txt", f"text {i}\n".encode()) for i in range(n)])
+
+
+def write(tmp_path, name, data):
+    (tmp_path / name).write_bytes(data)
+
+
+def keys_of(data):
+    return list(samples_of(data))
+
+
+def pid_alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+# ---------------------------------------------------------------- the issue's examples
+
+
+def test_gm_mogrify_example(sh, tmp_path):
+    require("gm")
+    from PIL import Image
+
+    members = []
+    for i in range(6):
+        members.append((f"img{i:03d}.jpg", jpeg_bytes(400, 300, seed=i)))
+        members.append((f"img{i:03d}.cls", str(i).encode()))
+    write(tmp_path, "small.tar", tar_bytes(members))
+    # The issue's command verbatim: GraphicsMagick applies options only to the
+    # files after them, so it re-encodes the JPEGs but leaves their size.
+    sh("tarproc -p 5 -c 'gm mogrify -size 256x256 *.jpg -resize 256x256' small.tar > same.tar")
+    same = samples_of((tmp_path / "same.tar").read_bytes())
+    assert [Image.open(io.BytesIO(s["jpg"])).size for s in same.values()] == [(400, 300)] * 6
+    # With the options first, every image is resized to fit 256x256.
+    sh("tarproc -p 5 -c 'gm mogrify -size 256x256 -resize 256x256 *.jpg' small.tar > out.tar")
+    out = samples_of((tmp_path / "out.tar").read_bytes())
+    assert list(out) == [f"img{i:03d}" for i in range(6)]
+    for i, (key, sample) in enumerate(out.items()):
+        img = Image.open(io.BytesIO(sample["jpg"]))
+        assert img.format == "JPEG"
+        assert max(img.size) == 256 and img.size == (256, 192)
+        assert sample["cls"] == str(i).encode()
+    assert "tar" in sh("tar tvf out.tar | head -1; echo tar").stdout.decode()
+
+
+def test_gsutil_example_with_local_file(sh, tmp_path):
+    require("gm")
+    write(tmp_path, "scans-0042.tar", tar_bytes([(f"s{i}.png", png_bytes(20 + i, 10, seed=i)) for i in range(4)]))
+    sh("cat scans-0042.tar | tarproc -p 2 -c 'for f in *.png; do gm identify -format \"%w %h\" \"$f\" > sample.txt; done' "
+       "-o ocr-0042.tar")
+    out = samples_of((tmp_path / "ocr-0042.tar").read_bytes())
+    assert [s["txt"].split() for s in out.values()] == [[str(20 + i).encode(), b"10"] for i in range(4)]
+    assert not [n for n in os.listdir(tmp_path) if "partial" in n]
+
+
+def test_add_change_remove_fields(sh, tmp_path):
+    write(tmp_path, "in.tar", tar_bytes([(f"{i:04d}.{ext}", data) for i in range(3)
+                                         for ext, data in (("png", png_bytes(seed=i)), ("txt", b"t%d" % i))]))
+    out = samples_of(sh("tarproc -c 'cp sample.txt sample.x.txt' in.tar").stdout)
+    assert all(set(s) == {"png", "txt", "x.txt"} and s["x.txt"] == s["txt"] for s in out.values())
+    out = samples_of(sh("tarproc -c 'touch sample.foo' in.tar").stdout)
+    assert all(s["foo"] == b"" for s in out.values()) and len(out) == 3
+    out = samples_of(sh("tarproc -c 'rm sample.png' in.tar").stdout)
+    assert list(out) == ["0000", "0001", "0002"] and all(set(s) == {"txt"} for s in out.values())
+    # -b: another base name; files not named base.* are not collected
+    out = samples_of(sh("tarproc -b item -c 'cat item.txt item.txt > item.two; echo x > other.txt' in.tar").stdout)
+    assert out["0001"]["two"] == b"t1t1" and "txt" in out["0001"]
+
+
+# ---------------------------------------------------------------- several outputs
+
+
+def test_subdirs_and_multi(sh, tmp_path):
+    write(tmp_path, "in.tar", text_shard(3))
+    cmd = ('mkdir a b; cp sample.txt a/sample.txt; echo B > b/sample.txt; '
+           'echo "$(cat sample.__key__)-bee" > b/sample.__key__; mkdir empty')
+    out = samples_of(sh(f"tarproc -S -c '{cmd}' in.tar").stdout)
+    assert list(out) == ["0000/a", "0000-bee", "0001/a", "0001-bee", "0002/a", "0002-bee"]
+    assert out["0001/a"]["txt"] == b"text 1\n" and out["0002-bee"]["txt"] == b"B\n"
+    out = samples_of(sh("tarproc -m -c 'for i in 0 1 2 10; do echo $i > sample-$i.txt; done' in.tar").stdout)
+    assert list(out)[:5] == ["0000-0", "0000-1", "0000-2", "0000-10", "0001-0"]
+    assert len(out) == 12 and out["0002-10"]["txt"] == b"10\n"
+
+
+def test_duplicate_output_keys_fail_naming_the_key(sh, tmp_path):
+    write(tmp_path, "in.tar", text_shard(2))
+    p = sh("tarproc -S -c 'mkdir a b; echo x > a/sample.t; echo y > b/sample.t; echo same > a/sample.__key__; "
+           "echo same > b/sample.__key__' in.tar > out.tar", ok=False)
+    assert p.returncode == 1
+    assert b"same key 'same'" in p.stderr and b"failed 2" in p.stderr
+    assert read_tar((tmp_path / "out.tar").read_bytes()) == []
+
+
+# ---------------------------------------------------------------- errors
+
+
+FAIL3 = "if [ $(cat sample.__key__) = 0003 ]; then echo oops; echo line2 >&2; exit 3; fi; echo ok > sample.out"
+
+
+def test_error_skip(sh, tmp_path):
+    write(tmp_path, "in.tar", text_shard(6))
+    p = sh(f"tarproc -p 3 -c '{FAIL3}' in.tar > out.tar", ok=False)
+    assert p.returncode == 1
+    err = p.stderr.decode()
+    assert "'0003'" in err and "exit status 3" in err and "oops" in err and "line2" in err
+    assert "samples read 6, written 5, skipped 0, failed 1" in err
+    out = samples_of((tmp_path / "out.tar").read_bytes())
+    assert list(out) == ["0000", "0001", "0002", "0004", "0005"] and out["0004"]["out"] == b"ok\n"
+
+
+def test_error_ignore(sh, tmp_path):
+    write(tmp_path, "in.tar", text_shard(6))
+    p = sh(f"tarproc -e ignore -p 3 -c '{FAIL3}' in.tar > out.tar", ok=False)
+    assert p.returncode == 1 and b"exit status 3" in p.stderr
+    out = samples_of((tmp_path / "out.tar").read_bytes())
+    assert list(out) == [f"{i:04d}" for i in range(6)]
+    assert set(out["0003"]) == {"txt"} and out["0002"]["out"] == b"ok\n"
+
+
+def test_error_abort_keeps_samples_before(sh, tmp_path):
+    write(tmp_path, "in.tar", text_shard(40))
+    p = sh(f"tarproc -e abort -p 4 -c '{FAIL3}' in.tar -o out.tar", ok=False)
+    assert p.returncode == 1
+    assert b"'0003'" in p.stderr and b"abort" in p.stderr
+    assert keys_of((tmp_path / "out.tar").read_bytes()) == ["0000", "0001", "0002"]
+
+
+def test_timeout_kills_the_process_group(sh, tmp_path):
+    write(tmp_path, "in.tar", text_shard(3))
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    cmd = (f"if [ $(cat sample.__key__) = 0001 ]; then sleep 300 & echo $! > {tmp_path}/bg.pid; "
+           "echo started; sleep 300; fi; echo done > sample.out")
+    t0 = time.monotonic()
+    p = sh(f"tarproc -p 2 --timeout 1.5 -w wd -c '{cmd}' in.tar > out.tar", ok=False)
+    assert time.monotonic() - t0 < 60
+    assert p.returncode == 1
+    assert b"'0001'" in p.stderr and b"timed out" in p.stderr and b"started" in p.stderr
+    assert keys_of((tmp_path / "out.tar").read_bytes()) == ["0000", "0002"]
+    bg = int((tmp_path / "bg.pid").read_text())
+    for _ in range(50):
+        if not pid_alive(bg):
+            break
+        time.sleep(0.1)
+    assert not pid_alive(bg), "the background child of a timed-out command survived"
+    assert os.listdir(wd) == []
+
+
+# ---------------------------------------------------------------- order, streams
+
+
+def test_order_with_random_sleeps(sh, tmp_path):
+    write(tmp_path, "in.tar", text_shard(40))
+    cmd = "sleep 0.0$((RANDOM % 9)); echo $RANDOM > sample.r"
+    out = sh(f"tarproc -p 4 -c '{cmd}' in.tar").stdout
+    assert keys_of(out) == [f"{i:04d}" for i in range(40)]
+    unordered = sh(f"tarproc -p 4 --unordered -c '{cmd}' in.tar").stdout
+    assert sorted(keys_of(unordered)) == [f"{i:04d}" for i in range(40)]
+
+
+def test_stdin_not_consumed_and_output_not_in_tar(sh, tmp_path):
+    write(tmp_path, "in.tar", text_shard(5))
+    p = sh("tarproc -p 2 -c 'cat > sample.got; echo to-stdout; echo to-stderr >&2' < in.tar > out.tar",
+           stderr_ok=True)
+    out = samples_of((tmp_path / "out.tar").read_bytes())
+    assert list(out) == [f"{i:04d}" for i in range(5)]
+    assert all(s["got"] == b"" for s in out.values())
+    assert p.stderr.count(b"to-stdout") == 5 and p.stderr.count(b"to-stderr") == 5
+    # with output on stdout, `ls` in the command cannot break the tar
+    names = [n for n, _ in read_tar(sh("tarproc -c 'ls; ls -l >&2' in.tar", stderr_ok=True).stdout)]
+    assert names[:2] == ["0000.txt", "0001.txt"]
+    # --add-log stores the output instead; -q drops it
+    out = samples_of(sh("tarproc --add-log log -c 'echo hi; echo there >&2' in.tar").stdout)
+    assert out["0003"]["log"] == b"hi\nthere\n"
+    assert sh("tarproc -q -c 'echo hi' in.tar > /dev/null").stderr == b""
+
+
+def test_symlink_refused_fifo_ignored(sh, tmp_path):
+    write(tmp_path, "in.tar", text_shard(3))
+    p = sh("tarproc -c 'ln -s /etc/passwd sample.x' in.tar > out.tar", ok=False)
+    assert p.returncode == 1 and b"symbolic link" in p.stderr
+    assert (tmp_path / "out.tar").read_bytes().count(b"root:") == 0
+    p = sh("tarproc -e ignore -c 'ln -s /etc/passwd sample.x' in.tar > out.tar", ok=False)
+    out = samples_of((tmp_path / "out.tar").read_bytes())
+    assert list(out) == ["0000", "0001", "0002"] and all(set(s) == {"txt"} for s in out.values())
+    out = samples_of(sh("tarproc -c 'mkfifo sample.pipe; mkdir sample.dir; echo y > sample.y' in.tar").stdout)
+    assert all(set(s) == {"txt", "y"} for s in out.values())
+
+
+def test_hostile_member_names_stay_inside(sh, tmp_path):
+    # a key with directories: the files are still sample.* in the working directory
+    write(tmp_path, "in.tar", tar_bytes([("a/b/../../../x.txt", b"1")]))
+    p = sh("tarproc -c 'touch sample.y' in.tar > out.tar", ok=False)
+    assert p.returncode == 2 and b".." in p.stderr
+    write(tmp_path, "in2.tar", tar_bytes([("deep/dir/k.txt", b"1"), ("deep/dir/k.a.b", b"2")]))
+    out = samples_of(sh("tarproc -c 'x=$(ls); echo $x > sample.ls' in2.tar").stdout)
+    assert out["deep/dir/k"]["ls"].split() == [b"sample.__key__", b"sample.a.b", b"sample.txt"]
+    assert not (tmp_path / "deep").exists()
+
+
+def test_mode_lines_pages_keys(sh, tmp_path):
+    out = samples_of(sh("printf 'alpha\\nbeta\\ngamma\\n' | tarproc --mode lines -c 'tr a-z A-Z < sample.txt > sample.up'").stdout)
+    assert list(out) == ["000000000", "000000001", "000000002"]
+    assert [s["up"] for s in out.values()] == [b"ALPHA", b"BETA", b"GAMMA"]
+    out = samples_of(sh("printf 'p1 a\\np1 b\\fp2\\n' | tarproc --mode pages -c 'wc -l < sample.txt > sample.n'").stdout)
+    assert [s["txt"] for s in out.values()] == [b"p1 a\np1 b", b"p2\n"]
+    out = samples_of(sh("printf 'k1\\n\\nk2\\n' | tarproc --mode keys -c 'echo $(cat sample.__key__) > sample.k'").stdout)
+    assert list(out) == ["k1", "k2"] and out["k2"]["k"] == b"k2\n"
+
+
+def test_map_module_and_file(sh, tmp_path):
+    (tmp_path / "mymod.py").write_text(
+        "def upper(s):\n    s['txt'] = s['txt'].upper()\n    return s\n"
+        "def split(s):\n    return [dict(s, __key__=s['__key__'] + '-a'), {'__key__': s['__key__'] + '-b', 'n': '1'}]\n"
+        "def drop(s):\n    return None if s['__key__'].endswith('1') else s\n"
+        "def boom(s):\n    if s['__key__'] == '0002':\n        raise ValueError('no good')\n    return s\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "fn.py").write_text("def shout(s):\n    return {'txt': s['txt'] + b'!'}\n")
+    write(tmp_path, "in.tar", text_shard(4))
+    out = samples_of(sh("tarproc -p 2 --map mymod:upper in.tar").stdout)
+    assert out["0003"]["txt"] == b"TEXT 3\n" and list(out) == [f"{i:04d}" for i in range(4)]
+    out = samples_of(sh("tarproc --map sub/fn.py:shout < in.tar").stdout)
+    assert out["0001"] == {"txt": b"text 1\n!"}
+    out = samples_of(sh("tarproc --map mymod:split in.tar").stdout)
+    assert list(out)[:3] == ["0000-a", "0000-b", "0001-a"] and out["0000-b"] == {"n": b"1"}
+    p = sh("tarproc -v --map mymod:drop in.tar", stderr_ok=True)
+    assert keys_of(p.stdout) == ["0000", "0002", "0003"] and b"skipped 1" in p.stderr
+    p = sh("tarproc --map mymod:boom in.tar > out.tar", ok=False)
+    assert p.returncode == 1 and b"'0002'" in p.stderr and b"ValueError: no good" in p.stderr
+    assert keys_of((tmp_path / "out.tar").read_bytes()) == ["0000", "0001", "0003"]
+    p = sh("tarproc --map mymod:nosuch in.tar", ok=False)
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and b"nosuch" in p.stderr
+
+
+def test_count_and_usage_errors(sh, tmp_path):
+    write(tmp_path, "in.tar", text_shard(10))
+    assert keys_of(sh("tarproc --count 3 -c true in.tar").stdout) == ["0000", "0001", "0002"]
+    for bad in ("", "-c true --map x:y", "-e nope -c true", "-c true --interpreter no-such-shell",
+                "-s missing.sh", "--map mymod"):
+        p = sh(f"tarproc {bad} in.tar > /dev/null", ok=False)
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) >= 1, bad
+        assert b"Traceback" not in p.stderr
+    (tmp_path / "s.py").write_text("open('sample.py.txt', 'w').write('from python')\n")
+    out = samples_of(sh("tarproc -s s.py --interpreter python3 in.tar").stdout)
+    assert out["0009"]["py.txt"] == b"from python"
+
+
+# ---------------------------------------------------------------- working directories
+
+
+def test_working_dirs_private_and_removed(sh, tmp_path):
+    write(tmp_path, "in.tar", text_shard(6))
+    wd = tmp_path / "wd"
+    wd.mkdir()
+    cmd = "stat -c %a . > sample.mode; mkdir -p x/y; chmod 500 x; [ $(cat sample.__key__) != 0002 ]"
+    p = sh(f"tarproc -p 2 -w wd -c '{cmd}' in.tar > out.tar", ok=False)
+    assert p.returncode == 1
+    out = samples_of((tmp_path / "out.tar").read_bytes())
+    assert len(out) == 5 and all(s["mode"] == b"700\n" for s in out.values())
+    assert os.listdir(wd) == []
+    # --keepdir keeps them (and says where)
+    p = sh("tarproc --keepdir -w wd -c true in.tar > /dev/null", stderr_ok=True)
+    assert b"kept" in p.stderr and len(os.listdir(wd)) == 1
+
+
+def test_sigterm_and_ctrl_c_clean_up(tmp_path):
+    write(tmp_path, "in.tar", text_shard(6))
+    for sig, code in ((signal.SIGTERM, 143), (signal.SIGINT, 130)):
+        wd = tmp_path / f"wd{sig}"
+        wd.mkdir()
+        pids = tmp_path / f"pids{sig}"
+        cmd = f"echo $$ >> {pids}; sleep 300"
+        proc = subprocess.Popen(["tarproc", "-p", "2", "-w", str(wd), "-c", cmd, "in.tar", "-o", "out.tar"],
+                                cwd=tmp_path, stderr=subprocess.PIPE)
+        for _ in range(300):
+            if pids.exists() and len(pids.read_text().split()) >= 2:
+                break
+            time.sleep(0.05)
+        assert pids.exists(), "commands never started"
+        proc.send_signal(sig)
+        assert proc.wait(timeout=60) == code
+        proc.stderr.close()
+        assert os.listdir(wd) == []
+        assert not (tmp_path / "out.tar").exists()
+        time.sleep(0.2)
+        assert not any(pid_alive(int(p)) for p in pids.read_text().split())
+
+
+def test_streams_output_before_input_ends(tmp_path):
+    first = tar_bytes([("0000.txt", b"a"), ("0001.txt", b"b")])[:-1024]  # no end-of-archive yet
+    proc = subprocess.Popen(["tarproc", "-p", "2", "-c", "echo done > sample.out"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    proc.stdin.write(first)
+    proc.stdin.flush()
+    got = b""
+    deadline = time.monotonic() + 30
+    while len(got) < 3 * 512 and time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stdout], [], [], 0.5)
+        if ready:
+            got += os.read(proc.stdout.fileno(), 65536)
+    assert got[:12] == b"0000.out\0\0\0\0" or got.startswith(b"0000.out"), got[:100]
+    assert proc.poll() is None, "tarproc ended before its input did"
+    proc.stdin.close()
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=30) == 0
+    assert keys_of(got + rest) == ["0000", "0001"]
+
+
+@pytest.mark.parametrize("args", ["-c true", "--map json:loads"])
+def test_empty_input(sh, tmp_path, args):
+    write(tmp_path, "empty.tar", bytes(1024))
+    p = sh(f"tarproc {args} empty.tar | tar tf -")
+    assert p.stdout == b""
