@@ -386,7 +386,10 @@ def open_source(url, decompress=True):
 
 
 def compression_for(url):
-    """The compression an output name asks for (``None`` for plain tar)."""
+    """The compression an output name asks for (``None`` for plain tar).
+    A ``pipe:`` command gets the plain tar: it compresses if it wants to."""
+    if url.startswith("pipe:"):
+        return None
     base = url.rsplit("/", 1)[-1].lower()
     if base.endswith((".tgz", ".gz")):
         return "gzip"
