@@ -54,7 +54,7 @@ def main(argv, prog="tarcreate"):
     rep = Reporter(prog, args.verbose, args.quiet, False)
     items = read_plan(args.plan, args.plan_format, args.delim, args.key, args.dir)
     if not items:
-        rep.warn("the plan makes no members")
+        rep.info("the plan makes no members (writing an empty archive)")
     n = write_plan(items, args.output, args.dir,
                    on_item=(lambda item, size: rep.info(f"{item.name} ({size} bytes) from {item.where}"))
                    if args.verbose else None)
