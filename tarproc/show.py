@@ -409,10 +409,6 @@ class SampleView:
         return self._sample.keys()
 
 
-class _Missing(Exception):
-    pass
-
-
 def compile_select(expr):
     """A predicate ``f(sample) -> bool`` from a Python expression over
     ``_`` (a :class:`SampleView`).  A sample that lacks a field the
