@@ -108,7 +108,6 @@ def _worker(conn, urls, mode, strict, header_defaults):
 
 
 def _add_stats(stats, d):
-    stats.read += d["read"]
     stats.skipped += d["skipped"]
     stats.members_skipped += d["members_skipped"]
     for reason, n in d["reasons"].items():
@@ -177,7 +176,9 @@ def _collect(urls, workers, procs, conns, ignore_errors, warn, info, stats, fail
                         from None
                 kind = msg[0]
                 if kind == "batch":
-                    yield msg[2]
+                    payload = msg[2]
+                    stats.read += len(payload[0]) if type(payload) is tuple else len(payload)
+                    yield payload
                     turn += 1
                     break
                 if kind == "end":
@@ -226,14 +227,25 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
         raise UsageError("--shuffle must be >= 0")
     urls = _shuffled_urls(urls, shuffle, seed)
 
+    batches = _parallel(urls, workers, "tar", strict, ignore_errors, warn, info, stats, failed, header_defaults)
+
     def blobs():
-        for lengths, data in _parallel(urls, workers, "tar", strict, ignore_errors, warn, info, stats, failed,
-                                       header_defaults):
-            view = memoryview(data)
-            pos = 0
-            for n in lengths:
-                yield view[pos : pos + n]
-                pos += n
+        try:
+            for lengths, data in batches:
+                pos = 0
+                if shuffle > 0:  # copies: a buffered view would pin its whole batch in memory
+                    for n in lengths:
+                        yield data[pos : pos + n]
+                        pos += n
+                else:
+                    view = memoryview(data)
+                    for n in lengths:
+                        yield view[pos : pos + n]
+                        pos += n
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
 
     if shuffle > 0:
         return shuffle_stage(shuffle, seed)(blobs())
@@ -260,9 +272,16 @@ def parallel_samples(urls, workers=None, shuffle=0, seed=None, strict=False, ign
         raise UsageError("shuffle must be >= 0")
     urls = _shuffled_urls(urls, shuffle, seed)
 
+    batches = _parallel(urls, workers, "samples", strict, ignore_errors, warn, info, stats, failed)
+
     def samples():
-        for batch in _parallel(urls, workers, "samples", strict, ignore_errors, warn, info, stats, failed):
-            yield from batch
+        try:
+            for batch in batches:
+                yield from batch
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
 
     if shuffle > 0:
         return shuffle_stage(shuffle, seed)(samples())

@@ -59,7 +59,7 @@ def main(argv):
     rep = Reporter("tarpcat", args.verbose, args.quiet, args.progress)
     stats = S.Stats()
     failed = []
-    urls = open_inputs(args)
+    urls = open_inputs(args) if args.count != 0 else []
     common = dict(workers=args.workers, strict=args.strict, ignore_errors=args.ignore_errors, warn=rep.warn,
                   info=rep.info, stats=stats, failed=failed)
     # The workers are started (forked) here, before the output is opened.
@@ -69,27 +69,26 @@ def main(argv):
     else:
         batches = parallel_encoded_batches(urls, **common)
         source = None
-    with open_sink(args.output) as sink:
-        write = sink.write
-        written = 0
-        if batches is not None:
-            try:
+    written = 0
+    try:
+        with open_sink(args.output) as sink:
+            write = sink.write
+            if batches is not None:
                 for lengths, data in batches:
                     write(data)
                     written += len(lengths)
                     rep.tick(stats)
-            finally:
-                batches.close()
-        elif args.count != 0:
-            try:
+            elif args.count != 0:
                 for blob in source:
                     write(blob)
                     written += 1
                     if written == args.count:
                         break
-            finally:
-                source.close()
-        write(bytes(2 * BLOCK))
+            write(bytes(2 * BLOCK))
+    finally:
+        for gen in (batches, source):  # stops the workers
+            if gen is not None and hasattr(gen, "close"):
+                gen.close()
     stats.written = written
     rep.done(stats)
     if failed:
