@@ -222,3 +222,33 @@ def test_help_and_bad_usage(sh):
     assert b"examples:" in p.stdout and b"{basename}" in p.stdout
     p = sh("tarsplit -n 10 -o 'bad-{nope}.tar'", input=tar_bytes([("a.txt", b"1")]), ok=False)
     assert p.returncode == 2 and len(p.stderr.splitlines()) == 1
+
+
+def test_counted_size_equals_written_bytes_for_long_and_unicode_names(tmp_path):
+    from tarproc.samples import SampleWriter
+    from tarproc.split import sample_size, split_samples
+
+    class Count:
+        n = 0
+
+        def write(self, b):
+            self.n += len(b)
+
+    samples = [
+        {"__key__": "short", "txt": b"x" * 10, "__source__": "-"},
+        {"__key__": "d/" * 60 + "long", "jpg": b"y" * 513, "cls": "3"},
+        {"__key__": "é" * 70, "txt": b"z"},
+        {"__key__": "k" * 99, "a": b""},
+        {"__key__": "p" * 120 + "/" + "q" * 90, "seg.png": b"w" * 1024},
+    ]
+    for s in samples:
+        out = Count()
+        SampleWriter(out).write(s)
+        assert sample_size(s) == out.n, s["__key__"]
+    limit = 3000
+    shards = list(split_samples(iter(samples * 3), str(tmp_path / "u-%02d.tar"), max_size=limit))
+    for shard in shards:
+        size = os.path.getsize(shard.name)
+        assert size == shard.bytes
+        assert size <= limit or shard.samples == 1
+    assert len(shards) > 2 and sum(s.samples for s in shards) == 15
