@@ -1,0 +1,58 @@
+"""tarproc.proc as a library: map_command / map_function from Python."""
+
+import os
+
+import pytest
+
+from tarproc import SampleFailed, Stats, UsageError
+from tarproc.proc import bad_field_name, load_function, map_command, map_function
+
+
+def samples(n):
+    return [{"__key__": f"{i:03d}", "txt": f"t{i}".encode()} for i in range(n)]
+
+
+def test_map_command_order_stats_and_cleanup(tmp_path):
+    stats = Stats()
+    out = list(map_command(samples(12), "sleep 0.0$((RANDOM % 5)); rev < sample.txt > sample.rev", parallel=3,
+                           workdir=str(tmp_path), stats=stats))
+    assert [s["__key__"] for s in out] == [f"{i:03d}" for i in range(12)]
+    assert out[11]["rev"] == b"11t\n" or out[11]["rev"] == b"11t"
+    assert stats.failed == 0 and os.listdir(tmp_path) == []
+
+
+def test_map_command_bad_fields_and_errors(tmp_path):
+    messages = []
+    bad = [{"__key__": "a", "x/y": b"1"}, {"__key__": "b", "..": b"1"}, {"__key__": "c", "ok": b"1"}]
+    stats = Stats()
+    out = list(map_command(bad, "true", parallel=2, workdir=str(tmp_path), stats=stats, on_error=messages.append))
+    assert [s["__key__"] for s in out] == ["c"] and stats.failed == 2
+    assert "'/'" in messages[0] and "'..'" in messages[1]
+    with pytest.raises(SampleFailed):
+        list(map_command(samples(3), "exit 1", parallel=1, error_handling="abort", workdir=str(tmp_path)))
+    assert os.listdir(tmp_path) == []
+    assert bad_field_name("jpg") is None and bad_field_name("a\0b")
+
+
+def test_closing_early_kills_and_cleans(tmp_path):
+    it = map_command(samples(20), "echo x > sample.y; sleep 0.2", parallel=2, workdir=str(tmp_path))
+    first = next(it)
+    assert first["y"] == b"x\n"
+    it.close()
+    assert os.listdir(tmp_path) == []
+
+
+def double(sample):
+    return [sample, dict(sample, __key__=sample["__key__"] + "b")]
+
+
+def test_map_function_callable_and_spec():
+    out = list(map_function(samples(50), double, parallel=2, batch=7))
+    assert [s["__key__"] for s in out][:4] == ["000", "000b", "001", "001b"] and len(out) == 100
+    out = list(map_function(samples(5), "json:dumps", parallel=1, error_handling="ignore",
+                            on_error=lambda m: None))
+    assert [s["__key__"] for s in out] == [f"{i:03d}" for i in range(5)]  # failed, kept as input
+    with pytest.raises(UsageError):
+        load_function("nosuchmodule_xyz:f")
+    with pytest.raises(UsageError):
+        map_command(samples(1), "true", error_handling="bogus")
