@@ -6,7 +6,7 @@ from .base import (add_output, add_strict, add_verbosity, make_parser, open_inpu
                    Reporter)
 
 EXAMPLES = """
-tarproc -p 5 -c 'gm mogrify -size 256x256 *.jpg -resize 256x256' small.tar > out.tar
+tarproc -p 5 -c 'gm mogrify -size 256x256 -resize 256x256 *.jpg' small.tar > out.tar
 gsutil cat gs://b/scans-0042.tar | tarproc -p 16 -c 'run-ocr *.png' -o gs://b/ocr-0042.tar
 tarproc -c 'cp sample.txt sample.x.txt' data.tar -o out.tar   # add a field
 tarproc -c 'rm sample.png' data.tar > nopng.tar                 # drop a field
