@@ -158,6 +158,33 @@ def _pax_name(records, key, source, offset):
     return _decode(value)
 
 
+#: Members from this size on make the reader tune malloc (see _tune_malloc).
+_LARGE_MEMBER = 128 << 10
+_malloc_tuned = False
+
+
+def _tune_malloc():
+    """Keep freed member buffers in the heap for reuse (glibc only).
+
+    Each member's data is a fresh ``bytes``.  glibc serves big allocations
+    with mmap and hands them back on free, or trims the heap top, so every
+    new large member costs page faults (and zeroing) for all its pages: with
+    members of varying sizes from 0.2 to 3 MB this was 21,600 minor faults
+    for 333 MB, and 4,700 with these settings (bench/README.md).  Called once,
+    the first time a large member appears, so small-member runs never pay
+    for importing ctypes."""
+    global _malloc_tuned
+    _malloc_tuned = True
+    try:
+        import ctypes
+
+        mallopt = ctypes.CDLL(None).mallopt  # the process's own symbols: libc
+    except (OSError, AttributeError):
+        return  # not glibc: nothing to tune
+    mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD: the largest value glibc accepts
+    mallopt(-1, 64 << 20)  # M_TRIM_THRESHOLD: keep up to 64 MB of freed heap
+
+
 class TarReader:
     """Iterate the members of a tar stream.
 
@@ -184,6 +211,8 @@ class TarReader:
 
     def _read_data(self, size, offset, name, what="member data"):
         read = self.stream.read
+        if size >= _LARGE_MEMBER and not _malloc_tuned:
+            _tune_malloc()
         if size <= READ_CHUNK:
             data = read(size)
             if len(data) < size:

@@ -290,3 +290,16 @@ def test_arbitrary_byte_damage_is_clean(data):
         assert isinstance(e.offset, int) and 0 <= e.offset <= cut
     else:
         assert isinstance(out, list)
+
+
+def test_large_members_round_trip_after_malloc_tuning():
+    import random
+
+    from tarproc import tario
+
+    r = random.Random(3)
+    members = [(f"{i}.bin", r.randbytes(n)) for i, n in enumerate([5, 200_000, 1 << 20, 3, (1 << 20) + 7, 0])]
+    data = write(members)
+    got = read(data)
+    assert got == members and tario._malloc_tuned
+    assert read_tar(data) == members
