@@ -12,6 +12,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "out")
 DATA = os.environ.get("TARPROC_BENCH_DATA", os.path.join(OUT, "data"))
+GNU_TIME = "/usr/bin/time"
+_TIME_OUT = os.path.join(OUT, f".time-{os.getpid()}.txt")
 
 
 def warm(*paths):
@@ -24,11 +26,19 @@ def warm(*paths):
 
 def run_once(cmd, env=None):
     """Run a bash command; returns (seconds, peak RSS in MB of its largest process)."""
+    # A child exec'd from this Python process inherits its peak RSS (Linux
+    # keeps the pre-exec high-water mark), so every command would show
+    # ~30 MB; GNU time forks from a small process and reports the real peak.
+    argv = ["bash", "-o", "pipefail", "-c", cmd]
+    if os.path.exists(GNU_TIME):
+        argv = [GNU_TIME, "-q", "-f", "%M", "-o", _TIME_OUT] + argv
     t0 = time.perf_counter()
-    proc = subprocess.Popen(["bash", "-o", "pipefail", "-c", cmd], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     dt = time.perf_counter() - t0
+    if argv[0] == GNU_TIME:
+        with open(_TIME_OUT) as f:
+            usage = type("U", (), {"ru_maxrss": int(f.read().split()[-1])})
     err = proc.stderr.read().decode(errors="replace")
     proc.stderr.close()
     code = os.waitstatus_to_exitcode(status)
