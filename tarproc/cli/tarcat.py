@@ -9,6 +9,7 @@ curl -sL https://host/shard-0000.tar | tarcat -c 10 > small.tar
 tarcat 'shard-{0000..0146}.tar' -o all.tar.gz    # brace range in, gzip out
 tarcat -f 'img=jpg;png cls' --rekey '{index:09d}' data.tar -o clean.tar
 gsutil cat gs://b/big.tgz | tarscat -c 10 > small.tar   # returns at once
+tarcat --cleanup out/                            # remove leftovers of killed writers
 """
 
 
@@ -25,6 +26,9 @@ def build_parser(prog="tarcat"):
     p.add_argument("--seed", type=int, default=None, help="random seed for --shuffle")
     add_strict(p)
     add_verbosity(p)
+    p.add_argument("--cleanup", metavar="DIR",
+                   help="remove the temporary files (.NAME.PID.tarproc-partial) that killed writers left in DIR, "
+                        "and exit")
     return p
 
 
@@ -34,6 +38,17 @@ def main(argv, prog="tarcat"):
 
     args = build_parser(prog).parse_args(argv)
     rep = Reporter(prog, args.verbose, args.quiet, args.progress)
+    if args.cleanup is not None:
+        import os
+
+        from ..errors import UsageError
+        from ..urls import cleanup_partials
+
+        if not os.path.isdir(args.cleanup):
+            raise UsageError(f"--cleanup {args.cleanup}: not a directory")
+        for path in cleanup_partials(args.cleanup, all_names=True):
+            rep.info(f"removed {path}")
+        return 0
     stats = S.Stats()
     urls = open_inputs(args)
     if args.shuffle > 0 and len(urls) > 1:
