@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Benchmark of the streaming core: tarcat against its baselines (issue 2).
+
+    .venv/bin/python bench/bench_core.py [--quick]
+
+Two synthetic shards are generated under ``bench/out/data`` (deterministic):
+100,000 samples of three small files, and 1,000 samples of one 1 MiB file
+(``--quick``: 5,000 and 50).  In one run, in turns, it times
+
+* ``cat FILE``, ``cat FILE | cat`` (the cost of one pipe hop), ``tar -xOf FILE``;
+* Python's ``tarfile`` copying every member to a new archive;
+* ``webdataset`` reading the samples, and reading and re-writing them;
+* ``tarcat FILE | cat`` and ``tarcat FILE`` (to /dev/null);
+* ``tarcat < empty.tar`` (start-up and a no-op run).
+
+Targets on the 2-core machine: small samples >= 3x the samples/s of
+webdataset read+write; 1 MiB samples >= 0.5x the bytes/s of ``cat FILE |
+cat``; peak memory < 100 MB; ``tarcat < empty.tar`` < 100 ms median.
+"""
+
+import argparse
+import os
+import random
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+import common  # noqa: E402
+
+BIN = os.path.dirname(sys.executable)
+PY = sys.executable
+os.environ["PATH"] = BIN + os.pathsep + os.environ.get("PATH", "")
+# An installed package has its byte code cached; some sandboxes set this
+# variable, which would make every run recompile tarproc (~10 ms).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+TARFILE_COPY = r"""
+import sys, tarfile
+with tarfile.open(sys.argv[1], "r|") as src, tarfile.open(fileobj=sys.stdout.buffer, mode="w|") as dst:
+    for m in src:
+        if m.isfile():
+            dst.addfile(m, src.extractfile(m))
+"""
+
+WDS_READ = r"""
+import sys, webdataset as wds
+n = 0
+for s in wds.WebDataset(sys.argv[1], shardshuffle=False):
+    n += 1
+print(n)
+"""
+
+WDS_COPY = r"""
+import sys, webdataset as wds
+with wds.TarWriter(sys.stdout.buffer, encoder=False) as w:
+    for s in wds.WebDataset(sys.argv[1], shardshuffle=False):
+        w.write({k: v for k, v in s.items() if k == "__key__" or not k.startswith("__")})
+"""
+
+
+def make_small(path, n):
+    from tarproc.tario import TarWriter
+
+    r = random.Random(0)
+    words = [b"alpha", b"beta", b"gamma", b"delta", b"epsilon", b"zeta", b"eta", b"theta"]
+    with open(path + ".tmp", "wb") as f:
+        w = TarWriter(f)
+        for i in range(n):
+            key = f"{i:09d}"
+            w.write(key + ".cls", str(i % 1000).encode())
+            w.write(key + ".json", b'{"id": %d, "w": %d}' % (i, r.randrange(1000)))
+            w.write(key + ".txt", b" ".join(r.choice(words) for _ in range(r.randrange(3, 20))))
+        w.close()
+    os.rename(path + ".tmp", path)
+
+
+def make_large(path, n, size=1 << 20):
+    from tarproc.tario import TarWriter
+
+    blob = bytearray(random.Random(1).randbytes(size))
+    with open(path + ".tmp", "wb") as f:
+        w = TarWriter(f)
+        for i in range(n):
+            blob[:8] = i.to_bytes(8, "big")
+            w.write(f"{i:06d}.bin", blob)
+        w.close()
+    os.rename(path + ".tmp", path)
+
+
+def data_files(quick):
+    d = common.DATA
+    os.makedirs(d, exist_ok=True)
+    n_small, n_large = (5_000, 50) if quick else (100_000, 1_000)
+    small = os.path.join(d, f"core-small-{n_small}.tar")
+    large = os.path.join(d, f"core-large-{n_large}.tar")
+    empty = os.path.join(d, "core-empty.tar")
+    if not os.path.exists(small):
+        print(f"generating {small} ...", file=sys.stderr)
+        make_small(small, n_small)
+    if not os.path.exists(large):
+        print(f"generating {large} ...", file=sys.stderr)
+        make_large(large, n_large)
+    if not os.path.exists(empty):
+        with open(empty, "wb") as f:
+            f.write(bytes(1024))
+    return (small, n_small), (large, n_large), empty
+
+
+def commands(path):
+    return {
+        "cat FILE": f"cat {path} > /dev/null",
+        "cat FILE | cat": f"cat {path} | cat > /dev/null",
+        "tar -xOf FILE": f"tar -xOf {path} > /dev/null",
+        "tarfile copy": f"{PY} -c '{TARFILE_COPY}' {path} > /dev/null",
+        "webdataset read": f"{PY} -c '{WDS_READ}' {path} > /dev/null",
+        "webdataset read+write": f"{PY} -c '{WDS_COPY}' {path} > /dev/null",
+        "tarcat FILE | cat": f"tarcat {path} | cat > /dev/null",
+        "tarcat FILE": f"tarcat {path} > /dev/null",
+    }
+
+
+def rows_for(label, results, n, nbytes):
+    rows = []
+    for name, r in results.items():
+        t = r["median"]
+        rows.append([label, name.replace("|", "\\|"), f"{t:.3f}", f"{n / t:,.0f}", f"{nbytes / t / 1e6:,.0f}", f"{r['peak_mb']:.0f}"])
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="tiny data, one repeat: a smoke test")
+    ap.add_argument("--repeat", type=int, default=None)
+    args = ap.parse_args()
+    repeat = args.repeat or (1 if args.quick else 5)
+    (small, n_small), (large, n_large), empty = data_files(args.quick)
+    print(f"tarproc bench_core: {n_small:,} samples of 3 small files ({os.path.getsize(small) / 1e6:.0f} MB); "
+          f"{n_large:,} samples of 1 MiB ({os.path.getsize(large) / 1e6:.0f} MB); repeat {repeat}", file=sys.stderr)
+
+    # a first untimed run, so byte code is cached and nothing is compiled while timed
+    common.run_once(f"tarcat {empty} > /dev/null")
+    r_small = common.compare(commands(small), repeat=repeat, warm_paths=[small])
+    r_large = common.compare(commands(large), repeat=repeat, warm_paths=[large])
+    r_empty = common.compare({"tarcat < empty.tar": f"tarcat < {empty} > /dev/null",
+                              "python -c pass": f"{PY} -c pass"}, repeat=5 if args.quick else 21)
+
+    rows = rows_for("small", r_small, n_small, os.path.getsize(small))
+    rows += rows_for("1 MiB", r_large, n_large, os.path.getsize(large))
+    table = common.table(rows, ["shard", "command", "median s", "samples/s", "MB/s", "peak MB"])
+
+    small_ratio = r_small["webdataset read+write"]["median"] / r_small["tarcat FILE | cat"]["median"]
+    large_ratio = r_large["cat FILE | cat"]["median"] / r_large["tarcat FILE | cat"]["median"]
+    peak = max(r["tarcat FILE | cat"]["peak_mb"] for r in (r_small, r_large))
+    peak = max(peak, r_small["tarcat FILE"]["peak_mb"], r_large["tarcat FILE"]["peak_mb"])
+    empty_ms = r_empty["tarcat < empty.tar"]["median"] * 1000
+    per_member_us = r_small["tarcat FILE"]["median"] / (3 * n_small) * 1e6
+
+    def mark(ok):
+        return "met" if ok else "**missed**"
+
+    targets = common.table([
+        ["small: tarcat samples/s / webdataset read+write", f"{small_ratio:.1f}x", ">= 3x", mark(small_ratio >= 3)],
+        ["1 MiB: tarcat bytes/s / `cat FILE \\| cat`", f"{large_ratio:.2f}x", ">= 0.5x", mark(large_ratio >= 0.5)],
+        ["peak memory of tarcat", f"{peak:.0f} MB", "< 100 MB", mark(peak < 100)],
+        ["`tarcat < empty.tar` median", f"{empty_ms:.0f} ms", "< 100 ms", mark(empty_ms < 100)],
+        ["(`python -c pass` median, same venv)", f"{r_empty['python -c pass']['median'] * 1000:.0f} ms", "", ""],
+        ["(tarcat per member, small shard, incl. start-up)", f"{per_member_us:.2f} µs", "", ""],
+    ], ["target", "measured", "goal", ""])
+    print("## bench_core: tarcat and the tar codec" + (" (--quick: smoke run, not a measurement)" if args.quick else ""))
+    print()
+    print(table)
+    print()
+    print(targets)
+    common.save("bench_core" + ("_quick" if args.quick else ""), {
+        "small": r_small, "large": r_large, "empty": r_empty, "n_small": n_small, "n_large": n_large,
+        "ratios": {"small_vs_wds_rw": small_ratio, "large_vs_catcat": large_ratio},
+        "peak_mb": peak, "empty_ms": empty_ms,
+    })
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Start-up cost of a command: why the CLIs use argparse, not typer.
+
+    .venv/bin/python bench/startup.py [--quick]
+
+Median wall time (in turns) of ``tarcat --help``, ``tarcat < empty.tar``,
+``python -c pass``, a one-option argparse script and the same script on
+typer.  typer is installed into a throwaway venv under ``bench/out`` (never
+into the project); that venv's bare ``python -c pass`` and the argparse
+script run there too, which separates the cost of the project venv's
+editable-install hook from the cost of the CLI library.  A pipeline of five
+tools pays five start-ups.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import common  # noqa: E402
+
+BIN = os.path.dirname(sys.executable)
+os.environ["PATH"] = BIN + os.pathsep + os.environ.get("PATH", "")
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # byte code cached, as in a normal install
+
+ARGPARSE_ONE = '''import argparse
+p = argparse.ArgumentParser()
+p.add_argument("--name", default="x")
+print(p.parse_args().name)
+'''
+
+TYPER_ONE = '''import typer
+def main(name: str = "x"):
+    print(name)
+if __name__ == "__main__":
+    typer.run(main)
+'''
+
+
+def typer_venv(d):
+    """A throwaway venv with typer; returns (python, typer version)."""
+    py = os.path.join(d, "bin", "python")
+    if not os.path.exists(os.path.join(d, ".ok")):
+        print(f"creating {d} with typer ...", file=sys.stderr)
+        base = getattr(sys, "_base_executable", sys.executable)
+        subprocess.run([base, "-m", "venv", d], check=True)
+        pip = subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "typer"],
+                             stderr=subprocess.PIPE, text=True)
+        sys.stderr.write("".join(l for l in pip.stderr.splitlines(True) if not l.startswith("WARNING: Location")))
+        if pip.returncode:
+            raise SystemExit("pip install typer failed")
+        open(os.path.join(d, ".ok"), "w").close()
+    v = subprocess.run([py, "-c", "import importlib.metadata as m; print(m.version('typer'))"],
+                       capture_output=True, text=True, check=True).stdout.strip()
+    return py, v
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="5 runs each: a smoke test")
+    args = ap.parse_args()
+    repeat = 5 if args.quick else 31
+    d = os.path.join(common.OUT, "startup")
+    os.makedirs(d, exist_ok=True)
+    empty = os.path.join(d, "empty.tar")
+    with open(empty, "wb") as f:
+        f.write(bytes(1024))
+    for name, text in (("argparse_one.py", ARGPARSE_ONE), ("typer_one.py", TYPER_ONE)):
+        with open(os.path.join(d, name), "w") as f:
+            f.write(text)
+    tpy, tver = typer_venv(os.path.join(d, "typer-venv"))
+    py = sys.executable
+    cmds = {
+        "tarcat --help": "tarcat --help > /dev/null",
+        "tarcat < empty.tar": f"tarcat < {empty} > /dev/null",
+        "python -c pass (project venv)": f"{py} -c pass",
+        "argparse one-option script (project venv)": f"{py} {d}/argparse_one.py --name a",
+        "python -c pass (plain venv)": f"{tpy} -c pass",
+        "argparse one-option script (plain venv)": f"{tpy} {d}/argparse_one.py --name a",
+        f"typer {tver} one-option script (plain venv)": f"{tpy} {d}/typer_one.py --name a",
+    }
+    for cmd in cmds.values():  # untimed: byte code compiled and cached
+        common.run_once(cmd)
+    res = common.compare(cmds, repeat=repeat)
+    base = res["python -c pass (plain venv)"]["median"]
+    rows = [[name, f"{r['median'] * 1000:.0f}", f"+{(r['median'] - base) * 1000:.0f}"] for name, r in res.items()]
+    print("## startup: median start-up of a command" + (" (--quick: smoke run)" if args.quick else ""))
+    print()
+    print(common.table(rows, ["command", "median ms", "over a bare interpreter (ms)"]))
+    common.save("startup" + ("_quick" if args.quick else ""), res)
+
+
+if __name__ == "__main__":
+    main()
