@@ -384,7 +384,7 @@ class CommandRunner:
             if why:
                 return why
             if isinstance(value, str):
-                value = value.encode("utf-8")
+                value = value.encode("utf-8", "surrogateescape")  # keys keep non-UTF-8 bytes
             elif not isinstance(value, (bytes, bytearray, memoryview)):
                 return f"field {field!r} is {type(value).__name__}, not bytes or str"
             fd = os.open(f"{self.base}.{field}", flags, 0o644, dir_fd=dfd)
