@@ -270,3 +270,18 @@ def test_specials_are_never_created(sh, tmp_path):
     assert [n for n, _ in _members((tmp_path / "out.tar").read_bytes())] == [b"k.txt"]
     assert sorted(os.listdir(tmp_path)) == ["in.tar", "out.tar"]
 
+
+
+@pytest.mark.parametrize("plan", [
+    b"../../x.txt text:hi\n", b"/abs/x.txt text:hi\n", b"a/../../b.txt text:hi\n",
+    b"ok.txt text:fine\n../x.txt text:late\n",
+])
+def test_tarcreate_refuses_unsafe_names(plan, sh, tmp_path):
+    """tarcreate writes names from a plan: the same names are refused there,
+    and nothing is written (not even the members before the bad line)."""
+    (tmp_path / "plan.txt").write_bytes(plan)
+    p = sh("tarcreate plan.txt -o out.tar", ok=False)
+    err = p.stderr.decode(errors="replace")
+    assert p.returncode == 2, err
+    assert len(err.splitlines()) == 1 and re.search(r"absolute|'\.\.' component", err), err
+    assert sorted(os.listdir(tmp_path)) == ["plan.txt"]
