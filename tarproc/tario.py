@@ -302,7 +302,12 @@ class TarReader:
                         self._fail(here, "two pax headers in a row")
                     pax = parse_pax(data, source, here)
                 else:
-                    gpax.update(parse_pax(data, source, here))
+                    # keep only what is used, so any number of g headers stays small and cheap
+                    for k, v in parse_pax(data, source, here).items():
+                        if k in ("path", "linkpath", "size", "mtime"):
+                            gpax[k] = v
+                        elif k.startswith("GNU.sparse."):
+                            gpax["GNU.sparse.global"] = v
                     pending_at = None
                 continue
 

@@ -294,8 +294,14 @@ def cases(big=True):
         _err(r"larger than"))
     add("pax-g-applies-on", special(b"g", pax_record("comment", b"hi"), name=b"g") + good
         + member(b"z.txt", b"zz") + EOA, _ok(2))
+    add("pax-g-repeated", b"".join(special(b"g", pax_record(f"k{i}", b"v" * 1000000), name=b"g")
+                                   for i in range(4)) + good + EOA, _ok(1))
     if big:
         add("pax-digits-4mb", paxed(b"12345678" * (1 << 19)), _err(r"larger than"))
+        # a global header of 50,000 keys in front of 20,000 members: must stay linear
+        many = b"".join(pax_record(f"k{i:05d}", b"") for i in range(50000))
+        add("pax-g-many-keys", special(b"g", many, name=b"g")
+            + b"".join(member(b"%05d.txt" % i, b"") for i in range(20000)) + EOA, _ok(20000))
 
     # -- GNU long names
     add("gnu-longname-repeated", special(b"L", b"a" * 200 + b".txt\0") + special(b"L", b"b" * 200 + b".txt\0")
