@@ -133,8 +133,10 @@ WRITERS = {
     "tarsort": "tarsort --memory 300KB -o out.tar",
     "tarsplit": f"tarsplit -n {PER_PART} -o part",
     "tarproc": "tarproc -p 2 -c true -o out.tar",
+    "tarpcat": "tarpcat -w 2 - -o out.tar",
 }
-WRITER_MODULES = {"tarcat": "tarcat", "tarsort": "tarsort", "tarsplit": "tarsplit", "tarproc": "tarproc"}
+WRITER_MODULES = {"tarcat": "tarcat", "tarsort": "tarsort", "tarsplit": "tarsplit", "tarproc": "tarproc",
+                  "tarpcat": "tarpcat"}
 PRESENT_WRITERS = [w for w in WRITERS if _exists(WRITER_MODULES[w])]
 
 

@@ -191,7 +191,7 @@ def _items(corpus, command):
             cut_index += 1
             if cut_index % step == 0:
                 out.append((name, path, exp))
-        elif command == "tarproc" or name in SUBSET:
+        elif (command == "tarproc" and exp.get("samples", 0) < 1000) or name in SUBSET:
             out.append((name, path, exp))
     return out
 
