@@ -181,8 +181,10 @@ def check(name, kind, exp, rc, out, err, root, reference):
 
 
 def _items(corpus, command):
-    if FULL or command == "tarcat":
+    if command == "tarcat":
         return list(corpus)
+    if FULL:  # the 20,000-sample item is for tarcat (with tarsplit -n 2 it is 10,000 shards)
+        return [item for item in corpus if item[2].get("samples", 0) < 1000]
     step = 10 if command == "tarproc" else 20
     out = []
     cut_index = 0
