@@ -223,7 +223,9 @@ class _Decompressed(io.RawIOBase):
 
     def readinto(self, buf):
         try:
-            return self.inner.readinto(buf)
+            # readinto1: what one block decodes to, without waiting to fill
+            # ``buf`` (which could wait on input that is still arriving)
+            return self.inner.readinto1(buf)
         except EOFError:
             raise BadInput(f"{self.url}: {self.codec} stream is truncated") from None
         except BadInput:
@@ -269,6 +271,7 @@ class _ZstdDecompressed(io.RawIOBase):
                     if not chunk:
                         break
                     self.proc.stdin.write(chunk)
+                    self.proc.stdin.flush()  # zstd gets input as it arrives
             except Exception as e:  # upstream failure or zstd exited
                 self.feed_error = e
             finally:
@@ -306,6 +309,46 @@ class _ZstdDecompressed(io.RawIOBase):
             super().close()
 
 
+class _ShortReads:
+    """``read(n)`` returns the bytes available now (at least one, unless at
+    end of input), as a pipe does.  Decompressors read fixed-size blocks;
+    through a plain buffered reader each of those would wait for its whole
+    block, so a small compressed sample, or ``-c N`` on input that is still
+    arriving, would wait for more input or for its end."""
+
+    def __init__(self, buffered):
+        self.read1 = buffered.read1
+        self.close = buffered.close
+
+    def read(self, n=-1):
+        if n is None or n < 0:
+            parts = []
+            while True:
+                piece = self.read1(BUFSIZE)
+                if not piece:
+                    return b"".join(parts)
+                parts.append(piece)
+        return self.read1(n) if n else b""
+
+
+class _Unbuffered:
+    """The bytes already in ``buffered`` (never blocks for them), then reads
+    straight from its raw reader, without the buffered reader's lock."""
+
+    def __init__(self, buffered, raw):
+        self.pre = buffered.read1(BUFSIZE) if buffered.peek(1) else b""
+        self.raw = raw
+        self.buffered = buffered  # owns raw: closes it when collected
+
+    def read(self, n=BUFSIZE):
+        if self.pre:
+            out, self.pre = self.pre, b""
+            return out
+        buf = bytearray(n)
+        k = self.raw.readinto(buf)
+        return bytes(buf[:k])
+
+
 def _sniff(buffered):
     """The first 6 bytes, and whether they had to be consumed to get them."""
     head = buffered.peek(6)
@@ -321,7 +364,13 @@ def _wrap_compression(raw, url):
     codec = next((name for magic, name in _MAGIC if head.startswith(magic)), None)
     if codec is None:
         return stream, None
+    stream = _ShortReads(stream)
     if codec == "zstd":
+        if not consumed and isinstance(raw, _FdReader):
+            # zstd is fed from a thread, which must not block inside the
+            # buffered reader (holding its lock) when we stop early: the
+            # interpreter would wait for that lock at exit
+            stream = _Unbuffered(buffered, raw)
         return io.BufferedReader(_ZstdDecompressed(stream, url), BUFSIZE), codec
     if codec == "gzip":
         import gzip

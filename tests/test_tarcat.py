@@ -381,3 +381,36 @@ def test_version_help_and_aliases(sh):
     text = sh("tarcat --help").stdout.decode()
     assert "examples:" in text and "tarcat -c 10" in text and "--rekey" in text
     assert keys(sh("tarcats -c 1 < /dev/null").stdout) == []
+
+
+@pytest.mark.parametrize("prog", ["gzip", "bzip2", "xz", "zstd"])
+def test_count_stops_reading_compressed_input(prog):
+    """As above, through a decompressor: ``gsutil cat big.tgz | tarcat -c 2``."""
+    import threading
+
+    require(prog)
+    # incompressible members: zstd's CLI decodes in 128 KB input blocks
+    data = tar_bytes([(f"s{i}.bin", random.Random(i).randbytes(60_000)) for i in range(8)])
+    packed = subprocess.run([prog, "-c"], input=data, capture_output=True, check=True).stdout
+    p = subprocess.Popen(["tarcat", "-c", "2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+
+    def feed():
+        try:
+            p.stdin.write(packed)  # and keep the pipe open, like a slow download
+            p.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    threading.Thread(target=feed, daemon=True).start()
+    got = []
+    reader = threading.Thread(target=lambda: got.append(p.stdout.read()), daemon=True)
+    reader.start()
+    try:
+        assert p.wait(timeout=30) == 0
+        reader.join(30)
+        out = got[0]
+        assert [n for n, _ in read_tar(out)] == ["s0.bin", "s1.bin"]
+    finally:
+        p.kill()
+        p.wait()
