@@ -425,7 +425,7 @@ def open_source(url, decompress=True):
         raw = _FdReader(proc.stdout.fileno(), url, proc, closefd=False, what=what)
         raw._keep = proc.stdout
         name = url
-    stream, codec = _wrap_compression(raw, name) if decompress else (io.BufferedReader(raw, BUFSIZE), None)
+    stream, codec = _wrap_compression(raw, "stdin" if name == "-" else name) if decompress else (io.BufferedReader(raw, BUFSIZE), None)
     stream.url = name
     stream.compression = codec
     return stream

@@ -303,3 +303,16 @@ def test_large_members_round_trip_after_malloc_tuning():
     got = read(data)
     assert got == members and tario._malloc_tuned
     assert read_tar(data) == members
+
+
+def test_sizes_of_8_gib_and_more_get_a_pax_size():
+    size = 9 << 30  # more than ustar's 11 octal digits hold
+    head = TarWriter(io.BytesIO())._slow_header(b"big.bin", size)
+    assert b" size=%d\n" % size in head and len(head) == 3 * BLOCK
+    assert head[-BLOCK:][124:136] == b"00000000000\0"
+    # the reader takes the size from the pax record (and refuses to invent the data)
+    with pytest.raises(BadArchive) as e:
+        read(head + b"x" * 100)
+    assert f"(100 of {size} bytes)" in str(e.value)
+    with tarfile.open(fileobj=io.BytesIO(head + bytes(1024)), mode="r|") as tf:
+        assert next(iter(tf)).size == size
