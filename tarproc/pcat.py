@@ -53,6 +53,7 @@ def _worker(conn, urls, mode, strict, header_defaults):
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills us
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    U._pdeathsig()  # die with the parent: a SIGKILLed tarpcat must not leave us blocked on a full pipe
     U._stall_hooks.clear()  # the parent's output buffers are not ours to flush
     send = conn.send
     try:
