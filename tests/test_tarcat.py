@@ -414,3 +414,20 @@ def test_count_stops_reading_compressed_input(prog):
     finally:
         p.kill()
         p.wait()
+
+
+@pytest.mark.parametrize("fmt", ["gnu", "pax"])
+def test_non_utf8_names_pass_through_byte_for_byte(sh, tmp_path, fmt):
+    raw = [b"caf\xe9.txt", b"d\xff/x.bin"]
+    for i, name in enumerate(raw):
+        path = tmp_path / os.fsdecode(name)
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"%d" % i)
+    sh(f"tar --format={fmt} -cf in.tar " + " ".join(f"$'{n.decode('latin-1')}'".replace("\xe9", "\\xe9")
+                                                    .replace("\xff", "\\xff") for n in raw))
+    sh("tarcat < in.tar > out.tar")
+    names = [n for n, _ in read_tar((tmp_path / "out.tar").read_bytes())]
+    assert [os.fsencode(n) for n in names] == raw
+    assert read_tar((tmp_path / "out.tar").read_bytes()) == read_tar((tmp_path / "in.tar").read_bytes())
+    require("bsdtar")
+    assert len(sh("bsdtar -tf out.tar", stderr_ok=True).stdout.splitlines()) == 2
