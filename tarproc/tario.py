@@ -448,12 +448,18 @@ class TarWriter:
         prefix = b""
         short = nameb
         if not nameb.isascii():
-            records.append(_pax_record("path", nameb))
             try:
                 nameb.decode("utf-8")
+                utf8 = True
             except UnicodeDecodeError:
-                records.insert(0, _pax_record("hdrcharset", b"BINARY"))
-            short = nameb.decode("ascii", "ignore").encode()[-100:]
+                utf8 = False
+            # pax path values are UTF-8; a name that is not goes raw into the
+            # ustar field when it fits (hdrcharset=BINARY makes GNU tar warn)
+            if utf8 or len(nameb) > 100:
+                records.append(_pax_record("path", nameb))
+                if not utf8:
+                    records.insert(0, _pax_record("hdrcharset", b"BINARY"))
+                short = nameb.decode("ascii", "ignore").encode()[-100:]
         elif len(nameb) > 100:
             cut = nameb.find(b"/", max(0, len(nameb) - 101))
             while 0 < cut <= 155 and len(nameb) - cut - 1 > 100:

@@ -28,7 +28,7 @@ import os
 import select
 import sys
 
-from .errors import BadInput, OutputError, UsageError
+from .errors import BadInput, OutputError, TarprocError, UsageError
 
 BUFSIZE = 1 << 20
 PARTIAL_SUFFIX = ".tarproc-partial"
@@ -228,8 +228,8 @@ class _Decompressed(io.RawIOBase):
             return self.inner.readinto1(buf)
         except EOFError:
             raise BadInput(f"{self.url}: {self.codec} stream is truncated") from None
-        except BadInput:
-            raise
+        except (TarprocError, BrokenPipeError):
+            raise  # from below the decoder: a failed download, a full disk on stall-flush
         except (OSError, ValueError) as e:  # bad CRC, corrupt data
             raise BadInput(f"{self.url}: {self.codec} stream is damaged: {e}") from None
         except Exception as e:  # zlib.error, lzma.LZMAError
@@ -563,7 +563,7 @@ class Sink:
         self.stream = self._open_compressor(raw)
         self._hook = None
         if flush_on_stall and self.compression is None:
-            self._hook = self.stream.flush
+            self._hook = self.flush  # errors become OutputError naming the URL
             _stall_hooks.append(self._hook)
 
     def _open_compressor(self, raw):

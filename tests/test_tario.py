@@ -97,8 +97,11 @@ def test_pax_only_when_ustar_cannot_hold_the_name():
     assert b"PaxHeader" in write([("x" * 200, b"")])  # no slash to split at
     assert b"PaxHeader" in write([("é.txt", b"")])  # not ASCII
     nonutf8 = "\udcff.bin"
-    data = write([(nonutf8, b"q")])
-    assert b"hdrcharset=BINARY" in data and read(data) == [(nonutf8, b"q")]
+    data = write([(nonutf8, b"q")])  # not UTF-8 but fits: raw in the ustar field
+    assert b"PaxHeader" not in data and data[:5] == b"\xff.bin" and read(data) == [(nonutf8, b"q")]
+    longer = "d" * 120 + "\udcff.bin"  # does not fit: pax, flagged as binary
+    data = write([(longer, b"q")])
+    assert b"hdrcharset=BINARY" in data and read(data) == [(longer, b"q")]
 
 
 def test_fixed_defaults_make_bytes_deterministic():
