@@ -14,14 +14,14 @@ all: install
 
 $(VENV)/.installed: setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e . 2>&1 | grep -v '^WARNING: Location' || true
+	$(PY) -m pip install -q --disable-pip-version-check -e . --config-settings editable_mode=compat 2>&1 | grep -v '^WARNING: Location' || true
 	$(BIN)/tarcat --version
 	touch $@
 
 install: $(VENV)/.installed
 
 $(VENV)/.test-deps: $(VENV)/.installed setup.cfg
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v '^WARNING: Location' || true
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]' --config-settings editable_mode=compat 2>&1 | grep -v '^WARNING: Location' || true
 	$(PY) -c 'import pytest, hypothesis, webdataset, moto'
 	touch $@
 

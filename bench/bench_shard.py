@@ -17,7 +17,6 @@ are timed in turns with :func:`common.compare`.
 """
 
 import argparse
-import gzip
 import os
 import random
 import sys

@@ -31,6 +31,7 @@ import os
 import sys
 
 from .errors import BadSample, UsageError
+from .urls import pid_alive
 
 #: Most runs merged at once.
 FANIN = 64
@@ -88,16 +89,6 @@ def key_function(sortkey="__key__", sorttype="text", seed=None):
     return number
 
 
-def _pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def cleanup_stale(tmpdir):
     """Remove run directories left by ``tarsort`` processes that were killed
     (SIGKILL gives no chance to clean up).  Returns the paths removed."""
@@ -113,7 +104,7 @@ def cleanup_stale(tmpdir):
         if len(parts) < 3 or parts[0] != "tarsort" or not parts[1].isdigit():
             continue
         pid = int(parts[1])
-        if pid == os.getpid() or _pid_alive(pid):
+        if pid == os.getpid() or pid_alive(pid):
             continue
         path = os.path.join(tmpdir, name)
         if os.path.isdir(path):

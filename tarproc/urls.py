@@ -458,7 +458,8 @@ def partial_name(path, pid=None):
     return os.path.join(d, f".{base}.{pid or os.getpid()}{PARTIAL_SUFFIX}")
 
 
-def _pid_alive(pid):
+def pid_alive(pid):
+    """Whether a process with this pid exists (on this machine)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -490,7 +491,7 @@ def cleanup_partials(path_or_dir, all_names=False):
         target, _, pid = stem.rpartition(".")
         if not pid.isdigit() or (base is not None and not all_names and target != base):
             continue
-        if int(pid) == os.getpid() or _pid_alive(int(pid)):
+        if int(pid) == os.getpid() or pid_alive(int(pid)):
             continue
         try:
             os.unlink(os.path.join(d, name))

@@ -10,7 +10,6 @@ fails ``test_every_console_script_has_a_contract``.
 
 import configparser
 import importlib.util
-import io
 import os
 import re
 import subprocess

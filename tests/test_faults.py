@@ -10,7 +10,6 @@ line, never a traceback; temporary directories are gone after a command ends.
 """
 
 import importlib.util
-import io
 import os
 import random
 import re

@@ -1,7 +1,6 @@
 """tarcat through real pipes, checked with independent readers (GNU tar,
 bsdtar, Python's tarfile, webdataset)."""
 
-import io
 import os
 import random
 import select

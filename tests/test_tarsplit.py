@@ -1,7 +1,6 @@
 """tarsplit: limits, names, post commands, atomic shards (through real pipes)."""
 
 import glob
-import io
 import json
 import os
 import random

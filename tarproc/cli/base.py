@@ -123,6 +123,11 @@ class Reporter:
             self._clear()
             print(f"{self.prog}: warning: {message}", file=sys.stderr, flush=True)
 
+    def say(self, message):
+        """A line on stderr whatever the verbosity (failures, summaries)."""
+        self._clear()
+        print(f"{self.prog}: {message}", file=sys.stderr, flush=True)
+
     def info(self, message):
         if self.verbose:
             self._clear()
@@ -239,6 +244,33 @@ def _quiet_sigpipe():
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGPIPE)
     os._exit(141)
+
+
+def read_inputs(args, rep, stats, urls=None):
+    """The samples of every input in turn (``-v`` names each one)."""
+    from ..samples import iter_samples
+
+    for url in open_inputs(args) if urls is None else urls:
+        rep.info(f"reading {'stdin' if url == '-' else url}")
+        yield from iter_samples([url], stats, strict=args.strict, warn=rep.warn)
+
+
+def selection_stages(args, middle=(), slice_parser=None):
+    """Stages for the shared selection options, in their order of meaning:
+    ``--skip``, ``--slice``, then ``middle`` (filters such as ``-f``), then
+    ``-c/--count`` (which counts what the filters let through)."""
+    from .. import samples as S
+
+    stages = []
+    if getattr(args, "skip", 0):
+        stages.append(S.skip(args.skip))
+    if getattr(args, "slice", None):
+        sl = (slice_parser or S.parse_slice)(args.slice)
+        stages.append(S.slice_samples(sl.start, sl.stop, sl.step))
+    stages.extend(middle)
+    if getattr(args, "count", None) is not None:
+        stages.append(S.take(args.count))
+    return stages
 
 
 def open_inputs(args):

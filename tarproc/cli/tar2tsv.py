@@ -1,6 +1,6 @@
 """tar2tsv: one table row per sample (TSV, CSV or JSON lines)."""
 
-from .base import add_inputs, add_strict, make_parser, open_inputs, run, Reporter
+from .base import add_inputs, add_strict, make_parser, read_inputs, run, Reporter, selection_stages
 
 EXAMPLES = """
 tar2tsv -f cls small.tar                      # __key__ and cls, with a header row
@@ -75,22 +75,8 @@ def main(argv, prog="tar2tsv"):
     if (args.count is not None and args.count < 0) or args.skip < 0:
         raise UsageError("--count and --skip must be >= 0")
     columns = T.parse_columns(args.fields) if args.fields else None
-    urls = open_inputs(args)
     stats = S.Stats()
-
-    def sources():
-        for url in urls:
-            rep.info(f"reading {url}")
-            yield from S.iter_samples([url], stats, strict=args.strict, warn=rep.warn)
-
-    stages = []
-    if args.skip:
-        stages.append(S.skip(args.skip))
-    if args.slice:
-        sl = parse_old_slice(args.slice)
-        stages.append(S.slice_samples(sl.start, sl.stop, sl.step))
-    if args.count is not None:
-        stages.append(S.take(args.count))
+    stages = selection_stages(args, slice_parser=parse_old_slice)
     out = sys.stdout
     fmt = args.format
     header_done = args.noheader or fmt == "jsonl"
@@ -99,7 +85,7 @@ def main(argv, prog="tar2tsv"):
         out.write(T.format_row(names, fmt))
         header_done = True
     n = 0
-    for names, values in T.rows(S.pipeline(sources(), *stages), columns, key=not args.nokey,
+    for names, values in T.rows(S.pipeline(read_inputs(args, rep, stats), *stages), columns, key=not args.nokey,
                                 hash=args.hash, native=fmt == "jsonl"):
         if not header_done:
             out.write(T.format_row(names, fmt))

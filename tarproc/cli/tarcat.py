@@ -1,7 +1,8 @@
 """tarcat (also tarcats, tarscat): concatenate the samples of tar shards."""
 
 from .base import (add_fields, add_inputs, add_output, add_selection, add_strict, add_verbosity,
-                   make_parser, open_inputs, progress_stage, run, Reporter)
+                   make_parser, open_inputs, progress_stage, read_inputs, run, Reporter,
+                   selection_stages)
 
 EXAMPLES = """
 tarcat -c 10 big.tar > small.tar                 # the first 10 samples
@@ -56,30 +57,15 @@ def main(argv, prog="tarcat"):
 
         random.Random(args.seed).shuffle(urls)
 
-    def sources():
-        for url in urls:
-            rep.info(f"reading {url}")
-            yield from S.iter_samples([url], stats, strict=args.strict, warn=rep.warn)
-
-    stages = []
-    if args.shuffle > 0:
-        stages.append(S.shuffle(args.shuffle, args.seed))
-    if args.skip:
-        stages.append(S.skip(args.skip))
-    if args.slice:
-        sl = S.parse_slice(args.slice)
-        stages.append(S.slice_samples(sl.start, sl.stop, sl.step))
-    if args.fields:
-        stages.append(S.select_fields(args.fields, stats))
-    if args.count is not None:
-        stages.append(S.take(args.count))
+    stages = [S.shuffle(args.shuffle, args.seed)] if args.shuffle > 0 else []
+    stages += selection_stages(args, [S.select_fields(args.fields, stats)] if args.fields else [])
     if args.rekey:
         stages.append(S.rekey(args.rekey))
     stages.append(progress_stage(rep, stats))
 
     with open_sink(args.output) as sink:
         writer = S.SampleWriter(sink, stats)
-        for sample in S.pipeline(sources(), *stages):
+        for sample in S.pipeline(read_inputs(args, rep, stats, urls), *stages):
             writer.write(sample)
         writer.close()
     rep.done(stats)

@@ -2,7 +2,7 @@
 
 import argparse
 
-from .base import (add_output, add_strict, add_verbosity, make_parser, open_inputs, progress_stage, run,
+from .base import (add_output, add_strict, add_verbosity, make_parser, open_inputs, progress_stage, read_inputs, run,
                    Reporter)
 
 EXAMPLES = """
@@ -98,36 +98,23 @@ def main(argv, prog="tarproc"):
     parallel = args.parallel or proc.default_parallel()
     rep = Reporter(prog, args.verbose, args.quiet, args.progress)
     stats = S.Stats()
-    urls = open_inputs(args)
-
-    def report(message):
-        rep._clear()
-        import sys
-
-        print(f"{prog}: {message}", file=sys.stderr, flush=True)
-
-    def sources():
-        for url in urls:
-            rep.info(f"reading {url}")
-            if args.mode == "tar":
-                yield from S.iter_samples([url], stats, strict=args.strict, warn=rep.warn)
-            else:
-                yield from proc.iter_text_samples([url], args.mode, stats)
-
-    inputs = sources()
+    if args.mode == "tar":
+        inputs = read_inputs(args, rep, stats)
+    else:
+        inputs = proc.iter_text_samples(open_inputs(args), args.mode, stats)
     if args.count is not None:
         inputs = S.take(args.count)(inputs)
     if args.map is not None:
         results = proc.map_function(inputs, args.map, parallel, error_handling=args.error_handling,
                                     ordered=not args.unordered, batch=args.batch, stats=stats,
-                                    on_error=report, prog=prog)
+                                    on_error=rep.say, prog=prog)
     else:
         results = proc.map_command(inputs, args.command, parallel, script=args.script,
                                    interpreter=args.interpreter, base=args.base,
                                    error_handling=args.error_handling, subdirs=args.subdirs,
                                    multi=args.multi, ordered=not args.unordered, timeout=args.timeout,
                                    workdir=args.workdir, keepdir=args.keepdir, add_log=args.add_log,
-                                   stats=stats, on_error=report, quiet=args.quiet, prog=prog)
+                                   stats=stats, on_error=rep.say, quiet=args.quiet, prog=prog)
     failure = None
     with open_sink(args.output) as sink:
         writer = S.SampleWriter(sink, stats)

@@ -1,6 +1,7 @@
 """tarshow: show what is in the samples of tar shards (text, terminal images, contact sheets)."""
 
-from .base import add_inputs, add_selection, add_strict, make_parser, open_inputs, run, Reporter
+from .base import (add_inputs, add_selection, add_strict, make_parser, read_inputs, run, Reporter,
+                   selection_stages)
 
 EXAMPLES = """
 tarshow -c 2 small.tar                        # the first two samples, every field
@@ -80,23 +81,11 @@ def main(argv, prog="tarshow"):
     if args.thumb < 8 or (args.columns is not None and args.columns < 1):
         raise UsageError("--thumb must be >= 8 and --columns >= 1")
     wanted = S.parse_fields(args.fields) if args.fields else None
-    urls = open_inputs(args)
     stats = S.Stats()
-
-    def sources():
-        for url in urls:
-            rep.info(f"reading {url}")
-            yield from S.iter_samples([url], stats, strict=args.strict, warn=rep.warn)
-
-    stages = []
-    if args.skip:
-        stages.append(S.skip(args.skip))
-    if args.slice:
-        sl = S.parse_slice(args.slice)
-        stages.append(S.slice_samples(sl.start, sl.stop, sl.step))
-    if args.count is not None and not args.grid:
-        stages.append(S.take(args.count))
-    samples = S.pipeline(sources(), *stages)
+    count, args.count = args.count, None if args.grid else args.count  # with --grid, -c counts images
+    stages = selection_stages(args)
+    args.count = count
+    samples = S.pipeline(read_inputs(args, rep, stats), *stages)
 
     if args.grid:
         return _grid(args, samples, wanted, rep)

@@ -1,7 +1,7 @@
 """tarsort: sort or shuffle samples, in bounded memory (external merge sort)."""
 
-from .base import (add_inputs, add_output, add_strict, add_verbosity, make_parser, open_inputs, parse_size,
-                   progress_stage, run, Reporter)
+from .base import (add_inputs, add_output, add_strict, add_verbosity, make_parser, parse_size,
+                   progress_stage, read_inputs, run, Reporter)
 
 EXAMPLES = """
 tarsort < data.tar > sorted.tar                     # by __key__
@@ -52,15 +52,10 @@ def main(argv):
     memory = parse_size(args.memory)
     stats = S.Stats()
     stats_runs = type("RunStats", (), {"runs": 0})()
-    urls = open_inputs(args)
     gc.disable()  # samples hold no reference cycles; collecting millions of dicts costs much
 
-    def sources():
-        for url in urls:
-            rep.info(f"reading {url}")
-            yield from S.iter_samples([url], stats, strict=args.strict, warn=rep.warn)
 
-    ordered = sort_samples(sources(), key=args.sortkey, sorttype=args.sorttype, reverse=args.reverse,
+    ordered = sort_samples(read_inputs(args, rep, stats), key=args.sortkey, sorttype=args.sorttype, reverse=args.reverse,
                            seed=args.seed, memory=memory, tmpdir=args.tmpdir, stats=stats_runs)
     with contextlib.closing(ordered), open_sink(args.output) as sink:
         writer = S.SampleWriter(sink, stats)

@@ -1,7 +1,7 @@
 """tarsplit: cut a stream of samples into shards by count and size."""
 
-from .base import (add_inputs, add_strict, add_verbosity, make_parser, open_inputs, parse_size,
-                   progress_stage, run, Reporter)
+from .base import (add_inputs, add_strict, add_verbosity, make_parser, parse_size,
+                   progress_stage, read_inputs, run, Reporter)
 
 EXAMPLES = """
 tar -cf - --sort=name -C /data/raw train | tarsplit -s 1e9 -o imagenet_train --maxshards 2
@@ -83,17 +83,12 @@ def main(argv):
             p(shard)
 
     stats = S.Stats()
-    urls = open_inputs(args)
 
-    def sources():
-        for url in urls:
-            rep.info(f"reading {url}")
-            yield from S.iter_samples([url], stats, strict=args.strict, warn=rep.warn)
 
     shards = []
     total_bytes = 0
     try:
-        samples = progress_stage(rep, stats)(sources())
+        samples = progress_stage(rep, stats)(read_inputs(args, rep, stats))
         for shard in split_samples(samples, pattern, max_count=max_count, max_size=max_size,
                                    start=args.start, maxshards=args.maxshards, compression=compression,
                                    post=post if posts else None, stats=stats):

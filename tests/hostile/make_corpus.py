@@ -20,7 +20,6 @@ into a temporary directory.  An expectation is a dict:
 
 import bz2
 import gzip
-import io
 import lzma
 import os
 import subprocess
