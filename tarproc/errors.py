@@ -59,3 +59,18 @@ class SampleFailed(TarprocError):
     """Processing a sample failed and the error policy says stop."""
 
     exit_code = EXIT_FAILED
+
+
+def describe_exit(code):
+    """How a child process ended, for messages: ``exit status 3``,
+    ``killed by SIGKILL``, or ``did not start`` (``None``)."""
+    if code is None:
+        return "did not start"
+    if code < 0:
+        import signal
+
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from .errors import UsageError
+from .errors import UsageError, describe_exit
 
 PLACEHOLDER = "{}"
 # Characters that may be pasted into a shell command line as they are, in any
@@ -200,19 +200,6 @@ class Summary:
                 f"{c['skipped']} skipped (done), {c['retried']} retried")
 
 
-def _describe_exit(code):
-    if code is None:
-        return "did not start"
-    if code < 0:
-        import signal
-
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = str(-code)
-        return f"killed by {name}"
-    return f"exit {code}"
-
 
 class Runner:
     """Run ``command`` once per shard id, ``jobs`` at a time.
@@ -345,7 +332,7 @@ class Runner:
         finally:
             with self._lock:
                 self._procs.discard(proc)
-        return code, _describe_exit(code)
+        return code, describe_exit(code)
 
     def _write_log(self, data):
         clear = getattr(self.progress, "clear", None)

@@ -56,7 +56,7 @@ import os
 import sys
 import threading
 
-from .errors import BadSample, SampleFailed, UsageError
+from .errors import BadSample, SampleFailed, UsageError, describe_exit
 
 ERROR_MODES = ("skip", "ignore", "abort")
 #: Lines of a failed command's output shown in its report.
@@ -301,7 +301,7 @@ class CommandRunner:
             if why:
                 return _Result(key, outputs, error=why, log=log)
             if status != 0:
-                return _Result(key, outputs, error=_describe_status(status), log=log)
+                return _Result(key, outputs, error="command " + ("failed with " if status > 0 else "") + describe_exit(status), log=log)
             if self.add_log is not None:
                 for out in outputs:
                     out[self.add_log] = log
@@ -532,17 +532,6 @@ class CommandRunner:
 def _natural(s):
     return (0, int(s), s) if s.isdigit() else (1, 0, s)
 
-
-def _describe_status(rc):
-    if rc < 0:
-        import signal
-
-        try:
-            name = signal.Signals(-rc).name
-        except ValueError:
-            name = str(-rc)
-        return f"command killed by signal {name}"
-    return f"command failed with exit status {rc}"
 
 
 def _entries(dfd):

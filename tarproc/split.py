@@ -202,18 +202,23 @@ def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxs
     index = start
     sink = writer = shard = None
     done = 0
+
+    def finish(shard, writer, sink):
+        """Close a full shard: end marker, commit under its final name, post command."""
+        writer.close()
+        shard.bytes = writer.bytes_written
+        sink.close()
+        if post is not None:
+            post(shard)
+
     it = iter(samples)
     try:
         for sample in it:
             nbytes = sample_size(sample)
             if shard is not None and (shard.samples + 1 > count_limit
                                       or shard.bytes + nbytes + END_MARKER > size_limit):
-                writer.close()
-                shard.bytes = writer.bytes_written
-                sink.close()
+                finish(shard, writer, sink)
                 sink = None
-                if post is not None:
-                    post(shard)
                 yield shard
                 done += 1
                 shard = None
@@ -229,12 +234,8 @@ def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxs
             shard.samples += 1
             shard.bytes += nbytes
         if shard is not None:
-            writer.close()
-            shard.bytes = writer.bytes_written
-            sink.close()
+            finish(shard, writer, sink)
             sink = None
-            if post is not None:
-                post(shard)
             yield shard
     finally:
         if sink is not None:

@@ -81,7 +81,7 @@ def test_failing_shard_exit_1_lists_failed_ids(sh, tmp_path):
     assert p.returncode == 1
     err = lines(p)
     assert err[-1] == "kujob: 2 of 6 shards failed: 2 4"
-    assert "[2] broken 2" in err and "kujob: [4] failed (exit 3)" in err
+    assert "[2] broken 2" in err and "kujob: [4] failed (exit status 3)" in err
     for i in ["0", "1", "3", "5"]:
         assert_copied(tmp_path, i)
     assert not (tmp_path / "out-2.tar").exists() and not (tmp_path / "out-4.tar").exists()
@@ -94,7 +94,7 @@ def test_retries_rerun_a_failing_shard(sh, tmp_path):
     p = sh(f"kujob -s '{{0..2}}' -j 2 --retries 1 -- {cmd}", stderr_ok=True)
     for i in "012":
         assert_copied(tmp_path, i)
-    assert "kujob: [1] failed (exit 5), retrying (1/1)" in lines(p)
+    assert "kujob: [1] failed (exit status 5), retrying (1/1)" in lines(p)
     # without retries the same first attempt fails
     for i in "012":
         (tmp_path / f"marker-{i}").unlink()
