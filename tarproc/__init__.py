@@ -18,7 +18,26 @@ from .samples import (SampleWriter, Stats, group, iter_samples, parse_fields, pi
 from .tario import Member, TarReader, TarWriter, read_members
 from .urls import Sink, expand_urls, open_sink, open_source
 
-__all__ = [
+# The larger capabilities load on first use, so that `import tarproc` (and
+# every command's start-up) stays cheap.
+_LAZY = {
+    "map_command": "proc", "map_function": "proc", "iter_text_samples": "proc",
+    "split_samples": "split", "sort_samples": "sort", "parallel_samples": "pcat",
+    "check_shards": "check", "read_plan": "create", "write_plan": "create",
+    "expand_ids": "jobs", "job_manifest": "jobs",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tarproc' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"tarproc.{module}"), name)
+
+
+__all__ = list(_LAZY) + [
     "BadArchive", "BadInput", "BadSample", "OutputError", "SampleFailed", "TarprocError", "UsageError",
     "SampleWriter", "Stats", "group", "iter_samples", "parse_fields", "pipeline", "rekey",
     "rename_fields", "select_fields", "shuffle", "skip", "slice_samples", "split_name", "take",
