@@ -42,6 +42,7 @@ def build_parser(prog="tarsort"):
 def main(argv):
     import contextlib
     import gc
+    import types
 
     from .. import samples as S
     from ..sort import sort_samples
@@ -51,19 +52,17 @@ def main(argv):
     rep = Reporter("tarsort", args.verbose, args.quiet, args.progress)
     memory = parse_size(args.memory)
     stats = S.Stats()
-    stats_runs = type("RunStats", (), {"runs": 0})()
+    spill = types.SimpleNamespace(runs=0)  # sort_samples counts the runs it spills here
     gc.disable()  # samples hold no reference cycles; collecting millions of dicts costs much
-
-
-    ordered = sort_samples(read_inputs(args, rep, stats), key=args.sortkey, sorttype=args.sorttype, reverse=args.reverse,
-                           seed=args.seed, memory=memory, tmpdir=args.tmpdir, stats=stats_runs)
+    ordered = sort_samples(read_inputs(args, rep, stats), key=args.sortkey, sorttype=args.sorttype,
+                           reverse=args.reverse, seed=args.seed, memory=memory, tmpdir=args.tmpdir, stats=spill)
     with contextlib.closing(ordered), open_sink(args.output) as sink:
         writer = S.SampleWriter(sink, stats)
         for sample in progress_stage(rep, stats)(ordered):
             writer.write(sample)
         writer.close()
     rep.done(stats)
-    rep.info(f"sorted runs spilled to disk: {stats_runs.runs}")
+    rep.info(f"sorted runs spilled to disk: {spill.runs}")
     return 0
 
 
