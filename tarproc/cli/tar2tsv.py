@@ -95,7 +95,8 @@ def main(argv, prog="tar2tsv"):
         if n % 256 == 0:
             out.flush()
     out.flush()
-    rep.info(f"{n} rows from {stats.read} samples read")
+    stats.written = n
+    rep.done(stats)  # "written" counts rows
     return 0
 
 

@@ -116,6 +116,8 @@ def main(argv, prog="tarshow"):
                 lines = show.ansi_image(img, columns, max(4, term.lines - 2))
                 out.write("\n".join(lines) + "\n")
         out.flush()
+        stats.written += 1
+    rep.done(stats)
     return 0
 
 
