@@ -11,6 +11,10 @@ tarcheck testdata/digits.tar
 
 say "tarshow -c 2 testdata/digits.tar"
 tarshow -c 2 testdata/digits.tar
+if [ -t 1 ]; then
+  say "tarshow -c 1 -f 'png cls' testdata/digits.tar     # on a terminal: the image itself"
+  tarshow -c 1 -f 'png cls' -w 24 testdata/digits.tar
+fi
 
 say "tarcat testdata/digits.tar | tarproc -p 2 --map testdata/demo_fns.py:thumbnail | tarsort -S shuffle --seed 1 | tarsplit -n 10 -o $out/thumbs -v"
 tarcat testdata/digits.tar \
@@ -18,12 +22,12 @@ tarcat testdata/digits.tar \
   | tarsort -S shuffle --seed 1 \
   | tarsplit -n 10 -o "$out/thumbs" -v
 
-say "tarproc -c 'wc -c < sample.png > sample.size' $out/thumbs-000000.tar | tar2tsv -f 'cls size json.name txt'"
-tarproc -p 2 -c 'wc -c < sample.png > sample.size' "$out/thumbs-000000.tar" | tar2tsv -f 'cls size json.name txt'
+say "tarproc -c 'printf %s \$(wc -c < sample.png) > sample.size' $out/thumbs-000000.tar | tar2tsv -f 'cls size json.name txt'"
+tarproc -p 2 -c 'printf %s $(wc -c < sample.png) > sample.size' "$out/thumbs-000000.tar" | tar2tsv -f 'cls size json.name txt'
 
-say "tarfirst -f thumb.png -S 'int(_.cls) == 7' $out/thumbs-{000000..000002}.tar | file -"
+say "tarfirst -f thumb.png -S 'int(_.cls) == 7' '$out/thumbs-{000000..000002}.tar' > $out/seven.png"
 tarfirst -f thumb.png -S 'int(_.cls) == 7' "$out/thumbs-{000000..000002}.tar" > "$out/seven.png"
-python3 -c "import sys; d=open(sys.argv[1],'rb').read(); print('PNG image,', len(d), 'bytes' if d[:4]==b'\x89PNG' else 'not a PNG')" "$out/seven.png"
+python3 -c "from PIL import Image; im = Image.open('$out/seven.png'); print('seven.png:', im.format, 'image', im.size, im.mode)"
 
 say "kujob -j 2 -s '{000000..000002}' -- tarcat -c 3 $out/thumbs-{}.tar -o $out/head-{}.tar && ls $out"
 kujob -j 2 -s '{000000..000002}' -- tarcat -c 3 "$out/thumbs-{}.tar" -o "$out/head-{}.tar"
