@@ -892,32 +892,50 @@ def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=T
 
 
 class _Batcher:
-    """Groups samples into pickled batches in the reader thread.  A partial
-    batch is sent when the input is about to block (a stall hook), so a slow
-    input still streams."""
+    """Groups samples into batches in the reader thread (:meth:`group` is
+    what the engine reads, one item per batch, so the engine's per-item work
+    is per batch) and sends them pickled.  A partial batch is sent when the
+    input is about to block (a stall hook), so a slow input still streams.
+    ``acquire()`` is called before a batch is started (it bounds the batches
+    in flight)."""
 
-    def __init__(self, pool, size):
+    def __init__(self, pool, size, acquire):
         self.pool = pool
         self.size = size
+        self.acquire = acquire
         self.buf = []
         self.done = None
         self.thread = None
         self.n = 0
 
-    def submit(self, index, sample, done):
+    def group(self, samples):
+        self.thread = threading.get_ident()
+        yield []  # the engine hands over its ``done`` with the first item
+        size = self.size
+        acquire = self.acquire
+        for sample in samples:
+            buf = self.buf
+            if not buf:
+                acquire()
+            buf.append(sample)
+            if len(buf) >= size:
+                self.buf = []
+                yield buf
+
+    def submit(self, index, batch, done):
         self.done = done
-        if self.thread is None:
-            self.thread = threading.get_ident()
-        self.buf.append(sample)
-        if len(self.buf) >= self.size:
-            self.flush()
+        if batch:
+            self._send(batch)
 
     def flush(self):
-        if not self.buf or threading.get_ident() != self.thread:
+        if not self.buf or self.done is None or threading.get_ident() != self.thread:
             return
+        batch, self.buf = self.buf, []
+        self._send(batch)
+
+    def _send(self, batch):
         import pickle
 
-        batch, self.buf = self.buf, []
         index = self.n
         self.n += 1
         done = self.done
@@ -928,7 +946,7 @@ class _Batcher:
 
         self.pool.send(blob, reply)
 
-    def finish(self, n_samples):
+    def finish(self, n_items):
         self.flush()
         return self.n
 
@@ -1142,13 +1160,26 @@ def _run_function(samples, fn, parallel, error_handling, ordered, batch, stats, 
 
     from . import urls
 
+    # Batches in flight: enough to keep every worker busy, few enough that
+    # memory stays bounded.
+    window = 2 * parallel + 2
+    slots = threading.Semaphore(window)
+    closing = [False]
+
+    def acquire():
+        if not slots.acquire(blocking=False):
+            while not slots.acquire(timeout=1.0):
+                if closing[0]:
+                    raise SampleFailed("stopped")
+
     pool = _FnPool(parallel, fn)
-    batcher = _Batcher(pool, batch)
+    batcher = _Batcher(pool, batch, acquire)
     hook = batcher.flush
     urls._stall_hooks.insert(0, hook)
     per_sample = _handler(error_handling, stats, on_error, None, True)
 
     def handle(payload):
+        slots.release()
         inputs, reply, exc = payload
         if exc is not None:
             if isinstance(exc, _WorkerFailed):
@@ -1157,32 +1188,16 @@ def _run_function(samples, fn, parallel, error_handling, ordered, batch, stats, 
         for sample, item in zip(inputs, pickle.loads(reply)):
             key, outputs, error = item[0], item[1], item[2]
             if error is None:
-                yield from per_sample(_Result(key, outputs))
+                if outputs:  # the common case, without the per-sample handler
+                    yield from outputs
+                else:
+                    yield from per_sample(_Result(key, outputs))
             else:
                 kept = [sample] if error_handling == "ignore" else []
                 yield from per_sample(_Result(key, kept, error=f"function raised {error}", log=item[3]))
 
-    # Batches in flight: enough to keep every worker busy, few enough that
-    # memory stays bounded (window counts batches, submit counts samples).
-    window = 2 * parallel + 2
-    slots = threading.Semaphore(window)
-
-    def submit(index, sample, done):
-        # one engine "item" per batch: block the reader when too many batches are out
-        if not batcher.buf and not slots.acquire(blocking=False):
-            while not slots.acquire(timeout=1.0):
-                if closing[0]:
-                    raise SampleFailed("stopped")
-        batcher.submit(index, sample, done)
-
-    closing = [False]
-
-    def release_handle(payload):
-        slots.release()
-        yield from handle(payload)
-
     try:
-        yield from _engine(samples, submit, 1 << 30, ordered, release_handle, on_stall=_stall,
+        yield from _engine(batcher.group(samples), batcher.submit, 1 << 30, ordered, handle, on_stall=_stall,
                            finish=batcher.finish)
     finally:
         closing[0] = True
