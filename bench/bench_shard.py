@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmarks of tarsplit, tarsort and tarpcat against their baselines (issue 4).
 
-    .venv/bin/python bench/bench_shard.py [--quick]
+    .venv/bin/python bench/bench_shard.py [--quick] [--repeat N] [--only tarsplit,tarsort,tarpcat]
 
 Targets on the 2-core machine:
 
@@ -70,7 +70,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small smoke run (well under a minute)")
     ap.add_argument("--repeat", type=int, default=None)
+    ap.add_argument("--only", default="tarsplit,tarsort,tarpcat",
+                    help="comma-separated parts to run (default: all): tarsplit, tarsort, tarpcat")
     args = ap.parse_args()
+    only = set(args.only.split(","))
+    if only - {"tarsplit", "tarsort", "tarpcat"}:
+        ap.error(f"--only: unknown part(s) {', '.join(sorted(only - {'tarsplit', 'tarsort', 'tarpcat'}))}")
     if args.quick:
         n, per, repeat = 40_000, 5_000, 1
     else:
@@ -85,49 +90,56 @@ def main():
     rows = []
     results = {"samples": n, "shards": len(shards), "per_shard": per}
 
-    # 1. tarsplit vs tarcat: same input, both writing files
-    r1 = common.compare({
-        "tarcat": f"tarcat {flat} -o {work}/cat.tar",
-        "tarsplit": f"tarsplit -n 100000 -o {work}/split {flat}",
-    }, repeat=repeat, warm_paths=[flat])
-    ratio1 = r1["tarcat"]["median"] / r1["tarsplit"]["median"]
-    rows.append(["tarsplit -n 100000", f"{r1['tarsplit']['median']:.2f} s", f"tarcat {r1['tarcat']['median']:.2f} s",
-                 f"{ratio1:.2f}x throughput", ">= 0.80", "ok" if ratio1 >= 0.8 else "MISS"])
-    results["tarsplit"] = r1
+    ratio1 = None
+    if "tarsplit" in only:
+        # 1. tarsplit vs tarcat: same input, both writing files
+        r1 = common.compare({
+            "tarcat": f"tarcat {flat} -o {work}/cat.tar",
+            "tarsplit": f"tarsplit -n 100000 -o {work}/split {flat}",
+        }, repeat=repeat, warm_paths=[flat])
+        ratio1 = r1["tarcat"]["median"] / r1["tarsplit"]["median"]
+        rows.append(["tarsplit -n 100000", f"{r1['tarsplit']['median']:.2f} s", f"tarcat {r1['tarcat']['median']:.2f} s",
+                     f"{ratio1:.2f}x throughput", ">= 0.80", "ok" if ratio1 >= 0.8 else "MISS"])
+        results["tarsplit"] = r1
 
-    # 2. tarsort --memory 64MB vs tarcat + GNU sort over the keys
-    r2 = common.compare({
-        "tarcat": f"tarcat {flat} > /dev/null",
-        "gnusort": f"LC_ALL=C sort {keys} > /dev/null",
-        "tarsort": f"tarsort --memory 64MB --tmpdir {tmp} {flat} > /dev/null",
-    }, repeat=repeat, warm_paths=[flat, keys])
-    base = r2["tarcat"]["median"] + r2["gnusort"]["median"]
-    ratio2 = r2["tarsort"]["median"] / base
-    peak = r2["tarsort"]["peak_mb"]
-    rows.append(["tarsort --memory 64MB", f"{r2['tarsort']['median']:.2f} s",
-                 f"tarcat + sort {base:.2f} s", f"{ratio2:.2f}x time", "<= 3.0", "ok" if ratio2 <= 3 else "MISS"])
-    rows.append(["tarsort peak memory", f"{peak:.0f} MB", "", "", "< 150 MB", "ok" if peak < 150 else "MISS"])
-    results["tarsort"] = r2
+    ratio2 = peak = None
+    if "tarsort" in only:
+        # 2. tarsort --memory 64MB vs tarcat + GNU sort over the keys
+        r2 = common.compare({
+            "tarcat": f"tarcat {flat} > /dev/null",
+            "gnusort": f"LC_ALL=C sort {keys} > /dev/null",
+            "tarsort": f"tarsort --memory 64MB --tmpdir {tmp} {flat} > /dev/null",
+        }, repeat=repeat, warm_paths=[flat, keys])
+        base = r2["tarcat"]["median"] + r2["gnusort"]["median"]
+        ratio2 = r2["tarsort"]["median"] / base
+        peak = r2["tarsort"]["peak_mb"]
+        rows.append(["tarsort --memory 64MB", f"{r2['tarsort']['median']:.2f} s",
+                     f"tarcat + sort {base:.2f} s", f"{ratio2:.2f}x time", "<= 3.0", "ok" if ratio2 <= 3 else "MISS"])
+        rows.append(["tarsort peak memory", f"{peak:.0f} MB", "", "", "< 150 MB", "ok" if peak < 150 else "MISS"])
+        results["tarsort"] = r2
 
-    # 3. tarpcat -w 2 vs tarcat over 8 gzip shards
-    names = " ".join(shards)
-    r3 = common.compare({
-        "tarcat": f"tarcat {names} > /dev/null",
-        "tarpcat": f"tarpcat -w 2 {names} > /dev/null",
-    }, repeat=repeat, warm_paths=shards)
-    ratio3 = r3["tarcat"]["median"] / r3["tarpcat"]["median"]
-    total = len(shards) * per
-    rows.append(["tarpcat -w 2 (8 gzip shards)", f"{total / r3['tarpcat']['median']:,.0f} samples/s",
-                 f"tarcat {total / r3['tarcat']['median']:,.0f} samples/s", f"{ratio3:.2f}x", ">= 1.5",
-                 "ok" if ratio3 >= 1.5 else "MISS"])
-    results["tarpcat"] = r3
+    ratio3 = None
+    if "tarpcat" in only:
+        # 3. tarpcat -w 2 vs tarcat over 8 gzip shards
+        names = " ".join(shards)
+        r3 = common.compare({
+            "tarcat": f"tarcat {names} > /dev/null",
+            "tarpcat": f"tarpcat -w 2 {names} > /dev/null",
+        }, repeat=repeat, warm_paths=shards)
+        ratio3 = r3["tarcat"]["median"] / r3["tarpcat"]["median"]
+        total = len(shards) * per
+        rows.append(["tarpcat -w 2 (8 gzip shards)", f"{total / r3['tarpcat']['median']:,.0f} samples/s",
+                     f"tarcat {total / r3['tarcat']['median']:,.0f} samples/s", f"{ratio3:.2f}x", ">= 1.5",
+                     "ok" if ratio3 >= 1.5 else "MISS"])
+        results["tarpcat"] = r3
 
     print(f"\n{n:,} small samples (3 fields); {len(shards)} gzip shards of {per:,} samples; "
           f"{os.cpu_count()} cores; median of {repeat}\n")
     print(common.table(rows, ["measure", "ours", "baseline", "ratio", "target", ""]))
     results["ratios"] = {"tarsplit_vs_tarcat": ratio1, "tarsort_vs_tarcat_plus_sort": ratio2,
                          "tarsort_peak_mb": peak, "tarpcat_vs_tarcat": ratio3}
-    common.save("bench_shard" + ("_quick" if args.quick else ""), results)
+    suffix = "" if only == {"tarsplit", "tarsort", "tarpcat"} else "_" + "_".join(sorted(only))
+    common.save("bench_shard" + ("_quick" if args.quick else "") + suffix, results)
 
 
 if __name__ == "__main__":
