@@ -45,7 +45,7 @@ _PIPE_SIZE = 1 << 20
 # header (kind, count, size) and ``size`` bytes:
 #   _CONTROL: a pickled tuple (("start", url), ("warn", url, msg), ...);
 #   _SAMPLES: a pickled list of sample dicts (parallel_samples);
-#   _TAR:     ``count`` little-endian uint64 sample lengths, then the samples'
+#   _TAR:     ``count`` native uint64 sample lengths, then the samples'
 #             tar members back to back (``size`` covers both).
 _HEADER = struct.Struct("<BQQ")
 _CONTROL, _SAMPLES, _TAR = 1, 2, 3
@@ -132,9 +132,17 @@ def _worker(fd, close_fds, urls, mode, strict, header_defaults):
                 writer = SampleWriter(coll, **header_defaults)
                 tw = writer.tar
 
-            def flush():
+            def flush(failed=False):
                 nonlocal batch, lengths, size
                 if tar:
+                    if failed:  # drop the pieces of a sample cut off by the error
+                        pieces = coll.pieces
+                        total = 0
+                        for k in range(1, len(pieces)):
+                            if total >= size:
+                                del pieces[k:]
+                                break
+                            total += len(pieces[k])
                     if lengths:
                         out.tar(lengths, coll.pieces, size)
                         del coll.pieces[1:]
@@ -166,13 +174,13 @@ def _worker(fd, close_fds, urls, mode, strict, header_defaults):
                         if size >= BATCH_BYTES or len(batch) >= BATCH_SAMPLES:
                             flush()
             except TarprocError as e:
-                flush()
+                flush(True)
                 send("error", url, str(e), stats.as_dict())
                 continue
             except (BrokenPipeError, EOFError):
                 raise
             except Exception as e:  # a bug; still reported, never a hang
-                flush()
+                flush(True)
                 send("error", url, f"{url}: internal error: {type(e).__name__}: {e}", stats.as_dict())
                 continue
             flush()
