@@ -1032,8 +1032,8 @@ def _fn_worker(task_fd, reply_fd, close_fds, spec):
         os.close(reply_fd)
 
 
-class _WorkerFailed(Exception):
-    pass
+class _WorkerFailed(SampleFailed):
+    """A worker died or could not run a batch."""
 
 
 class _FnPool:
