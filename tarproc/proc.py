@@ -1230,12 +1230,14 @@ def iter_text_samples(urls, mode="lines", stats=None, field="txt"):
             stats.inputs += 1
         try:
             rest = b""
-            while True:
+            chunk = True
+            while chunk:
                 chunk = stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16)
-                if not chunk:
-                    break
-                pieces = (rest + chunk).split(sep)
-                rest = pieces.pop()
+                if chunk:
+                    pieces = (rest + chunk).split(sep)
+                    rest = pieces.pop()
+                else:  # the end: what is left, unless it is a trailing blank page
+                    pieces = [rest] if rest and not (mode == "pages" and not rest.strip(b"\n")) else []
                 for piece in pieces:
                     sample = _text_sample(piece, mode, index, field, url)
                     if sample is not None:
@@ -1243,13 +1245,6 @@ def iter_text_samples(urls, mode="lines", stats=None, field="txt"):
                         if stats is not None:
                             stats.read += 1
                         yield sample
-            if rest and not (mode == "pages" and not rest.strip(b"\n")):
-                sample = _text_sample(rest, mode, index, field, url)
-                if sample is not None:
-                    index += 1
-                    if stats is not None:
-                        stats.read += 1
-                    yield sample
         finally:
             stream.close()
 

@@ -224,11 +224,7 @@ def test_file_output_appears_only_when_complete(tmp_path):
     try:
         p.stdin.write(data[:2048])
         p.stdin.flush()
-        partial = tmp_path / f".out.tar.{p.pid}.tarproc-partial"
-        deadline = time.monotonic() + 60
-        while not partial.exists():
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+        wait_for_partial(tmp_path, p.pid)
         assert not (tmp_path / "out.tar").exists()
         p.stdin.write(data[2048:])
         p.stdin.close()
@@ -245,11 +241,7 @@ def test_sigterm_leaves_no_output(tmp_path):
                          stderr=subprocess.PIPE)
     p.stdin.write(tar_bytes(MEMBERS)[:2048])
     p.stdin.flush()
-    partial = tmp_path / f".out.tar.{p.pid}.tarproc-partial"
-    deadline = time.monotonic() + 60
-    while not partial.exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_for_partial(tmp_path, p.pid)
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=60) == 143
     p.stdin.close()
@@ -278,3 +270,13 @@ def test_special_file_outputs_are_written_in_place(sh, shard, tmp_path):
 def test_missing_output_directory(sh, shard):
     p = sh("tarcat in.tar -o nodir/out.tar", ok=False)
     assert p.returncode == 1 and "nodir" in p.stderr.decode() and p.stderr.decode().count("\n") == 1
+
+
+def wait_for_partial(tmp_path, pid, name="out.tar"):
+    """Wait until a writer's temporary file exists; return its path."""
+    partial = tmp_path / f".{name}.{pid}.tarproc-partial"
+    deadline = time.monotonic() + 60
+    while not partial.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return partial
