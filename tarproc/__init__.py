@@ -10,21 +10,27 @@ The library API (see README.md, "Python API")::
     tarproc.pipeline(samples, tarproc.take(10), tarproc.rekey("{index:06d}"))
 """
 
+from .core.grouping import SampleWriter, group
+from .core.rules import split_name
+from .core.stats import Stats
+from .core.tario import Member, TarReader, TarWriter, read_members
 from .errors import (BadArchive, BadInput, BadSample, OutputError, SampleFailed, TarprocError,
                      UsageError)
-from .samples import (SampleWriter, Stats, group, iter_samples, parse_fields, pipeline, rekey,
-                      rename_fields, select_fields, shuffle, skip, slice_samples, split_name, take,
-                      write_samples)
-from .tario import Member, TarReader, TarWriter, read_members
-from .urls import Sink, expand_urls, open_sink, open_source
+from .sinks.output import Sink, open_sink
+from .sinks.write import write_samples
+from .sources.open import open_source
+from .sources.samples import iter_samples
+from .sources.shardlist import expand_urls
+from .stages.basic import (parse_fields, pipeline, rekey, rename_fields, select_fields, shuffle, skip,
+                           slice_samples, take)
 
 # The larger capabilities load on first use, so that `import tarproc` (and
 # every command's start-up) stays cheap.
 _LAZY = {
-    "map_command": "proc", "map_function": "proc", "iter_text_samples": "proc",
-    "split_samples": "split", "sort_samples": "sort", "parallel_samples": "pcat",
-    "check_shards": "check", "read_plan": "create", "write_plan": "create",
-    "expand_ids": "jobs", "job_manifest": "jobs",
+    "map_command": "stages.command", "map_function": "stages.function", "iter_text_samples": "sources.text",
+    "split_samples": "sinks.split", "sort_samples": "stages.sort", "parallel_samples": "sources.pcat",
+    "check_shards": "sinks.check", "read_plan": "sources.create", "write_plan": "sources.create",
+    "expand_ids": "jobs.local", "job_manifest": "jobs.k8s",
 }
 
 

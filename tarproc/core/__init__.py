@@ -1,0 +1,2 @@
+"""The core: the tar codec (members only), the sample rules, grouping and
+ungrouping."""

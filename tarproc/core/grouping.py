@@ -1,0 +1,112 @@
+"""Grouping tar members into samples and back.
+
+A sample is a ``dict`` of field name to ``bytes`` plus ``__key__`` (``str``);
+see :mod:`tarproc.core.rules` for keys, fields and metadata.  Consecutive
+members with the same key form one sample (the WebDataset convention)."""
+
+from ..errors import BadArchive, BadSample
+from .rules import is_meta, unsafe_name
+from .stats import Stats
+from .tario import REGULAR, TYPE_NAMES, TarWriter
+
+
+def group(members, source="-", stats=None):
+    """Group consecutive members with the same key into samples.
+
+    Non-regular members and names without an extension are skipped and
+    counted in ``stats``; a field that repeats inside one sample raises
+    :class:`BadSample`; an unsafe name raises :class:`BadArchive`."""
+    if stats is None:
+        stats = Stats()
+    current = None
+    key = None
+    for m in members:
+        name = m.name
+        if m.type != REGULAR:
+            stats.skip_member(TYPE_NAMES.get(m.type, "special files"))
+            continue
+        why = unsafe_name(name)
+        if why:
+            raise BadArchive(source, m.offset, why)
+        slash = name.rfind("/")
+        dot = name.find(".", slash + 1)
+        if dot <= slash + 1:
+            stats.skip_member("names without an extension")
+            continue
+        k = name[:dot]
+        field = name[dot + 1 :]
+        if k != key:
+            if current is not None:
+                stats.read += 1
+                yield current
+            current = {"__key__": k, "__source__": source}
+            key = k
+        elif field in current:
+            raise BadSample(k, f"field {field!r} appears twice (offset {m.offset})", source)
+        current[field] = m.data
+    if current is not None:
+        stats.read += 1
+        yield current
+
+
+def sample_members(sample):
+    """The ``(name, data)`` members of a sample, fields in sorted order."""
+    key = sample.get("__key__")
+    if not isinstance(key, str) or not key:
+        raise BadSample(key, "sample has no __key__")
+    if key.endswith("/") or "." in key[key.rfind("/") + 1 :]:
+        raise BadSample(key, "key has a dot in its file name or ends in '/': it would not read back as one sample")
+    out = []
+    for field in sorted(sample):
+        if is_meta(field):
+            continue
+        value = sample[field]
+        if isinstance(value, str):
+            value = value.encode("utf-8")
+        elif not isinstance(value, (bytes, bytearray, memoryview)):
+            raise BadSample(key, f"field {field!r} is {type(value).__name__}, not bytes or str")
+        if not field or "/" in field:
+            raise BadSample(key, f"bad field name {field!r}")
+        out.append((key + "." + field, value))
+    return out
+
+
+class SampleWriter:
+    """Write samples to a binary stream as tar members (see :class:`TarWriter`
+    for the header defaults, which are keyword arguments here too)."""
+
+    def __init__(self, stream, stats=None, **header_defaults):
+        self.tar = TarWriter(stream, **header_defaults)
+        self.stats = stats if stats is not None else Stats()
+
+    def write(self, sample):
+        key = sample.get("__key__")
+        write = self.tar.write
+        if isinstance(key, str) and key and "." not in key[key.rfind("/") + 1 :] and not key.endswith("/"):
+            # fast path for well-formed samples
+            for field in sorted(sample):
+                if field[:2] == "__" and field[-2:] == "__":
+                    continue
+                value = sample[field]
+                if type(value) is not bytes or "/" in field or not field:
+                    break
+            else:
+                for field in sorted(sample):
+                    if field[:2] == "__" and field[-2:] == "__":
+                        continue
+                    write(key + "." + field, sample[field])
+                self.stats.written += 1
+                return
+        for name, value in sample_members(sample):
+            write(name, value)
+        self.stats.written += 1
+
+    @property
+    def bytes_written(self):
+        return self.tar.bytes_written
+
+    def close(self):
+        self.tar.close()
+
+
+# ---------------------------------------------------------------- reading URLs

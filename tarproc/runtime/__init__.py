@@ -1,0 +1,2 @@
+"""The runtime: the ordered engine and its error policy, worker pools, child
+processes, and the stall hooks that flush output while input waits."""

@@ -1,0 +1,222 @@
+"""The ordered engine shared by command and function mode: read ahead in a
+thread, run items on a pool, yield results in input order (or as they
+finish), and apply the error policy (``skip``, ``ignore``, ``abort``)."""
+
+import os
+import sys
+import threading
+
+from ..errors import SampleFailed, UsageError
+
+
+ERROR_MODES = ("skip", "ignore", "abort")
+#: Lines of a failed command's output shown in its report.
+TAIL_LINES = 10
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def default_parallel():
+    """All the cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _stderr_report(prog):
+    def report(message):
+        sys.stderr.flush()
+        print(f"{prog}: {message}", file=sys.stderr, flush=True)
+
+    return report
+
+
+def _stderr_echo(data):
+    if data:
+        sys.stderr.flush()
+        try:
+            sys.stderr.buffer.write(data)
+            sys.stderr.buffer.flush()
+        except (AttributeError, ValueError):
+            sys.stderr.write(data.decode("utf-8", "replace"))
+            sys.stderr.flush()
+
+
+def _tail(data, n=TAIL_LINES):
+    text = data.decode("utf-8", "replace").rstrip("\n")
+    if not text:
+        return ""
+    lines = text.splitlines()[-n:]
+    return "\n" + "\n".join("  | " + line for line in lines)
+
+
+def _check_mode(error_handling):
+    if error_handling not in ERROR_MODES:
+        raise UsageError(f"error handling must be one of {', '.join(ERROR_MODES)}, not {error_handling!r}")
+
+
+# ---------------------------------------------------------------- the engine
+
+
+class _Result:
+    """What a job hands back to the main thread."""
+
+    __slots__ = ("key", "outputs", "error", "log", "sample")
+
+    def __init__(self, key, outputs=(), error=None, log=b"", sample=None):
+        self.key = key
+        self.outputs = outputs  # list of samples
+        self.error = error  # None or message (str)
+        self.log = log  # the command's output (bytes)
+        self.sample = sample  # the input (function mode, for "ignore")
+
+
+def _engine(samples, submit, window, ordered, handle, on_stall=None, finish=None):
+    """Read ``samples`` in a thread, ``submit(index, item, done)`` each, at
+    most ``window`` unfinished; yield ``handle(result)``'s samples in input
+    order (or as they finish).  ``done(index, results)`` may be called from
+    any thread with the item's result.  ``finish(n)`` (called in the reader
+    thread after ``n`` items) returns how many results to expect.  An error
+    while reading is raised after every result before it has been handled."""
+    import queue
+
+    inbox = queue.SimpleQueue()
+    slots = threading.Semaphore(window)
+    closing = threading.Event()
+
+    def done(index, result):
+        inbox.put(("done", index, result))
+
+    def reader():
+        n = 0
+        error = None
+        try:
+            for item in samples:
+                while not slots.acquire(timeout=1.0):
+                    if closing.is_set():
+                        return
+                if closing.is_set():
+                    return
+                submit(n, item, done)
+                n += 1
+        except BaseException as e:  # forwarded to the main thread
+            error = e
+        total = n
+        if finish is not None:
+            try:
+                total = finish(n)
+            except BaseException as e:
+                error = error or e
+        inbox.put(("end", total, error))
+
+    thread = threading.Thread(target=reader, name="tarproc-reader", daemon=True)
+    thread.start()
+    total = None
+    error = None
+    emitted = 0
+    pending = {}
+    try:
+        while total is None or emitted < total:
+            try:
+                kind, index, payload = inbox.get_nowait()
+            except queue.Empty:
+                if on_stall is not None:
+                    on_stall()
+                kind, index, payload = inbox.get()
+            if kind == "done":
+                if ordered:
+                    pending[index] = payload
+                    while emitted in pending:
+                        result = pending.pop(emitted)
+                        emitted += 1
+                        slots.release()
+                        yield from handle(result)
+                else:
+                    emitted += 1
+                    slots.release()
+                    yield from handle(payload)
+            else:
+                total = index
+                error = payload
+        if error is not None:
+            raise error
+    finally:
+        closing.set()
+
+
+# ---------------------------------------------------------------- command mode
+
+
+class _ThreadPool:
+    """``n`` daemon threads running ``fn(index, item)`` for submitted items."""
+
+    def __init__(self, n, fn):
+        import queue
+
+        self.fn = fn
+        self.tasks = queue.SimpleQueue()
+        self.threads = [threading.Thread(target=self._work, name=f"tarproc-worker-{i}", daemon=True)
+                        for i in range(n)]
+        for t in self.threads:
+            t.start()
+
+    def _work(self):
+        while True:
+            task = self.tasks.get()
+            if task is None:
+                return
+            index, item, done = task
+            try:
+                result = self.fn(index, item)
+            except BaseException as e:  # a bug: report it as the sample's failure
+                result = _Result(item.get("__key__") if isinstance(item, dict) else None,
+                                 error=f"internal error: {type(e).__name__}: {e}")
+            done(index, result)
+
+    def submit(self, index, item, done):
+        self.tasks.put((index, item, done))
+
+    def stop(self, wait=None):
+        for _ in self.threads:
+            self.tasks.put(None)
+        if wait:
+            import time
+
+            deadline = time.monotonic() + wait
+            for t in self.threads:
+                t.join(max(0.0, deadline - time.monotonic()))
+
+
+def _handler(error_handling, stats, on_error, echo, quiet_log):
+    """The main-thread part: count, report, apply the error policy."""
+
+    def handle(result):
+        if result.error is not None:
+            if stats is not None:
+                stats.failed += 1
+            tail = _tail(result.log) if result.log else ""
+            what = "aborting" if error_handling == "abort" else (
+                "kept what it produced" if error_handling == "ignore" else "skipped")
+            message = f"sample {result.key!r}: {result.error} ({what}){tail}"
+            if error_handling == "abort":
+                raise SampleFailed(message)
+            on_error(message)
+            if error_handling == "skip":
+                return
+        elif result.log and not quiet_log:
+            echo(result.log)
+        if not result.outputs:
+            if stats is not None and result.error is None:
+                stats.skipped += 1
+            return
+        yield from result.outputs
+
+    return handle
+
+
+def _stall():
+    from .stall import _on_stall
+
+    _on_stall()

@@ -1,0 +1,2 @@
+"""Sinks: outputs with commit-on-success, writing and splitting shards, tables,
+previews and checks."""

@@ -1,0 +1,281 @@
+"""Checking shards for what silently breaks training pipelines.
+
+:func:`check_shards` reads every member of every shard with the tar codec
+directly (so it sees what grouping would skip) and returns a report dict::
+
+    {"ok": bool,
+     "shards": [{"url", "compression", "size", "tar_bytes", "members",
+                 "samples", "fields": {name: {"count", "bytes"}},
+                 "skipped": {reason: n}, "problems": [...]}, ...],
+     "total": {"shards", "samples", "members", "tar_bytes", "size",
+               "fields", "problems": [...]}}
+
+A problem is ``{"kind", "message", "count", "examples"}``.  Kinds, per shard:
+``split_samples`` (a key comes back after other keys), ``duplicate_fields``
+(a field repeats inside one sample), ``missing_fields`` (samples lack a field
+most samples have), ``skipped_members`` (no extension, links, special files),
+``non_utf8_names``, ``unsafe_names`` (absolute or ``..``), ``empty_files``,
+``truncated`` (no end-of-archive marker), ``no_samples``; across shards:
+``duplicate_keys`` (the same key in more than one shard).  Directories are
+counted, not reported: ``tar c dir`` writes them and every reader skips them.
+Damage (bad checksums, input ending inside a member) raises
+:class:`~tarproc.errors.BadArchive`, as everywhere else.
+"""
+
+from ..core.rules import unsafe_name
+from ..core.tario import TYPE_NAMES, REGULAR, DIRECTORY, TarReader
+
+#: How many example keys or names a problem lists.
+EXAMPLES = 5
+
+
+def printable(name):
+    """A name as text that can always be printed: bytes that are not UTF-8
+    become ``\\xNN`` escapes."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+class _Problems:
+    def __init__(self):
+        self.items = {}
+
+    def add(self, kind, message, example=None, n=1):
+        p = self.items.get(kind)
+        if p is None:
+            p = self.items[kind] = {"kind": kind, "message": message, "count": 0, "examples": []}
+        p["count"] += n
+        if example is not None:
+            example = printable(example)
+        if example is not None and len(p["examples"]) < EXAMPLES and example not in p["examples"]:
+            p["examples"].append(example)
+
+    def as_list(self):
+        return list(self.items.values())
+
+
+def _source_size(url):
+    import os
+
+    from ..sources.open import scheme_of
+
+    if scheme_of(url) == "file":
+        try:
+            return os.path.getsize(url)
+        except OSError:
+            return None
+    return None
+
+
+def check_shard(url, majority=0.5, keys_seen=None, strict=False):
+    """The report of one shard (see the module doc).  ``keys_seen`` (a dict
+    key -> first shard) collects keys across shards for ``duplicate_keys``."""
+    from ..sources.open import open_source
+
+    probs = _Problems()
+    fields = {}
+    skipped = {}
+    signatures = {}  # frozenset of fields -> [count, example key]
+    seen = set()
+    members = samples = 0
+    key = None
+    current = None
+    directories = 0
+    warnings = []
+
+    def close_sample():
+        nonlocal samples
+        if current is None:
+            return
+        samples += 1
+        sig = frozenset(current)
+        entry = signatures.get(sig)
+        if entry is None:
+            signatures[sig] = [1, key]
+        else:
+            entry[0] += 1
+
+    stream = open_source(url)
+    name_of = "stdin" if url == "-" else url
+    try:
+        reader = TarReader(stream, name_of, strict=strict, warn=warnings.append)
+        for m in reader.members():
+            members += 1
+            name = m.name
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                probs.add("non_utf8_names", "member names that are not UTF-8", name)
+            if m.type != REGULAR:
+                if m.type == DIRECTORY:
+                    directories += 1
+                    continue
+                reason = TYPE_NAMES.get(m.type, "special files")
+                skipped[reason] = skipped.get(reason, 0) + 1
+                probs.add("skipped_members", "members skipped by readers (links, special files, no extension)",
+                          f"{name} ({reason})")
+                continue
+            why = unsafe_name(name)
+            if why:
+                probs.add("unsafe_names", "member names that escape a directory or have control characters",
+                          name)
+                continue
+            slash = name.rfind("/")
+            dot = name.find(".", slash + 1)
+            if dot <= slash + 1:
+                reason = "names without an extension"
+                skipped[reason] = skipped.get(reason, 0) + 1
+                probs.add("skipped_members", "members skipped by readers (links, special files, no extension)",
+                          f"{name} ({reason})")
+                continue
+            k, field = name[:dot], name[dot + 1 :]
+            size = len(m.data)
+            if size == 0:
+                probs.add("empty_files", "empty files", name)
+            if k != key:
+                close_sample()
+                if k in seen:
+                    probs.add("split_samples", "keys that come back after other keys (one sample split in two)", k)
+                else:
+                    seen.add(k)
+                    if keys_seen is not None:
+                        first = keys_seen.get(k)
+                        if first is None:
+                            keys_seen[k] = name_of
+                        elif first != name_of:
+                            probs.add("duplicate_keys", "keys that are also in an earlier shard",
+                                      f"{k} (also in {first})")
+                key = k
+                current = set()
+            if field in current:
+                probs.add("duplicate_fields", "fields that repeat inside one sample", name)
+            current.add(field)
+            f = fields.get(field)
+            if f is None:
+                f = fields[field] = {"count": 0, "bytes": 0}
+            f["count"] += 1
+            f["bytes"] += size
+        close_sample()
+        tar_bytes = reader.offset
+        truncated = reader.truncated
+        compression = stream.compression
+    finally:
+        stream.close()
+    if truncated:
+        probs.add("truncated", "the shard ends without the end-of-archive marker (cut off?)")
+    if samples == 0:
+        probs.add("no_samples", "the shard has no samples")
+    # fields most samples have, missing in some
+    for field, info in sorted(fields.items()):
+        have = sum(n for sig, (n, _) in signatures.items() if field in sig)
+        if majority * samples < have < samples:
+            missing = samples - have
+            examples = [ex for sig, (n, ex) in signatures.items() if field not in sig][:EXAMPLES]
+            for ex in examples:
+                probs.add("missing_fields", "missing fields (that most samples have)",
+                          f"{ex} (no {field})", n=0)
+            probs.add("missing_fields", "missing fields (that most samples have)", n=missing)
+    return {
+        "url": printable(name_of),
+        "compression": compression,
+        "size": _source_size(url),
+        "tar_bytes": tar_bytes,
+        "members": members,
+        "directories": directories,
+        "samples": samples,
+        "fields": {printable(k): fields[k] for k in sorted(fields)},
+        "skipped": dict(sorted(skipped.items())),
+        "problems": probs.as_list(),
+        "warnings": warnings,
+    }
+
+
+def check_shards(urls, majority=0.5, strict=False, on_shard=None):
+    """Check every shard of ``urls`` (a list of URLs); returns the report
+    dict.  ``on_shard(report)`` is called as each shard is done (for
+    streaming output).  Duplicate keys are looked for across shards."""
+    keys_seen = {}
+    shards = []
+    total_fields = {}
+    for url in urls:
+        rep = check_shard(url, majority, keys_seen, strict)
+        shards.append(rep)
+        for k, v in rep["fields"].items():
+            t = total_fields.setdefault(k, {"count": 0, "bytes": 0})
+            t["count"] += v["count"]
+            t["bytes"] += v["bytes"]
+        if on_shard is not None:
+            on_shard(rep)
+    # move cross-shard problems to the total
+    total_probs = []
+    for rep in shards:
+        keep = []
+        for p in rep["problems"]:
+            if p["kind"] == "duplicate_keys":
+                for t in total_probs:
+                    if t["kind"] == "duplicate_keys":
+                        t["count"] += p["count"]
+                        t["examples"] = (t["examples"] + p["examples"])[:EXAMPLES]
+                        break
+                else:
+                    total_probs.append(dict(p, examples=list(p["examples"])))
+            keep.append(p)
+        rep["problems"] = keep
+    sizes = [r["size"] for r in shards]
+    total = {
+        "shards": len(shards),
+        "samples": sum(r["samples"] for r in shards),
+        "members": sum(r["members"] for r in shards),
+        "tar_bytes": sum(r["tar_bytes"] for r in shards),
+        "size": sum(sizes) if sizes and all(s is not None for s in sizes) else None,
+        "fields": {k: total_fields[k] for k in sorted(total_fields)},
+        "problems": total_probs,
+    }
+    ok = not any(r["problems"] for r in shards) and not total_probs
+    return {"ok": ok, "shards": shards, "total": total}
+
+
+def format_shard(rep):
+    """Lines of text summarising one shard's report."""
+    from .show import human_size
+
+    comp = rep["compression"] or "uncompressed"
+    size = f", {human_size(rep['size'])} on disk" if rep["size"] is not None else ""
+    lines = [f"{rep['url']}: {rep['samples']} samples, {rep['members']} members, "
+             f"{human_size(rep['tar_bytes'])} tar ({comp}{size})"]
+    lines.extend(format_fields(rep["fields"]))
+    if rep.get("directories"):
+        lines.append(f"  directories: {rep['directories']} (ignored)")
+    for p in rep["problems"]:
+        lines.append(format_problem(p))
+    if not rep["problems"]:
+        lines.append("  ok")
+    return lines
+
+
+def format_fields(fields):
+    from .show import human_size
+
+    if not fields:
+        return ["  fields: none"]
+    return ["  fields: " + ", ".join(f"{k} {v['count']} ({human_size(v['bytes'])})" for k, v in fields.items())]
+
+
+def format_problem(p):
+    ex = f": {', '.join(p['examples'])}" if p["examples"] else ""
+    more = " …" if p["count"] > len(p["examples"]) and p["examples"] else ""
+    return f"  PROBLEM {p['kind']}: {p['count']} {p['message']}{ex}{more}"
+
+
+def format_total(report):
+    from .show import human_size
+
+    t = report["total"]
+    size = f", {human_size(t['size'])} on disk" if t["size"] is not None else ""
+    lines = [f"total: {t['shards']} shards, {t['samples']} samples, {t['members']} members, "
+             f"{human_size(t['tar_bytes'])} tar{size}"]
+    lines.extend(format_fields(t["fields"]))
+    for p in t["problems"]:
+        lines.append(format_problem(p))
+    bad = sum(1 for r in report["shards"] if r["problems"])
+    lines.append("ok" if report["ok"] else f"problems found in {bad} of {t['shards']} shards")
+    return lines

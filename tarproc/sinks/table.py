@@ -1,0 +1,181 @@
+"""Tables from samples: one row per sample, one column per requested field.
+
+:func:`parse_columns` reads a column spec (``"cls json.label img=jpg;png"``);
+:func:`rows` turns samples into rows of cell values; :func:`format_row`
+writes a row as one line of TSV, CSV or JSON.
+
+Cell values: text fields (UTF-8 without NUL) as text; binary fields (images,
+anything not UTF-8) as their size in bytes, or their sha256 with ``hash``;
+``json.a.b`` addresses a value inside a JSON field (nested keys, list
+indices); a missing field is an empty cell (``null`` in JSON lines).
+"""
+
+import json
+
+from ..errors import UsageError
+
+#: Field extensions that are always shown as size/hash, never as text.
+BINARY_EXTS = frozenset(("jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "gif", "bmp", "tif", "tiff", "webp",
+                         "npy", "npz", "pth", "pt", "pyd", "pickle", "mp3", "wav", "flac", "mp4", "webm", "avi"))
+
+_MISSING = object()
+
+
+class Column:
+    """One output column: a header name and candidate field paths."""
+
+    __slots__ = ("name", "candidates")
+
+    def __init__(self, name, candidates):
+        self.name = name
+        self.candidates = candidates
+
+    def __repr__(self):
+        return f"Column({self.name!r}, {self.candidates!r})"
+
+
+def parse_columns(spec):
+    """``"cls json.label img=jpg;png"`` -> list of :class:`Column`.  The
+    header is the rename (``img``) or the spec item as written."""
+    if isinstance(spec, (list, tuple)):
+        spec = " ".join(spec)
+    cols = []
+    for item in spec.replace(",", " ").split():
+        name, eq, alts = item.partition("=")
+        if not eq:
+            name, alts = item, item
+        candidates = [a for a in alts.split(";") if a]
+        if not candidates or not name:
+            raise UsageError(f"bad field spec {item!r}")
+        cols.append(Column(name, candidates))
+    if not cols:
+        raise UsageError("empty field spec")
+    return cols
+
+
+def _is_binary(field, data):
+    if field.rsplit(".", 1)[-1].lower() in BINARY_EXTS:
+        return True
+    if b"\0" in data[:8192]:
+        return True
+    try:
+        bytes(data).decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def _walk(obj, path):
+    for part in path:
+        if isinstance(obj, dict):
+            if part not in obj:
+                return _MISSING
+            obj = obj[part]
+        elif isinstance(obj, list):
+            try:
+                obj = obj[int(part)]
+            except (ValueError, IndexError):
+                return _MISSING
+        else:
+            return _MISSING
+    return obj
+
+
+def lookup(sample, path):
+    """The value of ``path`` in ``sample``: a field name (``cls``,
+    ``seg.png``), or a field followed by a path inside its JSON
+    (``json.label``, ``meta.json.boxes.0``).  Returns ``(field, value)`` with
+    value ``bytes`` for whole fields or a JSON value, or ``None``."""
+    if path in sample and not (path.startswith("__") and path.endswith("__") and path != "__key__"):
+        return path, sample[path]
+    parts = path.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        field = ".".join(parts[:i])
+        if field in sample:
+            data = sample[field]
+            try:
+                obj = json.loads(bytes(data).decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                return None
+            value = _walk(obj, parts[i:])
+            return None if value is _MISSING else (field, value)
+    return None
+
+
+def cell(sample, column, hash=False, native=False):
+    """The value of one column for one sample: ``str`` (or, with
+    ``native``, a JSON value for JSON lines), ``None`` when missing."""
+    for path in column.candidates:
+        if path == "__key__":
+            return sample.get("__key__")
+        found = lookup(sample, path)
+        if found is None:
+            continue
+        field, value = found
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            if _is_binary(field, value):
+                if hash:
+                    import hashlib
+
+                    return hashlib.sha256(value).hexdigest()
+                return len(value) if native else str(len(value))
+            return bytes(value).decode("utf-8")
+        if native:
+            return value
+        if isinstance(value, str):
+            return value
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return None
+
+
+def default_columns(sample):
+    """The columns for the fields of ``sample`` (when none are asked for)."""
+    from ..core.rules import is_meta
+
+    return [Column(k, [k]) for k in sorted(sample) if not is_meta(k)]
+
+
+def escape_tsv(text):
+    """Backslash-escape so a value fits in one TSV cell on one line."""
+    if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
+        text = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return text
+
+
+def format_row(values, fmt, names=None):
+    """One line (with its newline) for a row of cell values.
+
+    ``tsv``: cells joined by tabs, backslash escapes for ``\\`` tab,
+    newline and CR; ``csv``: RFC 4180 quoting, newlines inside values
+    written as ``\\n`` so each row stays one line; ``jsonl``: one JSON object
+    keyed by ``names``."""
+    if fmt == "tsv":
+        return "\t".join("" if v is None else escape_tsv(str(v)) for v in values) + "\n"
+    if fmt == "csv":
+        out = []
+        for v in values:
+            s = "" if v is None else str(v)
+            if "\n" in s or "\r" in s or "\\" in s:
+                s = s.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+            if any(c in s for c in ',"') or s != s.strip(" "):
+                s = '"' + s.replace('"', '""') + '"'
+            out.append(s)
+        return ",".join(out) + "\n"
+    if fmt == "jsonl":
+        return json.dumps(dict(zip(names, values)), ensure_ascii=False) + "\n"
+    raise UsageError(f"unknown format {fmt!r} (tsv, csv or jsonl)")
+
+
+def rows(samples, columns=None, key=True, hash=False, native=False):
+    """Yield ``(names, values)`` per sample; ``names`` is the header (the
+    same list every time).  With ``columns=None`` the columns are the fields
+    of the first sample."""
+    names = None
+    for sample in samples:
+        if columns is None:
+            columns = default_columns(sample)
+        if names is None:
+            names = (["__key__"] if key else []) + [c.name for c in columns]
+        values = [sample.get("__key__")] if key else []
+        values.extend(cell(sample, c, hash, native) for c in columns)
+        yield names, values

@@ -1,0 +1,2 @@
+"""Sources: opening inputs by URL, decompression, shard lists, text inputs,
+parallel reading."""

@@ -1,0 +1,278 @@
+"""Building tar shards from plans.
+
+Two plan formats:
+
+- **Tables** (TSV or CSV, as the original ``tsv2tar``): a header row of field
+  names; a column headed ``@name`` holds paths of files whose bytes become
+  field ``name``; other columns hold the literal text of their field; an
+  optional ``__key__`` column gives the keys, else they are numbered with a
+  key format (``{index:06d}``, ``%06d``).  An empty cell means the sample has
+  no such field.
+- **Lines** ``TARPATH SOURCE`` (as the Go port's ``create``): SOURCE is
+  ``text:…`` (the literal text), ``file:PATH``, ``pipe:CMD`` (the command's
+  stdout) or a plain path.  Blank lines and lines starting with ``#`` are
+  ignored.
+
+:func:`read_plan` turns a plan into a list of :class:`PlanItem` (one per
+member, in output order) and checks everything that can be checked before
+writing: member names (no absolute paths, no ``..``), duplicates, and that
+every referenced file exists and is readable.  A problem raises
+:class:`~tarproc.errors.BadInput` naming ``plan:line``.  :func:`write_plan`
+then writes the members through :func:`~tarproc.urls.open_sink`, so a
+failure (a ``pipe:`` command that fails) leaves no output behind.
+"""
+
+import os
+
+from ..errors import BadInput, SampleFailed, UsageError
+from ..core.rules import unsafe_name
+
+
+class PlanItem:
+    """One member to write: ``name``, ``kind`` (``text``, ``file``, ``pipe``),
+    ``value`` (the text, path or command) and where it comes from."""
+
+    __slots__ = ("where", "name", "kind", "value")
+
+    def __init__(self, where, name, kind, value):
+        self.where = where
+        self.name = name
+        self.kind = kind
+        self.value = value
+
+    def __repr__(self):
+        return f"PlanItem({self.where!r}, {self.name!r}, {self.kind!r}, {self.value!r})"
+
+
+def format_key(fmt, index):
+    """A key from a key format and a record number: ``%06d``,
+    ``{index:06d}``, ``{record:09d}`` (the original's name) or ``{}``."""
+    try:
+        if "%" in fmt and "{" not in fmt:
+            return fmt % index
+        return fmt.format(index, index=index, record=index, i=index)
+    except (ValueError, TypeError, KeyError, IndexError) as e:
+        raise UsageError(f"bad key format {fmt!r}: {e}") from None
+
+
+def detect_format(lines, path="", delim=None):
+    """``"table"`` or ``"lines"`` for a plan, from its name, the delimiter
+    option, and its first meaningful line."""
+    if delim is not None or path.lower().endswith((".tsv", ".csv")):
+        return "table"
+    for line in lines:
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        cells = s.split("\t") if "\t" in s else s.split(",") if "," in s and " " not in s else s.split()
+        if any(c.strip() == "__key__" or c.strip().startswith("@") for c in cells):
+            return "table"
+        first, _, rest = s.partition(" ") if "\t" not in s else s.partition("\t")
+        rest = rest.strip()
+        if rest.startswith(("text:", "file:", "pipe:")):
+            return "lines"
+        slash = first.rfind("/")
+        if first.find(".", slash + 1) > slash + 1 and rest:
+            return "lines"
+        return "table"
+    return "lines"
+
+
+def _delimiter(path, first_line, delim):
+    if delim is not None:
+        if delim in ("\\t", "tab", "TAB"):
+            return "\t"
+        if len(delim) != 1:
+            raise UsageError(f"the delimiter must be one character, not {delim!r}")
+        return delim
+    if path.lower().endswith(".csv"):
+        return ","
+    if path.lower().endswith(".tsv") or "\t" in first_line:
+        return "\t"
+    return "," if "," in first_line else "\t"
+
+
+def _resolve(path, basedir):
+    if basedir and not os.path.isabs(path):
+        return os.path.join(basedir, path)
+    return path
+
+
+def _check_file(where, path):
+    if not os.path.exists(path):
+        raise BadInput(f"{where}: file {path!r} not found")
+    if not os.path.isfile(path):
+        raise BadInput(f"{where}: {path!r} is not a regular file")
+    if not os.access(path, os.R_OK):
+        raise BadInput(f"{where}: file {path!r} is not readable")
+
+
+def _check_name(where, name):
+    why = unsafe_name(name)
+    if why:
+        raise BadInput(f"{where}: refusing {why}")
+
+
+def parse_table(text, name, delim=None, key_format="{index:09d}", basedir=None):
+    """The :class:`PlanItem` list of a TSV/CSV plan (see the module doc)."""
+    import csv
+
+    lines = text.splitlines(keepends=True)
+    first = lines[0] if lines else ""
+    d = _delimiter(name, first, delim)
+    reader = csv.reader(lines, delimiter=d)
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise BadInput(f"{name}: the plan is empty (a header row is needed)") from None
+    header = [h.strip() for h in header]
+    fields = []
+    for h in header:
+        field = h[1:] if h.startswith("@") else h
+        if not field:
+            raise BadInput(f"{name}:1: empty column name in the header")
+        if field != "__key__" and ("/" in field or field.startswith(".")):
+            raise BadInput(f"{name}:1: bad field name {field!r}")
+        if field in fields:
+            raise BadInput(f"{name}:1: column {field!r} appears twice")
+        fields.append(field)
+    if header.count("@__key__"):
+        raise BadInput(f"{name}:1: the __key__ column holds keys, not file names")
+    order = sorted(range(len(header)), key=lambda i: fields[i])
+    items = []
+    index = 0
+    for row in reader:
+        where = f"{name}:{reader.line_num}"
+        if not row or (len(row) == 1 and not row[0].strip()):
+            continue
+        if len(row) != len(header):
+            raise BadInput(f"{where}: {len(row)} columns, the header has {len(header)}")
+        values = dict(zip(fields, row))
+        key = values.get("__key__")
+        if key is None:
+            key = format_key(key_format, index)
+        key = key.strip()
+        if not key:
+            raise BadInput(f"{where}: empty key")
+        base = key[key.rfind("/") + 1 :]
+        if "." in base or key.endswith("/"):
+            raise BadInput(f"{where}: key {key!r} has a dot in its file name or ends in '/'")
+        index += 1
+        for i in order:
+            h, field, value = header[i], fields[i], row[i]
+            if field == "__key__" or value == "":
+                continue
+            member = f"{key}.{field}"
+            _check_name(where, member)
+            if h.startswith("@"):
+                path = _resolve(value, basedir)
+                _check_file(where, path)
+                items.append(PlanItem(where, member, "file", path))
+            else:
+                items.append(PlanItem(where, member, "text", value))
+    return items
+
+
+def parse_lines(text, name, basedir=None):
+    """The :class:`PlanItem` list of a ``TARPATH SOURCE`` plan."""
+    items = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        where = f"{name}:{lineno}"
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        parts = s.split(None, 1)
+        if len(parts) != 2:
+            raise BadInput(f"{where}: expected 'TARPATH SOURCE'")
+        tarpath, source = parts
+        _check_name(where, tarpath)
+        if source.startswith("text:"):
+            # the text is everything after "text:" up to the end of the line
+            rest = line.lstrip()[len(tarpath):].lstrip()
+            items.append(PlanItem(where, tarpath, "text", rest[len("text:"):]))
+        elif source.startswith("pipe:"):
+            if not source[5:].strip():
+                raise BadInput(f"{where}: empty pipe: command")
+            items.append(PlanItem(where, tarpath, "pipe", source[5:]))
+        else:
+            path = source[5:] if source.startswith("file:") else source
+            path = _resolve(path, basedir)
+            _check_file(where, path)
+            items.append(PlanItem(where, tarpath, "file", path))
+    return items
+
+
+def read_plan(path, fmt="auto", delim=None, key_format="{index:09d}", basedir=None):
+    """Read and check a plan file (``-`` for stdin); returns the list of
+    :class:`PlanItem`.  Every problem is a :class:`BadInput` naming the
+    plan line; nothing is written here."""
+    import sys
+
+    name = "stdin" if path == "-" else path
+    try:
+        if path == "-":
+            raw = sys.stdin.buffer.read()
+        else:
+            with open(path, "rb") as f:
+                raw = f.read()
+    except OSError as e:
+        raise BadInput(f"{name}: cannot read the plan: {e.strerror}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise BadInput(f"{name}:{line}: the plan is not UTF-8") from None
+    if basedir is not None and not os.path.isdir(basedir):
+        raise UsageError(f"-C {basedir}: not a directory")
+    if fmt == "auto":
+        fmt = detect_format(text.splitlines()[:50], path if path != "-" else "", delim)
+    if fmt == "table":
+        items = parse_table(text, name, delim, key_format, basedir)
+    elif fmt == "lines":
+        items = parse_lines(text, name, basedir)
+    else:
+        raise UsageError(f"unknown plan format {fmt!r} (auto, table or lines)")
+    seen = {}
+    for item in items:
+        if item.name in seen:
+            raise BadInput(f"{item.where}: member {item.name!r} is already made by {seen[item.name]}")
+        seen[item.name] = item.where
+    return items
+
+
+def item_bytes(item, basedir=None):
+    """The bytes of one plan item (reads the file or runs the command)."""
+    if item.kind == "text":
+        return item.value.encode("utf-8")
+    if item.kind == "file":
+        try:
+            with open(item.value, "rb") as f:
+                return f.read()
+        except OSError as e:
+            raise BadInput(f"{item.where}: cannot read {item.value!r}: {e.strerror}") from None
+    import subprocess
+
+    p = subprocess.run(item.value, shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, cwd=basedir or None)
+    if p.returncode != 0:
+        err = p.stderr.decode("utf-8", "replace").strip().splitlines()
+        tail = f": {err[-1]}" if err else ""
+        raise SampleFailed(f"{item.where}: command {item.value!r} failed with exit status {p.returncode}{tail}")
+    return p.stdout
+
+
+def write_plan(items, output="-", basedir=None, on_item=None):
+    """Write the members of a checked plan to ``output`` (a URL); returns
+    the number of members.  On any failure the output is discarded."""
+    from ..core.tario import TarWriter
+    from ..sinks.output import open_sink
+
+    with open_sink(output) as sink:
+        tar = TarWriter(sink)
+        for item in items:
+            data = item_bytes(item, basedir)
+            tar.write(item.name, data)
+            if on_item is not None:
+                on_item(item, len(data))
+        tar.close()
+    return len(items)

@@ -1,0 +1,195 @@
+"""Opening inputs by URL (outputs: :mod:`tarproc.sinks.output`).
+
+Inputs (:func:`open_source`) and outputs (:func:`open_sink`) are named by URL:
+
+=================  ==========================================================
+``-``              stdin / stdout
+``path``           a local file; outputs go to a hidden temporary name in the
+                   same directory and are renamed when complete
+``pipe:CMD``       the stdout (input) or stdin (output) of a shell command
+``http(s)://``     ``curl`` (output: HTTP PUT)
+``gs://``          ``gsutil cat`` / ``gsutil cp - URL``
+``s3://``          ``aws s3 cp URL -`` / ``aws s3 cp - URL`` (``AWS_ENDPOINT_URL``
+                   is passed on as ``--endpoint-url``)
+=================  ==========================================================
+
+The command of each scheme can be replaced with an environment variable,
+``TARPROC_READ_<SCHEME>`` or ``TARPROC_WRITE_<SCHEME>`` (scheme in upper case,
+``HTTP``, ``HTTPS``, ``GS``, ``S3``), a shell command in which ``{url}`` stands
+for the quoted URL.  A command that exits non-zero is an error naming the URL.
+
+Compression is detected from the first bytes of an input (gzip, bzip2, xz,
+zstd) and chosen from the name of an output (``.tgz``/``.gz``, ``.bz2``,
+``.xz``, ``.zst``).
+"""
+
+import io
+import os
+import select
+
+from ..errors import BadInput, UsageError
+from ..runtime.procs import _pdeathsig
+from ..runtime.stall import _on_stall, _stall_hooks
+
+
+BUFSIZE = 1 << 20
+READ_COMMANDS = {
+    "http": "curl -sSfL --retry 3 {url}",
+    "https": "curl -sSfL --retry 3 {url}",
+    "gs": "gsutil -q cat {url}",
+    "s3": "aws s3 cp {endpoint}{url} -",
+}
+def scheme_of(url):
+    if url == "-":
+        return "-"
+    if url.startswith("pipe:"):
+        return "pipe"
+    head, sep, _ = url.partition("://")
+    if sep and head.isalnum():
+        return head.lower()
+    return "file"
+
+
+def _quote(s):
+    import shlex
+
+    return shlex.quote(s)
+
+
+def _command_for(url, table, direction):
+    scheme = scheme_of(url)
+    template = os.environ.get(f"TARPROC_{direction}_{scheme.upper()}") or table.get(scheme)
+    if template is None:
+        raise UsageError(f"{url}: unknown URL scheme {scheme!r}")
+    endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+    endpoint = f"--endpoint-url {_quote(endpoint)} " if endpoint and scheme == "s3" else ""
+    return template.replace("{endpoint}", endpoint).replace("{url}", _quote(url))
+
+
+class _FdReader(io.RawIOBase):
+    """Raw reader over a file descriptor, optionally the stdout of a process.
+
+    Before a read that would block on an empty pipe it flushes buffered
+    outputs (see ``_stall_hooks``).  At end of input it waits for the process
+    and raises :class:`BadInput` naming the URL if it failed, so a failed
+    download is never mistaken for a short archive.
+    """
+
+    def __init__(self, fd, url, proc=None, closefd=True, what=None):
+        self.fd = fd
+        self.url = url
+        self.proc = proc
+        self.closefd = closefd
+        self.what = what
+        try:
+            import stat
+
+            self.pollable = not stat.S_ISREG(os.fstat(fd).st_mode)
+        except OSError:
+            self.pollable = True
+        self.eof = False
+
+    def readable(self):
+        return True
+
+    def readinto(self, buf):
+        if self.eof:
+            return 0
+        if self.pollable and _stall_hooks:
+            ready, _, _ = select.select([self.fd], [], [], 0)
+            if not ready:
+                _on_stall()
+        try:
+            n = os.readv(self.fd, [buf])
+        except OSError as e:
+            raise BadInput(f"{self.url}: read error: {e.strerror}") from None
+        if n == 0:
+            self.eof = True
+            self._check_process()
+        return n
+
+    def _check_process(self):
+        proc = self.proc
+        if proc is None:
+            return
+        rc = proc.wait()
+        err = _tail_of_stderr(proc)
+        if rc != 0:
+            what = self.what or "command"
+            raise BadInput(f"{self.url}: {what} failed with exit status {rc}{err}")
+
+    def close(self):
+        if self.closed:
+            return
+        try:
+            if self.proc is not None and self.proc.poll() is None:
+                # Stopped reading early (e.g. --count): stop the producer.
+                self.proc.kill()
+                self.proc.wait()
+            if self.closefd:
+                os.close(self.fd)
+        finally:
+            super().close()
+
+
+def _tail_of_stderr(proc):
+    stream = getattr(proc, "_tarproc_stderr", None)
+    if stream is None:
+        return ""
+    try:
+        text = stream.read().decode("utf-8", "replace").strip()
+        stream.close()
+    except (OSError, ValueError):
+        return ""
+    if not text:
+        return ""
+    return ": " + text.splitlines()[-1][:300]
+
+
+def open_source(url, decompress=True):
+    """Open an input by URL for reading; returns a buffered binary stream with
+    ``.url`` and ``.compression`` attributes.  Compressed input is decoded."""
+    scheme = scheme_of(url)
+    if scheme == "-":
+        raw = _FdReader(0, "-" if url == "-" else url, closefd=False)
+        name = "-"
+    elif scheme == "file":
+        try:
+            fd = os.open(url, os.O_RDONLY)
+        except OSError as e:
+            raise BadInput(f"{url}: cannot open: {e.strerror}") from None
+        import stat
+
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise BadInput(f"{url}: is a directory")
+        raw = _FdReader(fd, url)
+        name = url
+    else:
+        import subprocess
+
+        if scheme == "pipe":
+            cmd, what = url[5:], "command"
+        else:
+            cmd = _command_for(url, READ_COMMANDS, "READ")
+            what = cmd.split()[0]
+        try:
+            proc = subprocess.Popen(
+                cmd, shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, preexec_fn=_pdeathsig,
+            )
+        except OSError as e:
+            raise BadInput(f"{url}: cannot start {cmd!r}: {e.strerror}") from None
+        proc._tarproc_stderr = proc.stderr
+        raw = _FdReader(proc.stdout.fileno(), url, proc, closefd=False, what=what)
+        raw._keep = proc.stdout
+        name = url
+    from .compression import _wrap_compression
+
+    stream, codec = _wrap_compression(raw, "stdin" if name == "-" else name) if decompress else (io.BufferedReader(raw, BUFSIZE), None)
+    stream.url = name
+    stream.compression = codec
+    return stream
+
+
+# ---------------------------------------------------------------- writing

@@ -1,0 +1,30 @@
+"""Reading samples from URLs: :func:`iter_samples`."""
+
+from ..core.grouping import group
+from ..core.stats import Stats
+from ..core.tario import TarReader
+
+
+def iter_samples(urls, stats=None, strict=False, warn=None):
+    """Yield the samples of one URL or a list of URLs, in order.
+
+    Each sample gets ``__source__`` (its URL; ``stdin`` for ``-``).  ``warn(message)`` receives
+    warnings (a shard cut off at a block boundary); with ``strict`` those are
+    errors.  Damage raises :class:`~tarproc.errors.BadInput` after every
+    sample before it has been yielded."""
+    from .shardlist import expand_urls
+    from .open import open_source
+
+    if isinstance(urls, str):
+        urls = expand_urls([urls])
+    if stats is None:
+        stats = Stats()
+    for url in urls:
+        stream = open_source(url)
+        stats.inputs += 1
+        name = "stdin" if url == "-" else url
+        try:
+            reader = TarReader(stream, name, strict=strict, warn=warn)
+            yield from group(reader.members(), name, stats)
+        finally:
+            stream.close()

@@ -1,0 +1,1 @@
+"""Stages: functions from an iterator of samples to an iterator of samples."""

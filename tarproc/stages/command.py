@@ -1,0 +1,466 @@
+"""Command mode: a shell command on every sample, in parallel (:func:`map_command`).
+
+**Command mode** (:func:`map_command`).  For each sample a private working
+directory (mode 0700) is made under one run directory (``workdir``, default
+``$TMPDIR``); the fields are written there as ``sample.<field>`` plus
+``sample.__key__``; the command runs there with ``bash -c`` (or the
+``interpreter``), stdin from ``/dev/null``, stdout and stderr to a log that is
+passed to ``echo`` (default: our stderr) or stored in a field (``add_log``).
+Each command starts in its own session, so the whole process group can be
+killed: on ``timeout``, when the command exits (no stray background
+processes survive it), and when the iterator is closed.  Afterwards the
+regular files ``sample.*`` form the output sample with the same key (or the
+content of ``sample.__key__``); symbolic links are refused and never
+followed, FIFOs and other special files are ignored.  With ``subdirs`` every
+subdirectory becomes a sample (key from its ``sample.__key__`` or
+``KEY/NAME``); with ``multi`` files ``sample-N.*`` become samples with key
+``KEY-N``.  The directories are removed when the sample is done and when the
+iterator is closed (Ctrl-C, SIGTERM, an error), unless ``keepdir``.
+
+The commands run from a small pool of threads in this process, so a sample
+costs one ``fork``/``exec`` of the interpreter and a few file operations;
+samples are read ahead by at most ``2 * parallel``, so memory stays bounded.
+
+**Errors** follow ``error_handling``: ``"skip"`` drops a failed sample,
+``"ignore"`` keeps what it produced (for a function: the input sample),
+``"abort"`` raises :class:`~tarproc.errors.SampleFailed` after every sample
+before it has been yielded.  Every failure is passed to ``on_error(message)``
+(default: a line on stderr) with the key, the exit status and the last lines
+of output, and counted in ``stats.failed``.
+"""
+
+import os
+import threading
+
+from ..errors import UsageError, describe_exit
+from ..core.rules import bad_field_name, bad_key
+from ..runtime.engine import _Result, _ThreadPool, _check_mode, _engine, _handler, _stall, _stderr_echo, _stderr_report, default_parallel
+from ..runtime.procs import _killpg, _wait_exit, _wait_nowait
+
+
+class CommandRunner:
+    """Runs one command per sample in a private directory; thread-safe.
+
+    ``run(index, sample)`` returns a :class:`_Result`.  ``close()`` kills every
+    running command's process group and removes the run directory."""
+
+    def __init__(self, command=None, script=None, interpreter="bash", base="sample", subdirs=False,
+                 multi=False, timeout=None, workdir=None, keepdir=False, add_log=None):
+        import tempfile
+
+        if (command is None) == (script is None):
+            raise UsageError("give a command or a script (not both)")
+        if not base or "/" in base or "\0" in base or base in (".", ".."):
+            raise UsageError(f"bad base name {base!r}")
+        if add_log is not None and bad_field_name(add_log):
+            raise UsageError(f"--add-log: {bad_field_name(add_log)}")
+        if subdirs and multi:
+            raise UsageError("subdirectories (-S) and multiple outputs (-m) cannot be combined")
+        if timeout is not None and timeout <= 0:
+            raise UsageError("the timeout must be > 0 seconds")
+        if script is not None:
+            if not os.path.isfile(script):
+                raise UsageError(f"script {script!r} not found")
+            self.argv = [interpreter, os.path.abspath(script)]
+        else:
+            self.argv = [interpreter, "-c", command]
+        import shutil
+
+        exe = shutil.which(interpreter)
+        if exe is None:
+            raise UsageError(f"interpreter {interpreter!r} not found")
+        self.argv[0] = exe
+        self.base = base
+        self.subdirs = subdirs
+        self.multi = multi
+        self.timeout = timeout
+        self.keepdir = keepdir
+        self.add_log = add_log
+        self.parent = workdir or tempfile.gettempdir()
+        if not os.path.isdir(self.parent):
+            raise UsageError(f"working directory base {self.parent!r} does not exist")
+        self.root = None
+        self.devnull = None
+        self.lock = threading.Lock()
+        self.local = threading.local()
+        self.fds = []
+        self.running = set()
+        self.closed = False
+
+    def start(self):
+        """Make the run directory (mode 0700); ``close()`` removes it."""
+        import tempfile
+
+        self.root = tempfile.mkdtemp(prefix="tarproc-", dir=self.parent)
+        self.devnull = os.open(os.devnull, os.O_RDONLY)
+
+    # -- one sample
+
+    def run(self, index, sample):
+        key = sample.get("__key__")
+        if not isinstance(key, str) or not key:
+            return _Result(key, error="sample has no __key__")
+        d = dfd = None
+        try:
+            d, logfd = self._slot(index)
+            dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            why = self._write_fields(dfd, sample)
+            if why:
+                return _Result(key, error=why)
+            os.close(dfd)
+            dfd = None
+            status = self._execute(d, logfd)
+            log = self._read_log(logfd)
+            if status == "closed":
+                return _Result(key, error="stopped", log=log)
+            if status == "timeout":
+                return _Result(key, error=f"timed out after {self.timeout:g} s (process group killed)", log=log)
+            outputs, why = self._collect(d, key, sample)
+            if why:
+                return _Result(key, outputs, error=why, log=log)
+            if status != 0:
+                return _Result(key, outputs, error="command " + ("failed with " if status > 0 else "") + describe_exit(status), log=log)
+            if self.add_log is not None:
+                for out in outputs:
+                    out[self.add_log] = log
+            return _Result(key, outputs, log=log)
+        except OSError as e:
+            return _Result(key, error=f"working directory: {e.strerror or e}")
+        finally:
+            if dfd is not None:
+                os.close(dfd)
+            if d is not None and not self.keepdir:
+                self._clear(d)
+
+    def _slot(self, index):
+        """The working directory and log descriptor for a sample.  Each
+        worker thread reuses one directory, emptied after every sample
+        (creating and removing a directory per sample costs milliseconds on
+        a journaling file system); ``keepdir`` gives every sample its own."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        if self.keepdir:
+            d = os.path.join(self.root, f"{index:06d}")
+            os.mkdir(d, 0o700)
+            logfd = os.open(d + ".log", flags, 0o600)
+            with self.lock:
+                self.fds.append(logfd)
+            return d, logfd
+        local = self.local
+        d = getattr(local, "dir", None)
+        if d is None:
+            with self.lock:
+                n = len(self.fds)
+                d = os.path.join(self.root, f"w{n}")
+                logfd = os.open(d + ".log", flags, 0o600)
+                self.fds.append(logfd)
+            os.mkdir(d, 0o700)
+            local.dir, local.logfd = d, logfd
+        else:
+            logfd = local.logfd
+            os.ftruncate(logfd, 0)
+            os.lseek(logfd, 0, os.SEEK_SET)
+        return d, logfd
+
+    def _clear(self, d):
+        """Empty a reused working directory (or make it anew if the command
+        replaced it or changed its mode)."""
+        import stat
+
+        try:
+            dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            dfd = None
+        try:
+            if dfd is not None:
+                st = os.fstat(dfd)
+                if stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid():
+                    with os.scandir(dfd) as it:
+                        names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+                    for name, is_dir in names:
+                        if is_dir:
+                            _remove_tree(os.path.join(d, name))
+                        else:
+                            os.unlink(name, dir_fd=dfd)
+                    return
+        except OSError:
+            pass
+        finally:
+            if dfd is not None:
+                os.close(dfd)
+        _remove_tree(d)
+        try:
+            os.mkdir(d, 0o700)
+        except OSError:
+            pass
+
+    def _write_fields(self, dfd, sample):
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        for field, value in sample.items():
+            if field[:2] == "__" and field[-2:] == "__" and field != "__key__":
+                continue
+            why = bad_field_name(field)
+            if why:
+                return why
+            if isinstance(value, str):
+                value = value.encode("utf-8", "surrogateescape")  # keys keep non-UTF-8 bytes
+            elif not isinstance(value, (bytes, bytearray, memoryview)):
+                return f"field {field!r} is {type(value).__name__}, not bytes or str"
+            fd = os.open(f"{self.base}.{field}", flags, 0o644, dir_fd=dfd)
+            try:
+                view = memoryview(value)
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+            finally:
+                os.close(fd)
+        return None
+
+    def _execute(self, d, logfd):
+        import subprocess
+
+        with self.lock:
+            if self.closed:
+                return "closed"
+            proc = subprocess.Popen(self.argv, cwd=d, stdin=self.devnull, stdout=logfd, stderr=logfd,
+                                    close_fds=True, start_new_session=True)
+            self.running.add(proc)
+        timed_out = False
+        try:
+            if self.timeout is not None:
+                timed_out = not _wait_exit(proc.pid, self.timeout)
+                if timed_out:
+                    _killpg(proc.pid)
+            # Wait for the exit without reaping: the group id cannot be reused
+            # while the leader is a zombie, so killing the group is safe.
+            _wait_nowait(proc.pid)
+            _killpg(proc.pid)
+            rc = proc.wait()
+        finally:
+            with self.lock:
+                self.running.discard(proc)
+        if self.closed:
+            return "closed"
+        return "timeout" if timed_out else rc
+
+    def _read_log(self, logfd):
+        os.lseek(logfd, 0, os.SEEK_SET)
+        chunks = []
+        while True:
+            b = os.read(logfd, 1 << 20)
+            if not b:
+                break
+            chunks.append(b)
+        return b"".join(chunks)
+
+    def _collect(self, d, key, sample):
+        """The output samples of a finished command, and an error or None."""
+        meta = {k: v for k, v in sample.items() if k[:2] == "__" and k[-2:] == "__" and k != "__key__"}
+        try:
+            dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError as e:
+            return [], f"working directory vanished: {e.strerror}"
+        problem = None
+        try:
+            if self.subdirs:
+                groups = []
+                for name, is_dir in _entries(dfd):
+                    if is_dir:
+                        groups.append((name, name))
+                groups.sort()
+                outputs = []
+                for name, _ in groups:
+                    try:
+                        sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dfd)
+                    except OSError:
+                        continue
+                    try:
+                        files, why = _read_files(sub, self.base + ".")
+                    finally:
+                        os.close(sub)
+                    if why:
+                        problem = problem or f"{name}/{why}"
+                    if files:
+                        outputs.append(self._make_sample(files, f"{key}/{name}", meta))
+            elif self.multi:
+                files, problem = _read_files(dfd, self.base + "-")
+                per = {}
+                for field, data in files.items():
+                    n, dot, rest = field.partition(".")
+                    if not dot or not n or not rest:
+                        continue
+                    per.setdefault(n, {})[rest] = data
+                outputs = [self._make_sample(per[n], f"{key}-{n}", meta) for n in sorted(per, key=_natural)]
+            else:
+                files, problem = _read_files(dfd, self.base + ".")
+                outputs = [self._make_sample(files, key, meta)] if files else []
+        finally:
+            os.close(dfd)
+        seen = set()
+        for out in outputs:
+            k = out["__key__"]
+            why = bad_key(k)
+            if why:
+                return [], f"output {why}"
+            if k in seen:
+                return [], f"two outputs have the same key {k!r}"
+            seen.add(k)
+        # an output with no fields besides its key is no output
+        outputs = [o for o in outputs if any(not (f[:2] == "__" and f[-2:] == "__") for f in o)]
+        return outputs, problem
+
+    def _make_sample(self, files, key, meta):
+        out = dict(meta)
+        newkey = files.pop("__key__", None)
+        if newkey is not None:
+            text = newkey.decode("utf-8", "surrogateescape").strip()
+            key = text or key
+        for field in list(files):
+            if field[:2] == "__" and field[-2:] == "__":
+                del files[field]
+        out.update(files)
+        out["__key__"] = key
+        return out
+
+    # -- cleanup
+
+    def kill_all(self):
+        """Kill the process group of every running command (from any thread)."""
+        with self.lock:
+            self.closed = True
+            procs = list(self.running)
+        for proc in procs:
+            _killpg(proc.pid)
+
+    def close(self):
+        self.kill_all()
+        if self.devnull is not None:
+            os.close(self.devnull)
+            self.devnull = None
+        with self.lock:
+            fds, self.fds = self.fds, []
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if self.root is not None and not self.keepdir:
+            _remove_tree(self.root)
+
+
+def _natural(s):
+    return (0, int(s), s) if s.isdigit() else (1, 0, s)
+
+
+
+def _entries(dfd):
+    """``(name, is_real_directory)`` of a directory given by descriptor."""
+    with os.scandir(dfd) as it:
+        for entry in it:
+            try:
+                yield entry.name, entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+
+
+def _read_files(dfd, prefix):
+    """``{suffix: bytes}`` of the regular files named ``prefix + suffix`` in a
+    directory; ``(files, problem)``.  A symlink is a problem (the other files
+    are still read), never followed;
+    FIFOs, directories and other special files are ignored."""
+    import stat
+
+    files = {}
+    problem = None
+    with os.scandir(dfd) as it:
+        entries = [e for e in it if e.name.startswith(prefix) and len(e.name) > len(prefix)]
+    for entry in sorted(entries, key=lambda e: e.name):
+        name = entry.name
+        try:
+            if entry.is_symlink():
+                problem = problem or f"{name} is a symbolic link: refused"
+                continue
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
+        except OSError as e:
+            import errno
+
+            if e.errno == errno.ELOOP:
+                problem = problem or f"{name} is a symbolic link: refused"
+            continue
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            chunks = []
+            while True:
+                b = os.read(fd, max(1 << 16, st.st_size + 1))
+                if not b:
+                    break
+                chunks.append(b)
+            files[name[len(prefix):]] = b"".join(chunks) if len(chunks) != 1 else chunks[0]
+        finally:
+            os.close(fd)
+    return files, problem
+
+
+def _remove_tree(path):
+    """Remove a directory tree, also one whose modes the command changed."""
+    import shutil
+
+    if not os.path.lexists(path):
+        return
+    try:
+        shutil.rmtree(path)
+        return
+    except OSError:
+        pass
+    for top, dirs, _ in os.walk(path):
+        for name in dirs:
+            p = os.path.join(top, name)
+            try:
+                if not os.path.islink(p):
+                    os.chmod(p, 0o700)
+            except OSError:
+                pass
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def map_command(samples, command=None, parallel=None, *, script=None, interpreter="bash", base="sample",
+                error_handling="skip", subdirs=False, multi=False, ordered=True, timeout=None,
+                workdir=None, keepdir=False, add_log=None, stats=None, on_error=None, echo=None,
+                quiet=False, prog="tarproc"):
+    """Run ``command`` (a shell command line, or ``script=FILE``) on every
+    sample; yield the output samples (see the module documentation).
+
+    ``parallel`` commands run at once (default: all cores).  ``echo(bytes)``
+    receives each successful command's output (default: stderr; ``quiet``
+    drops it; with ``add_log`` it is stored in that field instead).
+    Closing the iterator (or an exception in the consumer) kills running
+    commands and removes the working directories."""
+    _check_mode(error_handling)
+    parallel = parallel or default_parallel()
+    if parallel < 1:
+        raise UsageError("parallel must be >= 1")
+    runner = CommandRunner(command, script, interpreter, base, subdirs, multi, timeout, workdir, keepdir, add_log)
+    return _run_commands(samples, runner, parallel, error_handling, ordered, stats,
+                         on_error or _stderr_report(prog), echo or _stderr_echo, quiet or add_log is not None)
+
+
+def _run_commands(samples, runner, parallel, error_handling, ordered, stats, on_error, echo, quiet_log):
+    runner.start()
+    pool = None
+    try:
+        pool = _ThreadPool(parallel, runner.run)
+        handle = _handler(error_handling, stats, on_error, echo, quiet_log)
+        yield from _engine(samples, pool.submit, 2 * parallel + 2, ordered, handle, on_stall=_stall)
+    finally:
+        runner.kill_all()
+        if pool is not None:
+            pool.stop(wait=10)
+        runner.close()
+        if runner.keepdir:
+            on_error(f"working directories kept in {runner.root}")
+
+
+# ---------------------------------------------------------------- function mode

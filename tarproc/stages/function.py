@@ -1,0 +1,260 @@
+"""Function mode: a Python function on every sample, in parallel (:func:`map_function`).
+
+**Function mode** (:func:`map_function`).  The function runs in ``parallel``
+persistent worker processes (forked), each fed over its own pipe.  Samples
+travel in batches pickled once by the C pickler; the function receives a
+sample dict and returns a sample, a list of samples or ``None`` (drop).  A
+returned sample without ``__key__`` gets the input's key; ``str`` values are
+encoded as UTF-8.  The function can be given as a callable or as
+``"module:function"`` / ``"path/to/file.py:function"``.
+
+**Errors** follow ``error_handling``: ``"skip"`` drops a failed sample,
+``"ignore"`` keeps what it produced (for a function: the input sample),
+``"abort"`` raises :class:`~tarproc.errors.SampleFailed` after every sample
+before it has been yielded.  Every failure is passed to ``on_error(message)``
+(default: a line on stderr) with the key, the exit status and the last lines
+of output, and counted in ``stats.failed``.
+"""
+
+import os
+import sys
+import threading
+
+from ..errors import SampleFailed, UsageError
+from ..core.rules import bad_field_name
+from ..runtime.engine import _Result, _check_mode, _engine, _handler, _stall, _stderr_report, default_parallel
+from ..runtime.fnpool import _FnPool, _WorkerFailed
+
+
+def load_function(spec):
+    """``"module:function"`` or ``"path/to/file.py:function"`` to a callable."""
+    if callable(spec):
+        return spec
+    where, sep, name = str(spec).rpartition(":")
+    if not sep or not where or not name:
+        raise UsageError(f"--map {spec!r}: expected module:function or path/to/file.py:function")
+    import importlib
+    import importlib.util
+
+    try:
+        if where.endswith(".py") or os.sep in where:
+            path = os.path.abspath(where)
+            if not os.path.isfile(path):
+                raise UsageError(f"--map {spec!r}: file {where!r} not found")
+            modname = "_tarproc_map_" + os.path.splitext(os.path.basename(path))[0].replace("-", "_")
+            module = sys.modules.get(modname)
+            if module is None or getattr(module, "__file__", None) != path:
+                loader_spec = importlib.util.spec_from_file_location(modname, path)
+                module = importlib.util.module_from_spec(loader_spec)
+                sys.modules[modname] = module
+                loader_spec.loader.exec_module(module)
+        else:
+            if "" not in sys.path and os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(where)
+    except UsageError:
+        raise
+    except Exception as e:
+        raise UsageError(f"--map {spec!r}: cannot load {where!r}: {type(e).__name__}: {e}") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise UsageError(f"--map {spec!r}: {where!r} has no function {name!r}")
+    return fn
+
+
+_FN = None
+
+
+def _worker_init(spec):
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    global _FN
+    _FN = load_function(spec)
+
+
+def _normalize(result, sample):
+    """A function's return value as a list of samples, or raise TypeError."""
+    if result is None:
+        return []
+    items = [result] if isinstance(result, dict) else result
+    if not isinstance(items, (list, tuple)):
+        raise TypeError(f"function returned {type(result).__name__}, expected a dict, a list of dicts or None")
+    out = []
+    for item in items:
+        if not isinstance(item, dict):
+            raise TypeError(f"function returned a list containing {type(item).__name__}, expected dicts")
+        clean = {}
+        for field, value in item.items():
+            if not isinstance(field, str):
+                raise TypeError(f"field name {field!r} is not a str")
+            if field[:2] == "__" and field[-2:] == "__":
+                clean[field] = value
+                continue
+            why = bad_field_name(field)
+            if why:
+                raise TypeError(why)
+            if isinstance(value, str):
+                value = value.encode("utf-8")
+            elif isinstance(value, (bytearray, memoryview)):
+                value = bytes(value)
+            elif not isinstance(value, bytes):
+                raise TypeError(f"field {field!r} is {type(value).__name__}, not bytes or str")
+            clean[field] = value
+        if "__key__" not in clean:
+            clean["__key__"] = sample.get("__key__")
+        out.append(clean)
+    return out
+
+
+def _map_batch(blob):
+    """In a worker: apply the function to a pickled batch of samples."""
+    import pickle
+
+    batch = pickle.loads(blob)
+    results = []
+    fn = _FN
+    for sample in batch:
+        key = sample.get("__key__")
+        try:
+            outputs = _normalize(fn(sample), sample)
+            results.append((key, outputs, None))
+        except Exception as e:
+            import traceback
+
+            tb = traceback.format_exc().encode("utf-8", "replace")
+            results.append((key, [], f"{type(e).__name__}: {e}", tb))
+    return pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=True, batch=32, stats=None,
+                 on_error=None, prog="tarproc"):
+    """Apply ``fn`` (a callable, ``"module:function"`` or
+    ``"path/file.py:function"``) to every sample in ``parallel`` worker
+    processes; yield the samples it returns, in input order unless
+    ``ordered=False``.  Samples travel in batches of up to ``batch``."""
+    _check_mode(error_handling)
+    parallel = parallel or default_parallel()
+    if parallel < 1:
+        raise UsageError("parallel must be >= 1")
+    if batch < 1:
+        raise UsageError("batch must be >= 1")
+    if not callable(fn):
+        load_function(fn)  # fail early, with a clear message, in this process
+    return _run_function(samples, fn, parallel, error_handling, ordered, batch, stats,
+                         on_error or _stderr_report(prog))
+
+
+class _Batcher:
+    """Groups samples into batches in the reader thread (:meth:`group` is
+    what the engine reads, one item per batch, so the engine's per-item work
+    is per batch) and sends them pickled.  A partial batch is sent when the
+    input is about to block (a stall hook), so a slow input still streams.
+    ``acquire()`` is called before a batch is started (it bounds the batches
+    in flight)."""
+
+    def __init__(self, pool, size, acquire):
+        self.pool = pool
+        self.size = size
+        self.acquire = acquire
+        self.buf = []
+        self.done = None
+        self.thread = None
+        self.n = 0
+
+    def group(self, samples):
+        self.thread = threading.get_ident()
+        yield []  # the engine hands over its ``done`` with the first item
+        size = self.size
+        acquire = self.acquire
+        for sample in samples:
+            buf = self.buf
+            if not buf:
+                acquire()
+            buf.append(sample)
+            if len(buf) >= size:
+                self.buf = []
+                yield buf
+
+    def submit(self, index, batch, done):
+        self.done = done
+        if batch:
+            self._send(batch)
+
+    def flush(self):
+        if not self.buf or self.done is None or threading.get_ident() != self.thread:
+            return
+        batch, self.buf = self.buf, []
+        self._send(batch)
+
+    def _send(self, batch):
+        import pickle
+
+        index = self.n
+        self.n += 1
+        done = self.done
+        blob = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
+
+        def reply(data, exc):
+            done(index, (batch, data, exc))
+
+        self.pool.send(blob, reply)
+
+    def finish(self, n_items):
+        self.flush()
+        return self.n
+
+
+def _run_function(samples, fn, parallel, error_handling, ordered, batch, stats, on_error):
+    import pickle
+
+    from ..runtime import stall as urls
+
+    # Batches in flight: enough to keep every worker busy, few enough that
+    # memory stays bounded.
+    window = 2 * parallel + 2
+    slots = threading.Semaphore(window)
+    closing = [False]
+
+    def acquire():
+        if not slots.acquire(blocking=False):
+            while not slots.acquire(timeout=1.0):
+                if closing[0]:
+                    raise SampleFailed("stopped")
+
+    pool = _FnPool(parallel, fn)
+    batcher = _Batcher(pool, batch, acquire)
+    hook = batcher.flush
+    urls._stall_hooks.insert(0, hook)
+    per_sample = _handler(error_handling, stats, on_error, None, True)
+
+    def handle(payload):
+        slots.release()
+        inputs, reply, exc = payload
+        if exc is not None:
+            if isinstance(exc, _WorkerFailed):
+                raise SampleFailed(f"worker process failed: {exc}")
+            raise SampleFailed(f"worker process failed: {type(exc).__name__}: {exc}")
+        for sample, item in zip(inputs, pickle.loads(reply)):
+            key, outputs, error = item[0], item[1], item[2]
+            if error is None:
+                if outputs:  # the common case, without the per-sample handler
+                    yield from outputs
+                else:
+                    yield from per_sample(_Result(key, outputs))
+            else:
+                kept = [sample] if error_handling == "ignore" else []
+                yield from per_sample(_Result(key, kept, error=f"function raised {error}", log=item[3]))
+
+    try:
+        yield from _engine(batcher.group(samples), batcher.submit, 1 << 30, ordered, handle, on_stall=_stall,
+                           finish=batcher.finish)
+    finally:
+        closing[0] = True
+        if hook in urls._stall_hooks:
+            urls._stall_hooks.remove(hook)
+        pool.close()
+
+
+# ---------------------------------------------------------------- text inputs

@@ -1,0 +1,272 @@
+"""Sorting and shuffling samples of any number in bounded memory.
+
+:func:`sort_samples` is an external merge sort.  Samples are collected until
+their in-memory size (counted as Python objects: the dict, its key strings and
+its ``bytes`` values, the record tuple and list slot) reaches ``memory``; the
+collection is then sorted and spilled to a *run* file in a private temporary
+directory under ``tmpdir``.  At the end the runs are merged (at most
+:data:`FANIN` at a time; more runs are first merged into longer runs), each
+run read through a small buffer, so memory stays near ``memory`` plus a fixed
+overhead for any input size.  Inputs that fit in memory are never written to
+disk.
+
+Runs are a sequence of pickled chunks of ``(sortkey, sample)`` records: in a
+measurement on 200,000 three-field samples pickling took 0.9 µs and loading
+0.5 µs per sample, against 29 µs and 42 µs for writing and re-reading them as
+tar with this package's codec, so the spill format is pickle, not tar.  The
+files are private to the process and removed when the iterator ends, fails or
+is closed (Ctrl-C, SIGTERM via :class:`~tarproc.cli.base.Terminated`).
+
+The sort is stable: samples with equal sort keys keep their input order (also
+with ``reverse``), and duplicates are kept.  Samples come out as the same
+dicts of bytes that went in, so they are written byte-identically.
+
+Sort types: ``text`` (bytes order of the field, code-point order of
+``__key__``, which is the UTF-8 byte order, i.e. ``LC_ALL=C sort``), ``int``,
+``float``, and ``shuffle`` (a random key per sample, reproducible with
+``seed``; a shuffle of any size is the same external merge).
+"""
+
+import os
+import sys
+
+from ..errors import BadSample, UsageError
+from ..runtime.procs import pid_alive
+
+#: Most runs merged at once.
+FANIN = 64
+SORTTYPES = ("text", "int", "float", "shuffle")
+_TUPLE = sys.getsizeof((0, 0))
+_SLOT = 8
+
+
+def sample_cost(sample, getsizeof=sys.getsizeof):
+    """Bytes a sample holds in memory as Python objects (dict, field-name
+    strings, ``bytes`` values; shared metadata values like ``__source__`` are
+    not counted)."""
+    total = getsizeof(sample)
+    for k, v in sample.items():
+        total += getsizeof(k)
+        if k[:2] == "__" and k[-2:] == "__" and k != "__key__":
+            continue
+        total += getsizeof(v)
+    return total
+
+
+def key_function(sortkey="__key__", sorttype="text", seed=None):
+    """A function ``sample -> sort key`` for a field name and a sort type."""
+    if sorttype not in SORTTYPES:
+        raise UsageError(f"unknown sort type {sorttype!r} (use {', '.join(SORTTYPES)})")
+    if sorttype == "shuffle":
+        import random
+
+        rnd = random.Random(seed).random
+        return lambda sample: rnd()
+    field = sortkey or "__key__"
+    if sorttype == "text":
+        def text(sample):
+            try:
+                return sample[field]
+            except KeyError:
+                raise BadSample(sample.get("__key__"), f"has no field {field!r} to sort by",
+                                sample.get("__source__")) from None
+
+        return text
+    convert = int if sorttype == "int" else float
+
+    def number(sample):
+        try:
+            value = sample[field]
+        except KeyError:
+            raise BadSample(sample.get("__key__"), f"has no field {field!r} to sort by",
+                            sample.get("__source__")) from None
+        try:
+            return convert(value)
+        except (ValueError, TypeError):
+            raise BadSample(sample.get("__key__"), f"field {field!r} is not {'an int' if convert is int else 'a float'}: "
+                                                   f"{bytes(value[:40])!r}", sample.get("__source__")) from None
+
+    return number
+
+
+def cleanup_stale(tmpdir):
+    """Remove run directories left by ``tarsort`` processes that were killed
+    (SIGKILL gives no chance to clean up).  Returns the paths removed."""
+    import shutil
+
+    removed = []
+    try:
+        names = os.listdir(tmpdir)
+    except OSError:
+        return removed
+    for name in names:
+        parts = name.split("-")
+        if len(parts) < 3 or parts[0] != "tarsort" or not parts[1].isdigit():
+            continue
+        pid = int(parts[1])
+        if pid == os.getpid() or pid_alive(pid):
+            continue
+        path = os.path.join(tmpdir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+class _Runs:
+    """The temporary directory and run files of one sort."""
+
+    def __init__(self, tmpdir):
+        import tempfile
+
+        self.base = tmpdir or tempfile.gettempdir()
+        self.dir = None
+        self.count = 0
+
+    def new_path(self):
+        import tempfile
+
+        if self.dir is None:
+            if not os.path.isdir(self.base):
+                raise UsageError(f"--tmpdir {self.base}: no such directory")
+            cleanup_stale(self.base)
+            try:
+                self.dir = tempfile.mkdtemp(prefix=f"tarsort-{os.getpid()}-", dir=self.base)
+            except OSError as e:
+                raise UsageError(f"--tmpdir {self.base}: cannot create a directory: {e.strerror}") from None
+        self.count += 1
+        return os.path.join(self.dir, f"run-{self.count:06d}.pickle")
+
+    def remove(self):
+        import shutil
+
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+
+def _write_run(path, records, chunk_bytes):
+    """Write ``(sortkey, sample, cost)`` records as pickled chunks of about
+    ``chunk_bytes`` (counted in memory) each."""
+    import pickle
+
+    from ..errors import OutputError
+
+    try:
+        with open(path, "wb", buffering=1 << 20) as f:
+            proto = pickle.HIGHEST_PROTOCOL
+            chunk = []
+            size = 0
+            for key, sample, cost in records:
+                chunk.append((key, sample))
+                size += cost
+                if size >= chunk_bytes:
+                    pickle.dump(chunk, f, proto)  # a fresh memo per chunk: chunks load alone
+                    chunk = []
+                    size = 0
+            if chunk:
+                pickle.dump(chunk, f, proto)
+    except OSError as e:
+        raise OutputError(f"{path}: cannot write a sort run: {e.strerror}") from None
+
+
+def _read_run(path, bufsize):
+    """Yield the ``(sortkey, sample)`` records of a run file, a chunk at a time."""
+    import pickle
+
+    with open(path, "rb", buffering=bufsize) as f:
+        while True:
+            try:
+                chunk = pickle.load(f)
+            except EOFError:
+                break
+            yield from chunk
+            del chunk
+    try:
+        os.unlink(path)  # free the disk as soon as a run is merged
+    except OSError:
+        pass
+
+
+def _merge(iterables, reverse):
+    import heapq
+    from operator import itemgetter
+
+    return heapq.merge(*iterables, key=itemgetter(0), reverse=reverse)
+
+
+def sort_samples(samples, key="__key__", sorttype="text", reverse=False, seed=None,
+                 memory=512 << 20, tmpdir=None, stats=None):
+    """Sort an iterator of samples; returns an iterator of the same samples.
+
+    ``key`` is the field to sort by (default ``__key__``); ``sorttype`` one of
+    ``text``, ``int``, ``float``, ``shuffle``; ``reverse`` sorts descending
+    (still stable); ``seed`` makes ``shuffle`` reproducible.  ``memory`` bounds
+    the samples held in memory (bytes); beyond it sorted runs are spilled to a
+    temporary directory under ``tmpdir`` (default ``$TMPDIR`` or ``/tmp``),
+    which is removed when the iterator is exhausted, fails, or is closed.
+    Close it (``contextlib.closing``) if you stop early.  ``stats``, if given,
+    gets ``runs`` (number of runs spilled)."""
+    if memory < 1:
+        raise UsageError("the memory budget must be positive")
+    keyfunc = key_function(key, sorttype, seed)
+    return _sort(samples, keyfunc, reverse, memory, tmpdir, stats)
+
+
+def _sort(samples, keyfunc, reverse, memory, tmpdir, stats):
+    from operator import itemgetter
+
+    runs = _Runs(tmpdir)
+    paths = []
+    getsizeof = sys.getsizeof
+    per_record = _TUPLE + 8 + _SLOT
+    chunk_bytes = max(64 << 10, memory // (4 * FANIN))
+    try:
+        records = []
+        used = 0
+        for sample in samples:
+            k = keyfunc(sample)
+            cost = sample_cost(sample, getsizeof) + per_record
+            if k is not sample.get("__key__"):
+                cost += getsizeof(k)
+            records.append((k, sample, cost))
+            used += cost
+            if used >= memory:
+                records.sort(key=itemgetter(0), reverse=reverse)
+                path = runs.new_path()
+                _write_run(path, records, chunk_bytes)
+                paths.append(path)
+                records = []
+                used = 0
+        records.sort(key=itemgetter(0), reverse=reverse)
+        if stats is not None:
+            stats.runs = len(paths) + (1 if paths and records else 0)
+        if not paths:
+            for _, sample, _ in records:
+                yield sample
+            return
+        if records:
+            path = runs.new_path()
+            _write_run(path, records, chunk_bytes)
+            paths.append(path)
+        records = None
+        # Merge passes until at most FANIN runs remain, then the final merge.
+        while len(paths) > FANIN:
+            merged = []
+            for i in range(0, len(paths), FANIN):
+                group = paths[i : i + FANIN]
+                if len(group) == 1:
+                    merged.append(group[0])
+                    continue
+                bufsize = max(16 << 10, min(1 << 20, memory // (8 * len(group))))
+                out = runs.new_path()
+                merged_records = ((k, s, sample_cost(s) + per_record)
+                                  for k, s in _merge([_read_run(p, bufsize) for p in group], reverse))
+                _write_run(out, merged_records, chunk_bytes)
+                merged.append(out)
+            paths = merged
+        bufsize = max(16 << 10, min(1 << 20, memory // (8 * len(paths))))
+        for _, sample in _merge([_read_run(p, bufsize) for p in paths], reverse):
+            yield sample
+    finally:
+        runs.remove()

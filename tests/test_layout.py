@@ -1,0 +1,54 @@
+"""The package's layout (DESIGN.md): the flow in folder names, the library
+never imports the CLI layer, no module over 600 lines, `import tarproc` cheap."""
+
+import ast
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+PKG = os.path.join(ROOT, "tarproc")
+LIBRARY = ["core", "sources", "stages", "sinks", "runtime", "jobs"]
+
+
+def _modules(folders):
+    for folder in folders:
+        for name in sorted(os.listdir(os.path.join(PKG, folder))):
+            if name.endswith(".py"):
+                yield os.path.join(PKG, folder, name)
+
+
+def test_flow_folders_exist():
+    for folder in LIBRARY + ["cli"]:
+        assert os.path.isfile(os.path.join(PKG, folder, "__init__.py")), folder
+
+
+def test_library_never_imports_the_cli():
+    offenders = []
+    for path in list(_modules(LIBRARY)) + [os.path.join(PKG, f) for f in os.listdir(PKG) if f.endswith(".py")]:
+        tree = ast.parse(open(path).read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                mod = node.module or ""
+                if "cli" in mod.split(".") or (node.level and any(a.name == "cli" for a in node.names)):
+                    offenders.append(f"{path}:{node.lineno}")
+            elif isinstance(node, ast.Import):
+                offenders += [f"{path}:{node.lineno}" for a in node.names if a.name.startswith("tarproc.cli")]
+    assert offenders == []
+
+
+def test_no_module_over_600_lines():
+    big = {}
+    for path in _modules(LIBRARY + ["cli"]):
+        n = sum(1 for _ in open(path))
+        if n > 600:
+            big[os.path.relpath(path, ROOT)] = n
+    assert big == {}
+
+
+def test_import_tarproc_loads_nothing_heavy():
+    code = ("import sys, tarproc; heavy = [m for m in ('numpy', 'PIL', 'multiprocess', 'typer', 'rich') "
+            "if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
