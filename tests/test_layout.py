@@ -9,7 +9,7 @@ import sys
 from conftest import ROOT
 
 PKG = os.path.join(ROOT, "tarproc")
-LIBRARY = ["core", "sources", "stages", "sinks", "runtime", "jobs", "serve"]
+LIBRARY = ["core", "sources", "stages", "sinks", "runtime", "jobs", "server"]
 
 
 def _modules(folders):

@@ -88,7 +88,7 @@ def tarserve(
     import signal
 
     from ..errors import TarprocError, UsageError
-    from ..serve import Server
+    from ..server import Server
 
     if token is None:
         token = os.environ.get("TARPROC_SERVE_TOKEN") or None

@@ -11,7 +11,7 @@ for byte the offline output::
 
 **One process per response.**  The front is a small HTTP/1.1 server on the
 standard library's sockets, one thread per connection.  Each response is
-computed by a fresh child process (``tarproc.serve.transform.job_main``,
+computed by a fresh child process (``tarproc.server.transform.job_main``,
 in its own process group) that reads the shard and writes the tar to a pipe;
 the connection's thread relays the pipe as HTTP chunks.  That gives:
 
@@ -313,7 +313,10 @@ class Server:
             if not data:
                 raise ConnectionError("client closed before sending a request")
             buf += data
-        head = bytes(buf[:buf.index(b"\r\n\r\n")])
+        end = buf.index(b"\r\n\r\n")
+        if end > MAX_HEAD:
+            raise _Refused(431, "request head too large")
+        head = bytes(buf[:end])
         lines = head.split(b"\r\n")
         if len(lines[0]) > MAX_REQUEST_LINE:
             raise _Refused(414, "request line too long")
@@ -421,7 +424,7 @@ class Server:
 
     def _stream(self, conn, name, url):
         """Run the job of one shard and relay its output as chunks."""
-        argv = [sys.executable, "-c", "from tarproc.serve.transform import job_main; job_main()",
+        argv = [sys.executable, "-c", "from tarproc.server.transform import job_main; job_main()",
                 self.options_json, url, name]
         with self._lock:
             if self._stopping:
