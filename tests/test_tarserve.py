@@ -144,6 +144,17 @@ def descendants(pid):
     return out
 
 
+def identity(pid):
+    """(pid, start time, command line) of a live process, or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            start = f.read().rsplit(")", 1)[1].split()[19]
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return pid, start, f.read().replace(b"\0", b" ")[:200]
+    except (OSError, IndexError):
+        return None
+
+
 def wait_for(pred, timeout=15):
     deadline = time.monotonic() + timeout
     while not pred():
@@ -382,11 +393,12 @@ def test_first_sample_before_the_source_ends_and_disconnect_kills_work(data, ser
     got = _read_until(c, b"SAMPLE 0 !")
     assert b"SAMPLE 0 !" in got and not upstream.release.is_set()  # streamed while the source waits
     assert got.startswith(b"HTTP/1.1 200") and b"Transfer-Encoding: chunked" in got
-    work = descendants(s.proc.pid)
+    work = [identity(p) for p in descendants(s.proc.pid)]
     assert len(work) >= 4, work  # job process, curl, two --map workers
     c.close()  # the client goes away
     assert wait_for(lambda: not descendants(s.proc.pid)), descendants(s.proc.pid)
-    assert not [p for p in work if os.path.exists(f"/proc/{p}")]
+    assert wait_for(lambda: not [w for w in work if w is not None and identity(w[0]) == w]), \
+        [identity(w[0]) for w in work if w is not None]  # none left, not even reparented
     assert "client went away" in s.text()
     # the server still serves
     upstream.release.set()
