@@ -1,90 +1,172 @@
-"""What every command shares: option bundles, error-to-exit-code mapping,
-signal and broken-pipe handling, verbose and progress output.
+"""What every command shares: the typer app factory, option bundles (defined
+once, used by every command that has the option), the error-to-exit-code
+mapping, signal and broken-pipe handling, and the one progress line.
 
-Commands are built on :mod:`argparse` (standard library, ~20 ms to start),
-not typer (120-200 ms here with pydantic and rich): every stage of a
-pipeline pays the start-up, see ``bench/startup.py``.
+Every command is a single-command typer app (shell completion with
+``--install-completion`` / ``--show-completion``; help and parsing from one
+definition).  typer is pinned to 0.27.x: 0.28+ imports pydantic at start-up
+(see README.md, "Design decisions", and ``bench/startup.py``).  rich is never
+imported by a command: help and usage errors are click's plain formatting
+(``rich_markup_mode=None``), and the progress line is drawn here.
+
+Adding an option to a command: declare a parameter with one of the bundles
+below (``count: Count = None``) or a new ``Annotated[type, typer.Option(...)]``;
+a new shared option belongs here, once.
 """
 
-import argparse
 import os
 import signal
 import sys
+from typing import Annotated, List, Optional
+
+import typer
 
 from ..errors import EXIT_USAGE, TarprocError, UsageError
 
+# ---------------------------------------------------------------- option bundles
 
-class _Version(argparse.Action):
-    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
-        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
-    def __call__(self, parser, namespace, values, option_string=None):
+def opt(*decls, help, metavar=None, **kw):
+    """A typer option whose help text says its own default (typer's
+    ``[default: ...]`` is turned off: our texts say it in words)."""
+    return typer.Option(*decls, help=help, metavar=metavar, show_default=False, **kw)
+
+
+def nonneg(what="N", hint=None):
+    """A parser for counts: an integer >= 0.  ``hint`` is added to the
+    message for a value that is not a number (an old flag's meaning)."""
+
+    def parse(text):
+        try:
+            value = int(text)
+        except (TypeError, ValueError):
+            raise typer.BadParameter(f"{text!r} is not a whole number" + (f"; {hint}" if hint else "")) from None
+        if value < 0:
+            raise typer.BadParameter(f"{value} is negative (must be 0 or more)")
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
+def positive(what="N"):
+    """A parser for an integer >= 1."""
+
+    def parse(text):
+        try:
+            value = int(text)
+        except (TypeError, ValueError):
+            raise typer.BadParameter(f"{text!r} is not a whole number") from None
+        if value < 1:
+            raise typer.BadParameter(f"{value} must be at least 1")
+        return value
+
+    parse.__name__ = what
+    return parse
+
+
+INPUTS_HELP = ("input shards: paths, '-', pipe:CMD, http(s)://, gs://, s3://; brace patterns like "
+               "shard-{0000..0146}.tar are expanded (default: stdin)")
+OUTPUT_HELP = ("output URL; compression from the name (.tgz .tar.gz .tar.bz2 .tar.xz .tar.zst) "
+               "(default: stdout)")
+FIELDS_HELP = ("keep only these fields: 'jpg cls'; 'jpg;png' takes the first present; 'img=jpg;png' "
+               "renames; samples missing one are skipped")
+
+Inputs = Annotated[Optional[List[str]], typer.Argument(metavar="[URL]...", help=INPUTS_HELP, show_default=False)]
+FileList = Annotated[Optional[str], opt("-T", "--filelist", metavar="FILE",
+                                        help="read input URLs from FILE, one per line ('-' for stdin)")]
+BraceExpand = Annotated[bool, opt("-b", "--braceexpand", hidden=True,
+                                  help="accepted for compatibility (patterns are always expanded)")]
+Output = Annotated[str, opt("-o", "--output", metavar="URL", help=OUTPUT_HELP)]
+Count = Annotated[Optional[int], opt("-c", "--count", metavar="N", parser=nonneg(),
+                                     help="stop after N samples (and stop reading)")]
+Skip = Annotated[int, opt("-s", "--skip", metavar="N", parser=nonneg(), help="skip the first N samples")]
+Slice = Annotated[Optional[str], opt("--slice", metavar="START:STOP[:STEP]", help="keep samples by index")]
+Fields = Annotated[Optional[str], opt("-f", "--fields", metavar="SPEC", help=FIELDS_HELP)]
+Verbose = Annotated[bool, opt("-v", "--verbose", help="report inputs and a final summary on stderr")]
+Quiet = Annotated[bool, opt("-q", "--quiet", help="no warnings, only errors")]
+ProgressFlag = Annotated[Optional[bool], opt("--progress/--no-progress",
+                                             help="a progress bar on stderr (default: when stderr is a terminal)")]
+Strict = Annotated[bool, opt("--strict", help="treat a shard that ends without the end-of-archive marker "
+                                              "as an error")]
+Seed = Annotated[Optional[int], opt("--seed", metavar="N", help="random seed (reproducible order)")]
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _epilog(examples, notes):
+    # click rewraps paragraphs unless they start with a line holding only \b
+    text = "\b\nexamples:\n" + "\n".join("  " + line for line in examples.strip("\n").splitlines())
+    for para in notes.strip("\n").split("\n\n") if notes.strip() else []:
+        text += "\n\n\b\n" + para.strip("\n")
+    return text
+
+
+def _show_version(value):
+    if value:
         from importlib.metadata import PackageNotFoundError, version
 
         try:
             v = version("tarproc")
         except PackageNotFoundError:
             v = "unknown (not installed)"
-        print(f"{parser.prog} (tarproc) {v}")
-        parser.exit()
+        typer.echo(f"{_PROG[0]} (tarproc) {v}")
+        raise typer.Exit(0)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+_PROG = ["tarproc"]  # the program name of this process, set by run()
+
+_VERSION = typer.Option("--version", help="show the version and exit", is_eager=True,
+                        callback=_show_version, show_default=False)
+_DEBUG = typer.Option("--debug", help="show the Python traceback of an error", show_default=False)
 
 
-def make_parser(prog, summary, examples, notes=""):
-    """A parser whose help ends with examples (every command has some)."""
-    epilog = "examples:\n" + "\n".join("  " + line for line in examples.strip("\n").splitlines())
-    if notes:
-        epilog += "\n\n" + notes.strip("\n")
-    p = _Parser(prog=prog, description=summary, epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action=_Version, help="show the version and exit")
-    p.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
-    return p
+def command(summary, examples, notes="", context=None):
+    """Decorator: make ``fn`` the one command of a typer app (kept as
+    ``fn.app``), with ``--version``, ``--debug``, shell completion and a help
+    that ends with ``examples`` (every command has some) and ``notes``."""
+    import functools
+    import inspect
+
+    def deco(fn):
+        app = typer.Typer(add_completion=True, rich_markup_mode=None, pretty_exceptions_enable=False,
+                          context_settings=dict(CONTEXT, **(context or {})))
+
+        @functools.wraps(fn)
+        def wrapper(**kw):
+            kw.pop("version", None)
+            kw.pop("debug", None)
+            try:
+                return fn(**kw)
+            except BrokenPipeError:  # before typer's own handler (which exits 1)
+                _quiet_sigpipe()
+
+        sig = inspect.signature(fn)
+        extra = [inspect.Parameter("debug", inspect.Parameter.KEYWORD_ONLY, default=False,
+                                   annotation=Annotated[bool, _DEBUG]),
+                 inspect.Parameter("version", inspect.Parameter.KEYWORD_ONLY, default=False,
+                                   annotation=Annotated[bool, _VERSION])]
+        params = list(sig.parameters.values())
+        params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) if p.kind == p.POSITIONAL_OR_KEYWORD else p
+                  for p in params]
+        wrapper.__signature__ = sig.replace(parameters=params + extra)
+        wrapper.__annotations__ = dict(getattr(fn, "__annotations__", {}),
+                                       debug=extra[0].annotation, version=extra[1].annotation)
+        app.command(help=summary, epilog=_epilog(examples, notes))(wrapper)
+        wrapper.app = app
+        return wrapper
+
+    return deco
 
 
-def add_inputs(p, nargs="*"):
-    p.add_argument("inputs", nargs=nargs, metavar="URL",
-                   help="input shards: paths, '-', pipe:CMD, http(s)://, gs://, s3://; brace patterns "
-                        "like shard-{0000..0146}.tar are expanded (default: stdin)")
-    p.add_argument("-T", "--filelist", metavar="FILE", help="read input URLs from FILE, one per line ('-' for stdin)")
-    p.add_argument("-b", "--braceexpand", action="store_true", help=argparse.SUPPRESS)
+class Args:
+    """The parsed options as attributes (``args.count``), for the helpers below."""
 
+    def __init__(self, values):
+        self.__dict__.update(values)
 
-def add_output(p, default="-"):
-    p.add_argument("-o", "--output", default=default, metavar="URL",
-                   help=f"output URL; compression from the name (.tgz .tar.gz .tar.bz2 .tar.xz .tar.zst) "
-                        f"(default: {'stdout' if default == '-' else default})")
-
-
-def add_selection(p, count_flag=True):
-    if count_flag:
-        p.add_argument("-c", "--count", type=int, default=None, metavar="N",
-                       help="stop after N samples (and stop reading)")
-    p.add_argument("-s", "--skip", type=int, default=0, metavar="N", help="skip the first N samples")
-    p.add_argument("--slice", default=None, metavar="START:STOP[:STEP]", help="keep samples by index")
-
-
-def add_fields(p, flag=("-f", "--fields")):
-    p.add_argument(*flag, dest="fields", default=None, metavar="SPEC",
-                   help="keep only these fields: 'jpg cls'; 'jpg;png' takes the first present; "
-                        "'img=jpg;png' renames; samples missing one are skipped")
-
-
-def add_verbosity(p):
-    p.add_argument("-v", "--verbose", action="store_true", help="report inputs and a final summary on stderr")
-    p.add_argument("-q", "--quiet", action="store_true", help="no warnings, only errors")
-    p.add_argument("--progress", dest="progress", action="store_true", default=None,
-                   help="show a progress line on stderr (default: when stderr is a terminal)")
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="never show progress")
-
-
-def add_strict(p):
-    p.add_argument("--strict", action="store_true",
-                   help="treat a shard that ends without the end-of-archive marker as an error")
+    def __getattr__(self, name):  # an option this command does not have
+        return None
 
 
 def parse_size(text):
@@ -106,53 +188,122 @@ def parse_size(text):
     return int(value)
 
 
-class Reporter:
-    """Diagnostics on stderr: warnings (unless quiet), verbose lines, and a
-    progress line that is shown only on a terminal (or when asked)."""
+# ---------------------------------------------------------------- progress
 
-    def __init__(self, prog, verbose=False, quiet=False, progress=None):
+
+def _human(n, unit):
+    if unit != "B":
+        return f"{n:,.0f}" if n >= 1000 else f"{n:.0f}"
+    for u in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or u == "TB":
+            return f"{n:.0f} {u}" if u == "B" else f"{n:.1f} {u}"
+        n /= 1000.0
+
+
+def _clock(seconds):
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class Progress:
+    """The one progress line of every command, on stderr.
+
+    With a known ``total``: a bar with percent, rate and ETA; without: a
+    counter with rate and elapsed time.  Shown when ``enabled`` (default:
+    when stderr is a terminal; ``--progress``/``--no-progress`` decide), at
+    most 4 times a second, redrawn in place (``\\r`` … erase to end of line);
+    :meth:`clear` erases it before other output goes to stderr.  Drawn here
+    rather than with rich's Live display: the line must be cleared and
+    redrawn around lines other threads write (kujob's children), and a
+    command that never shows it pays no import."""
+
+    WIDTH = 20
+
+    def __init__(self, prog, enabled=None, total=None, unit="samples"):
         self.prog = prog
-        self.verbose = verbose
-        self.quiet = quiet
-        self.progress = sys.stderr.isatty() if progress is None else progress
+        self.enabled = sys.stderr.isatty() if enabled is None else bool(enabled)
+        self.total = total
+        self.unit = unit
+        self.shown = False
         self._last = 0.0
-        self._shown = False
+        self._start = None
 
-    def warn(self, message):
-        if not self.quiet:
-            self._clear()
-            print(f"{self.prog}: warning: {message}", file=sys.stderr, flush=True)
-
-    def say(self, message):
-        """A line on stderr whatever the verbosity (failures, summaries)."""
-        self._clear()
-        print(f"{self.prog}: {message}", file=sys.stderr, flush=True)
-
-    def info(self, message):
-        if self.verbose:
-            self._clear()
-            print(f"{self.prog}: {message}", file=sys.stderr, flush=True)
-
-    def tick(self, stats):
-        if not self.progress:
+    def update(self, done, text=None, force=False):
+        if not self.enabled:
             return
         import time
 
         now = time.monotonic()
-        if now - self._last < 0.25:
+        if self._start is None:
+            self._start = now
+        if not force and now - self._last < 0.25:
             return
         self._last = now
-        sys.stderr.write(f"\r{self.prog}: {stats.read} read, {stats.written} written \x1b[K")
+        elapsed = now - self._start
+        rate = done / elapsed if elapsed > 0 else 0.0
+        unit = "" if self.unit == "B" else " " + self.unit
+        rate_text = f"{_human(rate, self.unit)}{unit}/s"
+        head = f"{self.prog}: " + (text + " " if text else "")
+        if self.total:
+            frac = min(1.0, done / self.total)
+            filled = int(frac * self.WIDTH)
+            bar = "#" * filled + "-" * (self.WIDTH - filled)
+            eta = _clock((self.total - done) / rate) if rate > 0 and done < self.total else "-:--:--"
+            amount = "" if text else f"{_human(done, self.unit)}/{_human(self.total, self.unit)}{unit} "
+            line = f"{head}{frac * 100:3.0f}% [{bar}] {amount}{rate_text}, ETA {eta}"
+        else:
+            amount = "" if text else f"{_human(done, self.unit)}{unit}, "
+            line = f"{head}{amount}{rate_text}, {_clock(elapsed)}"
+        sys.stderr.write(f"\r{line}\x1b[K")
         sys.stderr.flush()
-        self._shown = True
+        self.shown = True
 
-    def _clear(self):
-        if self._shown:
+    def clear(self):
+        if self.shown:
             sys.stderr.write("\r\x1b[K")
-            self._shown = False
+            sys.stderr.flush()
+            self.shown = False
+
+
+class Reporter:
+    """Diagnostics on stderr: warnings (unless quiet), verbose lines, and the
+    progress line (see :class:`Progress`)."""
+
+    def __init__(self, prog, verbose=False, quiet=False, progress=None, total=None, unit="samples"):
+        self.prog = prog
+        self.verbose = verbose
+        self.quiet = quiet
+        self.bar = Progress(prog, progress, total, unit)
+        self.position = None  # bytes read so far, when the total is in bytes
+
+    @property
+    def progress(self):
+        return self.bar.enabled
+
+    def warn(self, message):
+        if not self.quiet:
+            self.bar.clear()
+            print(f"{self.prog}: warning: {message}", file=sys.stderr, flush=True)
+
+    def say(self, message):
+        """A line on stderr whatever the verbosity (failures, summaries)."""
+        self.bar.clear()
+        print(f"{self.prog}: {message}", file=sys.stderr, flush=True)
+
+    def info(self, message):
+        if self.verbose:
+            self.bar.clear()
+            print(f"{self.prog}: {message}", file=sys.stderr, flush=True)
+
+    def tick(self, stats, done=None):
+        if not self.bar.enabled:
+            return
+        if done is None:
+            done = self.position if self.position is not None else stats.read
+        self.bar.update(done)
 
     def done(self, stats, force=False):
-        self._clear()
+        self.bar.clear()
         if self.verbose or force:
             print(f"{self.prog}: {stats.summary()}", file=sys.stderr, flush=True)
 
@@ -171,6 +322,9 @@ def progress_stage(reporter, stats):
     return stage
 
 
+# ---------------------------------------------------------------- running a command
+
+
 class Terminated(BaseException):
     """Raised in the main thread on SIGTERM so cleanup code runs."""
 
@@ -179,21 +333,50 @@ def _on_sigterm(signum, frame):
     raise Terminated()
 
 
-def run(prog, main, argv=None):
-    """Run ``main(argv)`` as command ``prog`` and exit with its status.
+def _usage_error(prog, e):
+    """A click usage error as two lines: the usage, and what was wrong."""
+    ctx = getattr(e, "ctx", None)
+    usage = ctx.get_usage().strip() if ctx is not None else ""
+    if usage:
+        print(usage.splitlines()[0], file=sys.stderr)
+    message = e.format_message() if hasattr(e, "format_message") else str(e)
+    print(f"{prog}: error: {message}", file=sys.stderr)
 
-    Library errors become one line on stderr and their exit code; a closed
+
+def run(prog, cmd, argv=None):
+    """Run the typer command ``cmd`` (a function made by :func:`command`) as
+    program ``prog`` and exit with its status.
+
+    Usage errors are the usage line and one error line, exit 2.  Library
+    errors become one line on stderr and their exit code; a closed
     downstream pipe ends the command quietly (exit by SIGPIPE, like ``cat``);
     Ctrl-C and SIGTERM run cleanup and exit 130/143.  ``--debug`` (or
     ``TARPROC_DEBUG=1``) shows the traceback."""
-    argv = sys.argv[1:] if argv is None else argv
+    from typer._click.exceptions import ClickException, UsageError as ClickUsageError
+    from typer.main import get_command
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    _PROG[0] = prog
     debug = "--debug" in argv or os.environ.get("TARPROC_DEBUG") == "1"
     signal.signal(signal.SIGTERM, _on_sigterm)
+    code = 0
     try:
-        code = main(argv) or 0
+        code = get_command(cmd.app).main(argv, prog_name=prog, standalone_mode=False)
+        code = code if isinstance(code, int) else 0
+        if code == 130:
+            print(f"{prog}: interrupted", file=sys.stderr)
         sys.stdout.flush()
     except BrokenPipeError:
         _quiet_sigpipe()
+    except ClickException as e:
+        if isinstance(e, ClickUsageError):
+            _usage_error(prog, e)
+        else:
+            print(f"{prog}: error: {e.format_message()}", file=sys.stderr)
+        code = EXIT_USAGE
+    except typer.Abort:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        code = 130
     except TarprocError as e:
         if debug:
             import traceback
@@ -246,13 +429,77 @@ def _quiet_sigpipe():
     os._exit(141)
 
 
-def read_inputs(args, rep, stats, urls=None):
-    """The samples of every input in turn (``-v`` names each one)."""
-    from ..samples import iter_samples
+# ---------------------------------------------------------------- inputs
 
-    for url in open_inputs(args) if urls is None else urls:
+
+def refuse_terminal(prog, urls, what="a tar archive"):
+    """No input named and stdin is a terminal: nobody types a tar archive,
+    so say what is wanted instead of waiting silently (exit 2)."""
+    if "-" in urls and sys.stdin is not None and sys.stdin.isatty() and not os.environ.get("TARPROC_ALLOW_TTY"):
+        raise UsageError(f"reading {what} from stdin, which is a terminal: give a file or URL, or pipe "
+                         f"one in (see {prog} --help)")
+
+
+def open_inputs(args, prog=None):
+    """The list of input URLs from positional arguments and ``-T`` (stdin
+    when none is given, refused when stdin is a terminal)."""
+    from ..urls import expand_urls
+
+    urls = expand_urls(args.inputs or [], args.filelist)
+    refuse_terminal(prog or _PROG[0], urls)
+    return urls
+
+
+def _sizes(urls):
+    """The total size of local, uncompressed input files (progress in
+    bytes), or ``None`` when any input is not such a file."""
+    if len(urls) > 10000:
+        return None
+    total = 0
+    sizes = []
+    for url in urls:
+        if url == "-" or ":" in url.split("/", 1)[0]:
+            return None
+        try:
+            with open(url, "rb") as f:
+                magic = f.read(6)
+                size = os.fstat(f.fileno()).st_size
+        except OSError:
+            return None
+        if magic[:2] == b"\x1f\x8b" or magic[:3] == b"BZh" or magic[:6] == b"\xfd7zXZ\x00" \
+                or magic[:4] == b"\x28\xb5\x2f\xfd":
+            return None
+        sizes.append(size)
+        total += size
+    return sizes
+
+
+def read_inputs(args, rep, stats, urls=None):
+    """The samples of every input in turn (``-v`` names each one).  When
+    the progress line is on and every input is a local uncompressed file,
+    its total is their size and the position is estimated from the members
+    read (each: a 512-byte header and its data rounded up to 512)."""
+    from ..samples import is_meta, iter_samples
+
+    urls = open_inputs(args) if urls is None else urls
+    sizes = _sizes(urls) if rep.progress else None
+    if sizes is not None:
+        rep.bar.total, rep.bar.unit, rep.position = sum(sizes), "B", 0
+    base = 0
+    for n, url in enumerate(urls):
         rep.info(f"reading {'stdin' if url == '-' else url}")
-        yield from iter_samples([url], stats, strict=args.strict, warn=rep.warn)
+        samples = iter_samples([url], stats, strict=args.strict, warn=rep.warn)
+        if sizes is None:
+            yield from samples
+            continue
+        here = 0
+        for sample in samples:
+            here += sum(512 + (len(v) + 511) // 512 * 512 for k, v in sample.items()
+                        if not is_meta(k) and hasattr(v, "__len__"))
+            rep.position = base + min(here, sizes[n])
+            yield sample
+        base += sizes[n]
+        rep.position = base
 
 
 def selection_stages(args, middle=(), slice_parser=None):
@@ -271,10 +518,3 @@ def selection_stages(args, middle=(), slice_parser=None):
     if getattr(args, "count", None) is not None:
         stages.append(S.take(args.count))
     return stages
-
-
-def open_inputs(args):
-    """The list of input URLs from positional arguments and ``-T``."""
-    from ..urls import expand_urls
-
-    return expand_urls(args.inputs, args.filelist)

@@ -1,11 +1,13 @@
 """kujob: run one command per shard, here (a small process pool) or on
 Kubernetes (an Indexed Job whose pods run kujob for their own shard)."""
 
-import argparse
 import os
 import sys
+from typing import Annotated, List, Optional
 
-from .base import add_verbosity, make_parser, run
+import typer
+
+from .base import Args, ProgressFlag, Quiet, Verbose, command, opt, run
 
 EXAMPLES = """
 kujob -s '{0000..0009}' -j 4 -- tarcat -c 100 in-{}.tar -o small-{}.tar
@@ -34,51 +36,70 @@ exit status: 0 every shard ok (or skipped by --done-if), 1 some shards failed
 found, kubectl missing for --apply)."""
 
 
-def build_parser(prog="kujob"):
-    p = make_parser(prog, "Run a command once per shard id: locally with a process pool, "
-                          "or on Kubernetes as an Indexed Job.", EXAMPLES, NOTES)
-    p.add_argument("-s", "--shards", action="append", default=[], metavar="PATTERN", required=True,
-                   help="shard ids as a brace pattern, e.g. '{0000..0999}' or '{a,b,c}-{0..3}' "
-                        "(repeat to add more)")
-    p.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
-                   help=f"run N shards at once (default: the number of cores, {os.cpu_count() or 1} here)")
-    p.add_argument("--retries", type=int, default=0, metavar="N",
-                   help="run a failing shard up to N more times (on Kubernetes: backoffLimitPerIndex)")
-    p.add_argument("--done-if", metavar="TEMPLATE",
-                   help="skip a shard when this file or URL exists, e.g. 'ocr-{}.tar' (tarproc writes "
-                        "files atomically, so an existing output is complete); a shard that exits 0 "
-                        "without creating it counts as failed")
-    p.add_argument("-n", "--dry-run", action="store_true",
-                   help="print the command of every shard that would run (one per line) and exit")
-    g = p.add_argument_group("one shard (what each Kubernetes pod runs)")
-    g.add_argument("--index", metavar="N", default=None,
-                   help="run only the shard at 0-based position N of the pattern")
-    g.add_argument("--index-from-env", action="store_true",
-                   help="take N from $JOB_COMPLETION_INDEX (set by Kubernetes in an Indexed Job)")
-    k = p.add_argument_group("Kubernetes (print a batch/v1 Indexed Job manifest as JSON)")
-    k.add_argument("--k8s", action="store_true", help="print the Job manifest instead of running")
-    k.add_argument("--image", metavar="IMAGE", help="container image with tarproc and the command installed")
-    k.add_argument("--name", metavar="NAME",
-                   help="Job name, a DNS-1123 label (default: kujob-<program>-<hash of the job>)")
-    k.add_argument("--namespace", metavar="NS", help="namespace of the Job (default: kubectl's)")
-    k.add_argument("--parallelism", type=int, default=None, metavar="P",
-                   help="pods at once (default: the number of shards, at most 100)")
-    k.add_argument("--cpu", default="1", metavar="N", help="CPU request and limit per pod, e.g. 16 or 500m (default: 1)")
-    k.add_argument("--memory", default="2Gi", metavar="M",
-                   help="memory request and limit per pod, e.g. 8Gi (default: 2Gi)")
-    k.add_argument("--max-failed", type=int, default=None, metavar="N",
-                   help="fail the whole Job once more than N shards have failed (maxFailedIndexes; "
-                        "default: run every shard)")
-    k.add_argument("-e", "--env", action="append", default=[], metavar="NAME=VALUE",
-                   help="environment variable for the pods (repeatable)")
-    k.add_argument("--ttl", type=int, default=None, metavar="SECONDS",
-                   help="delete the finished Job after SECONDS (ttlSecondsAfterFinished)")
-    k.add_argument("--kujob", default="kujob", metavar="PATH", help="kujob inside the image (default: kujob)")
-    k.add_argument("--apply", action="store_true",
-                   help="pipe the manifest to 'kubectl apply -f -' (KUJOB_KUBECTL overrides the kubectl command)")
-    add_verbosity(p)
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command, with {} for the shard id")
-    return p
+@command("Run a command once per shard id: locally with a process pool, or on Kubernetes as an Indexed Job.",
+         EXAMPLES, NOTES, context={"allow_interspersed_args": False})
+def kujob_command(
+    shards: Annotated[List[str], opt("-s", "--shards", metavar="PATTERN",
+                      help="shard ids as a brace pattern, e.g. '{0000..0999}' or '{a,b,c}-{0..3}' (repeat to add "
+                           "more)")],
+    jobs: Annotated[Optional[int], opt("-j", "--jobs", metavar="N",
+                    help=f"run N shards at once (default: the number of cores, {os.cpu_count() or 1} "
+                         f"here)")] = None,
+    retries: Annotated[int, opt("--retries", metavar="N",
+                       help="run a failing shard up to N more times (on Kubernetes: "
+                            "backoffLimitPerIndex)")] = 0,
+    done_if: Annotated[Optional[str], opt("--done-if", metavar="TEMPLATE",
+                       help="skip a shard when this file or URL exists, e.g. 'ocr-{}.tar' (tarproc writes files "
+                            "atomically, so an existing output is complete); a shard that exits 0 without "
+                            "creating it counts as failed")] = None,
+    dry_run: Annotated[bool, opt("-n", "--dry-run",
+                       help="print the command of every shard that would run (one per line) and exit")] = False,
+    index: Annotated[Optional[str], opt("--index", metavar="N",
+                     help="one shard (what each Kubernetes pod runs): run only the shard at 0-based position N "
+                          "of the pattern")] = None,
+    index_from_env: Annotated[bool, opt("--index-from-env",
+                              help="take N from $JOB_COMPLETION_INDEX (set by Kubernetes in an Indexed "
+                                   "Job)")] = False,
+    k8s: Annotated[bool, opt("--k8s", help="print a batch/v1 Indexed Job manifest as JSON instead of "
+                                           "running")] = False,
+    image: Annotated[Optional[str], opt("--image", metavar="IMAGE",
+                     help="container image with tarproc and the command installed")] = None,
+    name: Annotated[Optional[str], opt("--name", metavar="NAME",
+                    help="Job name, a DNS-1123 label (default: kujob-<program>-<hash of the job>)")] = None,
+    namespace: Annotated[Optional[str], opt("--namespace", metavar="NS",
+                         help="namespace of the Job (default: kubectl's)")] = None,
+    parallelism: Annotated[Optional[int], opt("--parallelism", metavar="P",
+                           help="pods at once (default: the number of shards, at most 100)")] = None,
+    cpu: Annotated[str, opt("--cpu", metavar="N",
+                   help="CPU request and limit per pod, e.g. 16 or 500m (default: 1)")] = "1",
+    memory: Annotated[str, opt("--memory", metavar="M",
+                      help="memory request and limit per pod, e.g. 8Gi (default: 2Gi)")] = "2Gi",
+    max_failed: Annotated[Optional[int], opt("--max-failed", metavar="N",
+                          help="fail the whole Job once more than N shards have failed (maxFailedIndexes; "
+                               "default: run every shard)")] = None,
+    env: Annotated[Optional[List[str]], opt("-e", "--env", metavar="NAME=VALUE",
+                   help="environment variable for the pods (repeatable)")] = None,
+    ttl: Annotated[Optional[int], opt("--ttl", metavar="SECONDS",
+                   help="delete the finished Job after SECONDS (ttlSecondsAfterFinished)")] = None,
+    kujob: Annotated[str, opt("--kujob", metavar="PATH",
+                     help="kujob inside the image (default: kujob)")] = "kujob",
+    apply: Annotated[bool, opt("--apply", help="pipe the manifest to 'kubectl apply -f -' (KUJOB_KUBECTL "
+                                               "overrides the kubectl command)")] = False,
+    verbose: Verbose = False,
+    quiet: Quiet = False,
+    progress: ProgressFlag = None,
+    command_: Annotated[Optional[List[str]], typer.Argument(
+        metavar="-- COMMAND...", show_default=False, help="the command, with {} for the shard id")] = None,
+):
+    from .base import _PROG
+
+    args = Args(locals())
+    args.command = list(args.command_ or [])
+    args.env = list(args.env or [])
+    return main(args, _AFTER[0], _PROG[0])
+
+
+_AFTER = [None]  # the command after '--', split off before parsing (see entry)
 
 
 def split_argv(argv):
@@ -92,49 +113,36 @@ def split_argv(argv):
 
 
 class Progress:
-    """``kujob: 12/1000 done, 3 running, 1 failed, 40 skipped`` on a terminal."""
+    """``kujob: 12/1000 done, 3 running, 1 failed, 40 skipped`` and a bar
+    with rate and ETA (the shared progress line of :mod:`.base`)."""
 
     def __init__(self, prog, enabled):
-        self.prog = prog
-        self.enabled = enabled
-        self.shown = False
-        self.last = 0.0
+        from .base import Progress as Line
+
+        self.line = Line(prog, enabled, unit="shards")
+        self.enabled = self.line.enabled
 
     def __call__(self, runner):
         if not self.enabled:
             return
-        import time
-
-        now = time.monotonic()
-        if now - self.last < 0.25:
-            return
-        self.last = now
         c = runner.counts()
         finished = c["ok"] + c["failed"] + c["skipped"]
-        line = f"{self.prog}: {finished}/{len(runner.results)} done, {c['running']} running"
+        text = f"{finished}/{len(runner.results)} done, {c['running']} running"
         if c["failed"]:
-            line += f", {c['failed']} failed"
+            text += f", {c['failed']} failed"
         if c["skipped"]:
-            line += f", {c['skipped']} skipped"
-        line += f", {now - runner.started:.0f} s"
-        sys.stderr.write(f"\r{line}\x1b[K")
-        sys.stderr.flush()
-        self.shown = True
+            text += f", {c['skipped']} skipped"
+        self.line.total = len(runner.results)
+        self.line.update(finished, text)
 
     def clear(self):
-        if self.shown:
-            sys.stderr.write("\r\x1b[K")
-            sys.stderr.flush()
-            self.shown = False
+        self.line.clear()
 
 
-def main(argv, prog="kujob"):
+def main(args, command, prog="kujob"):
     from .. import jobs
     from ..errors import UsageError
 
-    opts, command = split_argv(argv)
-    parser = build_parser(prog)
-    args = parser.parse_args(opts)
     if command is None:
         command = args.command
     elif args.command:
@@ -214,4 +222,5 @@ def main(argv, prog="kujob"):
 
 
 def entry():
-    run("kujob", main)
+    opts, _AFTER[0] = split_argv(sys.argv[1:])
+    run("kujob", kujob_command, opts)

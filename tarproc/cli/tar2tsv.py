@@ -1,6 +1,9 @@
 """tar2tsv: one table row per sample (TSV, CSV or JSON lines)."""
 
-from .base import add_inputs, add_strict, make_parser, read_inputs, run, Reporter, selection_stages
+from typing import Annotated, Literal, Optional
+
+from .base import (Args, BraceExpand, Count, FileList, Inputs, Strict, command, nonneg, opt, read_inputs, run,
+                   Reporter, selection_stages)
 
 EXAMPLES = """
 tar2tsv -f cls small.tar                      # __key__ and cls, with a header row
@@ -20,25 +23,29 @@ Without -f the columns are the fields of the first sample.
 Exit status: 0 ok, 2 bad usage or unreadable input."""
 
 
-def build_parser(prog="tar2tsv"):
-    p = make_parser(prog, "Write one table row per sample: the key and chosen fields.", EXAMPLES, NOTES)
-    add_inputs(p)
-    p.add_argument("-f", "--fields", default=None, metavar="SPEC",
-                   help="columns: 'cls json.label'; 'jpg;png' takes the first present; 'img=jpg;png' "
-                        "names the column (default: the fields of the first sample)")
-    p.add_argument("-c", "--count", type=int, default=None, metavar="N", help="stop after N samples")
-    p.add_argument("--skip", type=int, default=0, metavar="N", help="skip the first N samples")
-    p.add_argument("-s", "--slice", default=None, metavar="SLICE",
-                   help="samples by index, as the original tar2tsv: 'STOP', 'START,STOP[,STEP]' "
-                        "or 'START:STOP[:STEP]'")
-    p.add_argument("--nokey", action="store_true", help="no __key__ column")
-    p.add_argument("--noheader", action="store_true", help="no header row")
-    p.add_argument("--hash", action="store_true", help="binary fields as their sha256 instead of their size")
-    p.add_argument("--format", choices=("tsv", "csv", "jsonl"), default="tsv", help="output format (default tsv)")
-    add_strict(p)
-    p.add_argument("-v", "--verbose", action="store_true", help="report inputs and a summary on stderr")
-    p.add_argument("-q", "--quiet", action="store_true", help="no warnings")
-    return p
+@command("Write one table row per sample: the key and chosen fields.", EXAMPLES, NOTES)
+def tar2tsv_command(
+    inputs: Inputs = None,
+    filelist: FileList = None,
+    fields: Annotated[Optional[str], opt("-f", "--fields", metavar="SPEC",
+                      help="columns: 'cls json.label'; 'jpg;png' takes the first present; 'img=jpg;png' "
+                           "names the column (default: the fields of the first sample)")] = None,
+    count: Count = None,
+    skip: Annotated[int, opt("--skip", metavar="N", parser=nonneg(), help="skip the first N samples")] = 0,
+    slice: Annotated[Optional[str], opt("-s", "--slice", metavar="SLICE",
+                     help="samples by index, as the original tar2tsv: 'STOP', 'START,STOP[,STEP]' or "
+                          "'START:STOP[:STEP]'")] = None,
+    nokey: Annotated[bool, opt("--nokey", help="no __key__ column")] = False,
+    noheader: Annotated[bool, opt("--noheader", help="no header row")] = False,
+    hash: Annotated[bool, opt("--hash", help="binary fields as their sha256 instead of their size")] = False,
+    format: Annotated[Literal["tsv", "csv", "jsonl"], opt("--format",
+                      help="output format (default tsv)")] = "tsv",
+    strict: Strict = False,
+    verbose: Annotated[bool, opt("-v", "--verbose", help="report inputs and a summary on stderr")] = False,
+    quiet: Annotated[bool, opt("-q", "--quiet", help="no warnings")] = False,
+    braceexpand: BraceExpand = False,
+):
+    return main(Args(locals()))
 
 
 def parse_old_slice(text):
@@ -63,17 +70,14 @@ def parse_old_slice(text):
     return slice(*nums)
 
 
-def main(argv, prog="tar2tsv"):
+def main(args, prog="tar2tsv"):
     import sys
 
     from .. import samples as S
     from .. import table as T
     from ..errors import UsageError
 
-    args = build_parser(prog).parse_args(argv)
     rep = Reporter(prog, args.verbose, args.quiet, False)
-    if (args.count is not None and args.count < 0) or args.skip < 0:
-        raise UsageError("--count and --skip must be >= 0")
     columns = T.parse_columns(args.fields) if args.fields else None
     stats = S.Stats()
     stages = selection_stages(args, slice_parser=parse_old_slice)
@@ -101,4 +105,4 @@ def main(argv, prog="tar2tsv"):
 
 
 def entry():
-    run("tar2tsv", main)
+    run("tar2tsv", tar2tsv_command)

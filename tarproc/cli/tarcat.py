@@ -1,8 +1,10 @@
 """tarcat (also tarcats, tarscat): concatenate the samples of tar shards."""
 
-from .base import (add_fields, add_inputs, add_output, add_selection, add_strict, add_verbosity,
-                   make_parser, open_inputs, progress_stage, read_inputs, run, Reporter,
-                   selection_stages)
+from typing import Annotated, Optional
+
+from .base import (BraceExpand, Args, FileList, Fields, Inputs, Output, ProgressFlag, Quiet, Seed, Skip,
+                   Slice, Strict, Verbose, command, nonneg, open_inputs, opt, progress_stage, read_inputs,
+                   run, Reporter, selection_stages)
 
 EXAMPLES = """
 tarcat -c 10 big.tar > small.tar                 # the first 10 samples
@@ -13,31 +15,46 @@ gsutil cat gs://b/big.tgz | tarscat -c 10 > small.tar   # returns at once
 tarcat --cleanup out/                            # remove leftovers of killed writers
 """
 
+NOTES = """\
+Downloaders are not options: gs://, s3://, http(s):// URLs are read with
+gsutil, aws and curl, changed with TARPROC_READ_* (see docs/tarcat.md)."""
 
-def build_parser(prog="tarcat"):
-    p = make_parser(prog, "Concatenate the samples of tar shards into one tar stream.", EXAMPLES)
-    add_inputs(p)
-    add_output(p)
-    add_selection(p)
-    add_fields(p)
-    p.add_argument("--rekey", metavar="FORMAT",
-                   help="new keys from {index}, {key}, {basename}, {dirname}, {source}, e.g. '{index:09d}'")
-    p.add_argument("--shuffle", type=int, default=0, metavar="N",
-                   help="shuffle samples through a buffer of N (and the list of inputs)")
-    p.add_argument("--seed", type=int, default=None, help="random seed for --shuffle")
-    add_strict(p)
-    add_verbosity(p)
-    p.add_argument("--cleanup", metavar="DIR",
-                   help="remove the temporary files (.NAME.PID.tarproc-partial) that killed writers left in DIR, "
-                        "and exit")
-    return p
+DOWNLOADER_HINT = "-c is the sample count; downloaders are set with TARPROC_READ_* (see docs/tarcat.md)"
+
+TarcatCount = Annotated[Optional[int], opt("-c", "--count", metavar="N", parser=nonneg(hint=DOWNLOADER_HINT),
+                                           help="stop after N samples (and stop reading)")]
 
 
-def main(argv, prog="tarcat"):
+@command("Concatenate the samples of tar shards into one tar stream.", EXAMPLES, NOTES)
+def tarcat_command(
+    inputs: Inputs = None,
+    filelist: FileList = None,
+    output: Output = "-",
+    count: TarcatCount = None,
+    skip: Skip = 0,
+    slice: Slice = None,
+    fields: Fields = None,
+    rekey: Annotated[Optional[str], opt("--rekey", metavar="FORMAT",
+                     help="new keys from {index}, {key}, {basename}, {dirname}, {source}, e.g. "
+                          "'{index:09d}'")] = None,
+    shuffle: Annotated[int, opt("--shuffle", metavar="N", parser=nonneg(),
+                       help="shuffle samples through a buffer of N (and the list of inputs)")] = 0,
+    seed: Seed = None,
+    strict: Strict = False,
+    verbose: Verbose = False,
+    quiet: Quiet = False,
+    progress: ProgressFlag = None,
+    cleanup: Annotated[Optional[str], opt("--cleanup", metavar="DIR",
+                       help="remove the temporary files (.NAME.PID.tarproc-partial) that killed writers "
+                            "left in DIR, and exit")] = None,
+    braceexpand: BraceExpand = False,
+):
     from .. import samples as S
     from ..urls import open_sink
+    from .base import _PROG
 
-    args = build_parser(prog).parse_args(argv)
+    args = Args(locals())
+    prog = _PROG[0]
     rep = Reporter(prog, args.verbose, args.quiet, args.progress)
     if args.cleanup is not None:
         import os
@@ -73,12 +90,12 @@ def main(argv, prog="tarcat"):
 
 
 def tarcat():
-    run("tarcat", lambda argv: main(argv, "tarcat"))
+    run("tarcat", tarcat_command)
 
 
 def tarcats():
-    run("tarcats", lambda argv: main(argv, "tarcats"))
+    run("tarcats", tarcat_command)
 
 
 def tarscat():
-    run("tarscat", lambda argv: main(argv, "tarscat"))
+    run("tarscat", tarcat_command)

@@ -1,6 +1,8 @@
 """tarcheck: check tar shards for what breaks training pipelines."""
 
-from .base import add_inputs, make_parser, open_inputs, run
+from typing import Annotated
+
+from .base import Args, BraceExpand, FileList, Inputs, command, open_inputs, opt, run
 
 EXAMPLES = """
 tarcheck data.tar                              # summary and problems; exit 1 if any
@@ -22,29 +24,31 @@ Exit status: 0 clean, 1 problems found, 2 bad usage or a damaged/unreadable
 shard (one line naming the shard and byte offset)."""
 
 
-def build_parser(prog="tarcheck"):
-    p = make_parser(prog, "Check tar shards: split samples, duplicate keys, missing fields, skipped members.",
-                    EXAMPLES, NOTES)
-    add_inputs(p)
-    p.add_argument("--json", action="store_true", help="write the report as JSON on stdout")
-    p.add_argument("--majority", type=float, default=0.5, metavar="FRACTION",
-                   help="a field counts as expected when more than this fraction of samples have it "
-                        "(default 0.5)")
-    p.add_argument("--strict", action="store_true",
-                   help="a shard without the end-of-archive marker is an error (exit 2), not a problem")
-    p.add_argument("-q", "--quiet", action="store_true", help="print only the problems")
-    p.add_argument("-v", "--verbose", action="store_true", help="accepted for symmetry (the report is verbose)")
-    return p
+@command("Check tar shards: split samples, duplicate keys, missing fields, skipped members.", EXAMPLES, NOTES)
+def tarcheck_command(
+    inputs: Inputs = None,
+    filelist: FileList = None,
+    json: Annotated[bool, opt("--json", help="write the report as JSON on stdout")] = False,
+    majority: Annotated[float, opt("--majority", metavar="FRACTION",
+                        help="a field counts as expected when more than this fraction of samples have it "
+                             "(default 0.5)")] = 0.5,
+    strict: Annotated[bool, opt("--strict", help="a shard without the end-of-archive marker is an error "
+                                                 "(exit 2), not a problem")] = False,
+    quiet: Annotated[bool, opt("-q", "--quiet", help="print only the problems")] = False,
+    verbose: Annotated[bool, opt("-v", "--verbose",
+                       help="accepted for symmetry (the report is verbose)")] = False,
+    braceexpand: BraceExpand = False,
+):
+    return main(Args(locals()))
 
 
-def main(argv, prog="tarcheck"):
+def main(args, prog="tarcheck"):
     import json
     import sys
 
     from .. import check
     from ..errors import UsageError
 
-    args = build_parser(prog).parse_args(argv)
     if not 0.0 <= args.majority < 1.0:
         raise UsageError("--majority must be in [0, 1)")
     urls = open_inputs(args)
@@ -73,4 +77,4 @@ def main(argv, prog="tarcheck"):
 
 
 def entry():
-    run("tarcheck", main)
+    run("tarcheck", tarcheck_command)

@@ -1,6 +1,10 @@
 """tarcreate (also tsv2tar): build a tar shard from a plan."""
 
-from .base import make_parser, run, Reporter
+from typing import Annotated, Literal, Optional
+
+import typer
+
+from .base import OUTPUT_HELP, Args, command, opt, run, Reporter
 
 EXAMPLES = """
 tarcreate plan.tsv -o dataset.tar             # columns: __key__  @jpg  cls
@@ -25,32 +29,32 @@ Exit status: 0 ok, 1 a pipe: command failed (nothing written), 2 bad plan,
 missing file or bad usage."""
 
 
-def build_parser(prog="tarcreate"):
-    p = make_parser(prog, "Build a tar shard from a plan (a TSV/CSV table or TARPATH SOURCE lines).",
-                    EXAMPLES, NOTES)
-    p.add_argument("plan", nargs="?", default="-", help="the plan file ('-' or nothing: stdin)")
-    p.add_argument("-o", "--output", default="-", metavar="URL",
-                   help="output URL; compression from the name (.tgz .tar.gz .tar.bz2 .tar.xz .tar.zst) "
-                        "(default: stdout)")
-    p.add_argument("-C", "--dir", default=None, metavar="DIR",
-                   help="relative paths in the plan (and pipe: commands) are taken from DIR")
-    p.add_argument("-f", "--delim", default=None, metavar="CHAR",
-                   help="column delimiter of a table plan ('\\t' or 'tab' for tab; default: from the name "
-                        "or the first line)")
-    p.add_argument("-k", "--key", default="{index:09d}", metavar="FORMAT",
-                   help="keys of table rows without a __key__ column: '{index:06d}', '%%06d', "
-                        "'{record:09d}' (default {index:09d})")
-    p.add_argument("--plan-format", choices=("auto", "table", "lines"), default="auto",
-                   help="the plan's format (default: detected)")
-    p.add_argument("-v", "--verbose", action="store_true", help="one line per member on stderr")
-    p.add_argument("-q", "--quiet", action="store_true", help="no warnings")
-    return p
+@command("Build a tar shard from a plan (a TSV/CSV table or TARPATH SOURCE lines).", EXAMPLES, NOTES)
+def tarcreate_command(
+    plan: Annotated[str, typer.Argument(metavar="[PLAN]", show_default=False,
+                    help="the plan file ('-' or nothing: stdin)")] = "-",
+    output: Annotated[str, opt("-o", "--output", metavar="URL", help=OUTPUT_HELP)] = "-",
+    dir: Annotated[Optional[str], opt("-C", "--dir", metavar="DIR",
+                   help="relative paths in the plan (and pipe: commands) are taken from DIR")] = None,
+    delim: Annotated[Optional[str], opt("-f", "--delim", metavar="CHAR",
+                     help="column delimiter of a table plan ('\\t' or 'tab' for tab; default: from the name or "
+                          "the first line)")] = None,
+    key: Annotated[str, opt("-k", "--key", metavar="FORMAT",
+                   help="keys of table rows without a __key__ column: '{index:06d}', '%06d', '{record:09d}' "
+                        "(default {index:09d})")] = "{index:09d}",
+    plan_format: Annotated[Literal["auto", "table", "lines"], opt(
+        "--plan-format", help="the plan's format (default: detected)")] = "auto",
+    verbose: Annotated[bool, opt("-v", "--verbose", help="one line per member on stderr")] = False,
+    quiet: Annotated[bool, opt("-q", "--quiet", help="no warnings")] = False,
+):
+    from .base import _PROG
+
+    return main(Args(locals()), _PROG[0])
 
 
-def main(argv, prog="tarcreate"):
+def main(args, prog="tarcreate"):
     from ..create import read_plan, write_plan
 
-    args = build_parser(prog).parse_args(argv)
     rep = Reporter(prog, args.verbose, args.quiet, False)
     items = read_plan(args.plan, args.plan_format, args.delim, args.key, args.dir)
     if not items:
@@ -68,4 +72,4 @@ def entry():
 
     prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "tarcreate"
     prog = prog if prog in ("tarcreate", "tsv2tar") else "tarcreate"
-    run(prog, lambda argv: main(argv, prog))
+    run(prog, tarcreate_command)

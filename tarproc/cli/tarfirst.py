@@ -1,6 +1,11 @@
 """tarfirst: write the raw bytes of the first matching field of a tar shard."""
 
-from .base import add_inputs, add_strict, make_parser, open_inputs, run, Reporter
+from typing import Annotated, Optional
+
+from .base import (Args, BraceExpand, FileList, Inputs, Strict, command, nonneg, open_inputs, opt, positive, run,
+                   Reporter)
+
+from ..show import DEFAULT_FIRST_FIELDS as DEFAULT_FIELDS
 
 EXAMPLES = """
 tarfirst small.tar > first.jpg                    # the first image of any usual type
@@ -18,36 +23,35 @@ field the expression uses does not match.  Reading stops at the match.
 Exit status: 0 written, 1 nothing matched, 2 bad usage or unreadable input."""
 
 
-def build_parser(prog="tarfirst"):
-    from ..show import DEFAULT_FIRST_FIELDS
+@command("Write the raw bytes of the first sample field that matches.", EXAMPLES, NOTES)
+def tarfirst_command(
+    inputs: Inputs = None,
+    filelist: FileList = None,
+    field: Annotated[str, opt("-f", "--field", "--fields", metavar="FIELDS",
+                     help=f"fields to take, the first present wins (default: {DEFAULT_FIELDS})")] = DEFAULT_FIELDS,
+    select: Annotated[Optional[str], opt("-S", "--select", metavar="EXPR",
+                      help="Python expression over the sample '_' that must be true")] = None,
+    nth: Annotated[int, opt("-n", "--nth", metavar="N", parser=positive(),
+                   help="take the N-th match (default 1)")] = 1,
+    skip: Annotated[int, opt("-s", "--skip", metavar="N", parser=nonneg(), help="skip the first N samples")] = 0,
+    output: Annotated[str, opt("-o", "--output", metavar="FILE",
+                      help="write to FILE (appears complete or not at all) instead of stdout")] = "-",
+    strict: Strict = False,
+    verbose: Annotated[bool, opt("-v", "--verbose", help="name the member written on stderr")] = False,
+    quiet: Annotated[bool, opt("-q", "--quiet", help="no warnings")] = False,
+    braceexpand: BraceExpand = False,
+):
+    return main(Args(locals()))
 
-    p = make_parser(prog, "Write the raw bytes of the first sample field that matches.", EXAMPLES, NOTES)
-    add_inputs(p)
-    p.add_argument("-f", "--field", "--fields", dest="field", default=DEFAULT_FIRST_FIELDS, metavar="FIELDS",
-                   help=f"fields to take, the first present wins (default: {DEFAULT_FIRST_FIELDS})")
-    p.add_argument("-S", "--select", default=None, metavar="EXPR",
-                   help="Python expression over the sample '_' that must be true")
-    p.add_argument("-n", "--nth", type=int, default=1, metavar="N", help="take the N-th match (default 1)")
-    p.add_argument("-s", "--skip", type=int, default=0, metavar="N", help="skip the first N samples")
-    p.add_argument("-o", "--output", default="-", metavar="FILE",
-                   help="write to FILE (appears complete or not at all) instead of stdout")
-    add_strict(p)
-    p.add_argument("-v", "--verbose", action="store_true", help="name the member written on stderr")
-    p.add_argument("-q", "--quiet", action="store_true", help="no warnings")
-    return p
 
-
-def main(argv, prog="tarfirst"):
+def main(args, prog="tarfirst"):
     import sys
 
     from .. import samples as S
     from ..errors import UsageError
     from ..show import find_match
 
-    args = build_parser(prog).parse_args(argv)
     rep = Reporter(prog, args.verbose, args.quiet, False)
-    if args.nth < 1 or args.skip < 0:
-        raise UsageError("-n must be >= 1 and --skip >= 0")
     urls = open_inputs(args)
     samples = S.iter_samples(urls, strict=args.strict, warn=rep.warn)
     source = S.skip(args.skip)(samples) if args.skip else samples
@@ -73,4 +77,4 @@ def main(argv, prog="tarfirst"):
 
 
 def entry():
-    run("tarfirst", main)
+    run("tarfirst", tarfirst_command)

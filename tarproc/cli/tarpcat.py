@@ -1,9 +1,10 @@
 """tarpcat: read many shards concurrently and write their samples to one output."""
 
-import argparse
+import os
+from typing import Annotated, Optional
 
-from .base import (add_inputs, add_output, add_strict, add_verbosity, make_parser, open_inputs, run,
-                   Reporter)
+from .base import (Args, BraceExpand, Count, FileList, Inputs, Output, ProgressFlag, Quiet, Seed, Strict, Verbose,
+                   command, nonneg, open_inputs, opt, positive, run, Reporter)
 
 EXAMPLES = """
 tarpcat -w 4 'shard-{0000..0146}.tgz' -o all.tar        # four reader processes
@@ -21,41 +22,37 @@ not be written, 2 bad usage or a damaged/unreadable shard (named on stderr).
 """
 
 
-def build_parser(prog="tarpcat"):
-    import os
-
-    p = make_parser(prog, "Read many tar shards concurrently (in worker processes) and write their samples "
-                          "to one output.", EXAMPLES, NOTES)
-    add_inputs(p)
-    add_output(p)
-    p.add_argument("-w", "--workers", type=int, default=os.cpu_count() or 1, metavar="N",
-                   help="reader processes (default: the number of cores)")
-    p.add_argument("-p", dest="workers", type=int, help=argparse.SUPPRESS)  # the original's flag
-    p.add_argument("-c", "--count", type=int, default=None, metavar="N",
-                   help="stop after N samples (and stop the readers)")
-    p.add_argument("-s", "--shuffle", type=int, default=0, metavar="N",
-                   help="shuffle the shard list and mix samples through a buffer of N samples")
-    p.add_argument("--seed", type=int, default=None, help="random seed for --shuffle (reproducible)")
-    p.add_argument("--ignore-errors", action="store_true",
-                   help="skip the rest of a damaged or unreadable shard (say so, count it) instead of "
-                        "failing with exit 2")
-    add_strict(p)
-    add_verbosity(p)
-    return p
-
-
-def main(argv):
+@command("Read many tar shards concurrently (in worker processes) and write their samples to one output.",
+         EXAMPLES, NOTES)
+def tarpcat_command(
+    inputs: Inputs = None,
+    filelist: FileList = None,
+    output: Output = "-",
+    workers: Annotated[int, opt("-w", "--workers", metavar="N", parser=positive(),
+                       help="reader processes (default: the number of cores)")] = os.cpu_count() or 1,
+    workers_p: Annotated[Optional[int], opt("-p", metavar="N", parser=positive(), hidden=True,
+                         help="the original tarpcat's name of -w")] = None,
+    count: Count = None,
+    shuffle: Annotated[int, opt("-s", "--shuffle", metavar="N", parser=nonneg(),
+                       help="shuffle the shard list and mix samples through a buffer of N samples")] = 0,
+    seed: Seed = None,
+    ignore_errors: Annotated[bool, opt("--ignore-errors",
+                             help="skip the rest of a damaged or unreadable shard (say so, count it) instead "
+                                  "of failing with exit 2")] = False,
+    strict: Strict = False,
+    verbose: Verbose = False,
+    quiet: Quiet = False,
+    progress: ProgressFlag = None,
+    braceexpand: BraceExpand = False,
+):
     from .. import samples as S
-    from ..errors import UsageError
     from ..pcat import parallel_encoded, parallel_encoded_batches
     from ..tario import BLOCK
     from ..urls import open_sink
 
-    args = build_parser().parse_args(argv)
-    if args.workers is None or args.workers < 1:
-        raise UsageError("--workers must be at least 1")
-    if args.count is not None and args.count < 0:
-        raise UsageError("--count must be >= 0")
+    args = Args(locals())
+    if args.workers_p is not None:
+        args.workers = args.workers_p
     rep = Reporter("tarpcat", args.verbose, args.quiet, args.progress)
     stats = S.Stats()
     failed = []
@@ -77,11 +74,12 @@ def main(argv):
                 for lengths, data in batches:
                     write(data)
                     written += len(lengths)
-                    rep.tick(stats)
+                    rep.tick(stats, written)
             elif args.count != 0:
                 for blob in source:
                     write(blob)
                     written += 1
+                    rep.tick(stats, written)
                     if written == args.count:
                         break
             write(bytes(2 * BLOCK))
@@ -98,4 +96,4 @@ def main(argv):
 
 
 def entry():
-    run("tarpcat", main)
+    run("tarpcat", tarpcat_command)

@@ -1,9 +1,11 @@
 """tarproc: run a shell command or a Python function on every sample, in parallel."""
 
-import argparse
+from typing import Annotated, List, Literal, Optional
 
-from .base import (add_output, add_strict, add_verbosity, make_parser, open_inputs, progress_stage, read_inputs, run,
-                   Reporter)
+import typer
+
+from .base import (Args, FileList, Output, ProgressFlag, Quiet, Strict, Verbose, command, nonneg, open_inputs, opt,
+                   positive, progress_stage, read_inputs, run, Reporter)
 
 EXAMPLES = """
 tarproc -p 5 -c 'gm mogrify -size 256x256 -resize 256x256 *.jpg' small.tar > out.tar
@@ -24,64 +26,76 @@ input order. Exit status: 0 ok, 1 some samples failed, 2 usage or unreadable inp
 """
 
 
-def build_parser(prog="tarproc"):
-    p = make_parser(prog, "Run a shell command (or a Python function) on every sample of tar shards, "
-                          "in parallel; collect the results into a new tar.", EXAMPLES, NOTES)
-    p.add_argument("inputs", nargs="*", metavar="URL",
-                   help="input shards (or text files with --mode): paths, '-', pipe:CMD, http(s)://, "
-                        "gs://, s3://; brace patterns are expanded (default: stdin)")
-    p.add_argument("-T", "--filelist", metavar="FILE", help="read input URLs from FILE, one per line ('-' for stdin)")
-    add_output(p)
-    what = p.add_argument_group("what to run (one of)")
-    what.add_argument("-c", "--command", metavar="CMD", help="shell command run in each sample's directory")
-    what.add_argument("-s", "--script", metavar="FILE", help="script run (with --interpreter) in each sample's directory")
-    what.add_argument("--map", metavar="MODULE:FUNC",
-                      help="apply a Python function to each sample dict in worker processes "
-                           "(module:function or path/to/file.py:function); it returns a sample, "
-                           "a list of samples, or None to drop")
-    p.add_argument("--interpreter", default="bash", metavar="PROG",
-                   help="interpreter for -s FILE and -c CMD (PROG -c CMD) (default: bash)")
-    p.add_argument("-p", "--parallel", type=int, default=None, metavar="N",
-                   help="samples processed at once (default: all cores)")
-    p.add_argument("-b", "--base", default="sample", metavar="NAME",
-                   help="file name base of the fields: NAME.jpg (default: sample)")
-    p.add_argument("-e", "--error-handling", dest="error_handling", default="skip",
-                   choices=("skip", "ignore", "abort"),
-                   help="a failed sample is dropped (skip), kept as produced (ignore), or stops the "
-                        "run after the samples before it (abort) (default: skip)")
-    p.add_argument("-S", "--subdirs", action="store_true",
-                   help="each subdirectory the command makes is one output sample "
-                        "(key from its sample.__key__, or KEY/NAME)")
-    p.add_argument("-m", "--multi", action="store_true",
-                   help="files sample-N.* are output samples (key KEY-N)")
-    p.add_argument("--count", type=int, default=None, metavar="N", help="process only the first N samples")
-    p.add_argument("--add-log", dest="add_log", metavar="FIELD",
-                   help="store the command's output (stdout and stderr) in this field instead of stderr")
-    p.add_argument("--mode", default="tar", choices=("tar", "lines", "pages", "keys"),
-                   help="input is tar shards (default), or text: one sample per line, per form-feed "
-                        "page, or per key (line); the text is in field txt")
-    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                   help="kill a sample's command (its whole process group) after this long; "
-                        "the sample fails")
-    p.add_argument("--unordered", action="store_true", help="write results as they finish, not in input order")
-    p.add_argument("-w", "--working-dir", "--working_dir", dest="workdir", default=None, metavar="DIR",
-                   help="where working directories are made (default: $TMPDIR or /tmp)")
-    p.add_argument("--keepdir", action="store_true", help="keep the working directories (for debugging)")
-    p.add_argument("--batch", type=int, default=32, metavar="N",
-                   help="--map: samples sent to a worker at once (default: 32)")
-    add_strict(p)
-    add_verbosity(p)
-    p.add_argument("--silent", dest="quiet", action="store_true", help=argparse.SUPPRESS)
-    return p
+@command("Run a shell command (or a Python function) on every sample of tar shards, in parallel; collect the "
+         "results into a new tar.", EXAMPLES, NOTES)
+def tarproc_command(
+    inputs: Annotated[Optional[List[str]], typer.Argument(
+        metavar="[URL]...", show_default=False,
+        help="input shards (or text files with --mode): paths, '-', pipe:CMD, http(s)://, gs://, s3://; brace "
+             "patterns are expanded (default: stdin)")] = None,
+    filelist: FileList = None,
+    output: Output = "-",
+    command_: Annotated[Optional[str], opt("-c", "--command", metavar="CMD",
+                        help="what to run (one of -c, -s, --map): a shell command run in each sample's "
+                             "directory")] = None,
+    script: Annotated[Optional[str], opt("-s", "--script", metavar="FILE",
+                      help="script run (with --interpreter) in each sample's directory")] = None,
+    map: Annotated[Optional[str], opt("--map", metavar="MODULE:FUNC",
+                   help="apply a Python function to each sample dict in worker processes (module:function or "
+                        "path/to/file.py:function); it returns a sample, a list of samples, or None to "
+                        "drop")] = None,
+    interpreter: Annotated[str, opt("--interpreter", metavar="PROG",
+                           help="interpreter for -s FILE and -c CMD (PROG -c CMD) (default: bash)")] = "bash",
+    parallel: Annotated[Optional[int], opt("-p", "--parallel", metavar="N", parser=nonneg(),
+                        help="samples processed at once (default, or 0: all cores)")] = None,
+    base: Annotated[str, opt("-b", "--base", metavar="NAME",
+                    help="file name base of the fields: NAME.jpg (default: sample)")] = "sample",
+    error_handling: Annotated[Literal["skip", "ignore", "abort"], opt(
+        "-e", "--error-handling",
+        help="a failed sample is dropped (skip), kept as produced (ignore), or stops the run after the "
+             "samples before it (abort) (default: skip)")] = "skip",
+    subdirs: Annotated[bool, opt("-S", "--subdirs",
+                       help="each subdirectory the command makes is one output sample (key from its "
+                            "sample.__key__, or KEY/NAME)")] = False,
+    multi: Annotated[bool, opt("-m", "--multi", help="files sample-N.* are output samples (key KEY-N)")] = False,
+    count: Annotated[Optional[int], opt("--count", metavar="N", parser=nonneg(),
+                     help="process only the first N samples")] = None,
+    add_log: Annotated[Optional[str], opt("--add-log", metavar="FIELD",
+                       help="store the command's output (stdout and stderr) in this field instead of "
+                            "stderr")] = None,
+    mode: Annotated[Literal["tar", "lines", "pages", "keys"], opt(
+        "--mode", help="input is tar shards (default), or text: one sample per line, per form-feed page, or "
+                       "per key (line); the text is in field txt")] = "tar",
+    timeout: Annotated[Optional[float], opt("--timeout", metavar="SECONDS",
+                       help="kill a sample's command (its whole process group) after this long; the sample "
+                            "fails")] = None,
+    unordered: Annotated[bool, opt("--unordered",
+                         help="write results as they finish, not in input order")] = False,
+    workdir: Annotated[Optional[str], opt("-w", "--working-dir", "--working_dir", metavar="DIR",
+                       help="where working directories are made (default: $TMPDIR or /tmp)")] = None,
+    keepdir: Annotated[bool, opt("--keepdir", help="keep the working directories (for debugging)")] = False,
+    batch: Annotated[int, opt("--batch", metavar="N", parser=positive(),
+                     help="--map: samples sent to a worker at once (default: 32)")] = 32,
+    strict: Strict = False,
+    verbose: Verbose = False,
+    quiet: Quiet = False,
+    silent: Annotated[bool, opt("--silent", hidden=True, help="the original's -q")] = False,
+    progress: ProgressFlag = None,
+):
+    from .base import _PROG
+
+    args = Args(locals())
+    args.command = args.command_
+    args.quiet = args.quiet or args.silent
+    return main(args, _PROG[0])
 
 
-def main(argv, prog="tarproc"):
+def main(args, prog="tarproc"):
     from .. import samples as S
     from ..errors import SampleFailed, UsageError
     from ..urls import open_sink
     from .. import proc
 
-    args = build_parser(prog).parse_args(argv)
     chosen = [o for o, v in (("-c", args.command), ("-s", args.script), ("--map", args.map)) if v is not None]
     if len(chosen) != 1:
         raise UsageError("give exactly one of -c CMD, -s FILE, --map MODULE:FUNC"
@@ -91,10 +105,6 @@ def main(argv, prog="tarproc"):
                           ("--add-log", args.add_log is not None), ("--keepdir", args.keepdir)):
             if bad:
                 raise UsageError(f"{flag} applies to commands, not to --map")
-    if args.parallel is not None and args.parallel < 0:
-        raise UsageError("-p must be >= 0 (0: all cores)")
-    if args.count is not None and args.count < 0:
-        raise UsageError("--count must be >= 0")
     parallel = args.parallel or proc.default_parallel()
     rep = Reporter(prog, args.verbose, args.quiet, args.progress)
     stats = S.Stats()
@@ -133,4 +143,4 @@ def main(argv, prog="tarproc"):
 
 
 def entry():
-    run("tarproc", main)
+    run("tarproc", tarproc_command)

@@ -1,7 +1,9 @@
 """tarshow: show what is in the samples of tar shards (text, terminal images, contact sheets)."""
 
-from .base import (add_inputs, add_selection, add_strict, make_parser, read_inputs, run, Reporter,
-                   selection_stages)
+from typing import Annotated, Literal, Optional
+
+from .base import (Args, BraceExpand, Count, FileList, Inputs, Skip, Slice, Strict, command, opt, positive,
+                   read_inputs, run, Reporter, selection_stages)
 
 EXAMPLES = """
 tarshow -c 2 small.tar                        # the first two samples, every field
@@ -21,36 +23,41 @@ as the terminal.  Piped output is plain text.  Exit status: 0 ok, 2 bad usage
 or unreadable input."""
 
 
-def build_parser(prog="tarshow"):
-    p = make_parser(prog, "Show the samples of tar shards: keys, fields, sizes, previews and images.",
-                    EXAMPLES, NOTES)
-    add_inputs(p)
-    add_selection(p)
-    p.add_argument("-f", "--field", "--fields", dest="fields", default=None, metavar="SPEC",
-                   help="show only these fields, in this order: 'jpg cls'; 'jpg;png' shows the first present")
-    p.add_argument("--grid", metavar="FILE.png",
-                   help="write a contact sheet of the first -c images (default 25) with their keys, "
-                        "instead of the text report")
-    p.add_argument("--columns", type=int, default=None, metavar="N",
-                   help="images per row of the contact sheet (default: a square)")
-    p.add_argument("--thumb", type=int, default=128, metavar="PX", help="thumbnail size in the sheet (default 128)")
-    p.add_argument("-N", "--normalize", action="store_true",
-                   help="stretch image and array values to their full range")
-    p.add_argument("-C", "--cmap", default=None, metavar="NAME",
-                   help="colormap for grayscale images and 2-D arrays: gray, viridis, magma, inferno, "
-                        "plasma, hot, jet, coolwarm")
-    p.add_argument("--images", choices=("auto", "always", "never"), default="auto",
-                   help="draw images requested with -f: auto = when stdout is a terminal (default)")
-    p.add_argument("-w", "--width", type=int, default=None, metavar="COLS",
-                   help="width of terminal images and previews (default: the terminal's)")
-    p.add_argument("-q", "--quick", action="store_true", help="never draw images (as the original tarshow)")
-    p.add_argument("--silent", action="store_true", help="no text blocks (only images)")
-    p.add_argument("--verbatim-keys", action="store_true", help="accepted for compatibility (field names are "
-                                                                "never lower-cased)")
-    add_strict(p)
-    p.add_argument("-v", "--verbose", action="store_true", help="report inputs on stderr")
-    p.add_argument("--quiet", action="store_true", help="no warnings")
-    return p
+@command("Show the samples of tar shards: keys, fields, sizes, previews and images.", EXAMPLES, NOTES)
+def tarshow_command(
+    inputs: Inputs = None,
+    filelist: FileList = None,
+    count: Count = None,
+    skip: Skip = 0,
+    slice: Slice = None,
+    fields: Annotated[Optional[str], opt("-f", "--field", "--fields", metavar="SPEC",
+                      help="show only these fields, in this order: 'jpg cls'; 'jpg;png' shows the first "
+                           "present")] = None,
+    grid: Annotated[Optional[str], opt("--grid", metavar="FILE.png",
+                    help="write a contact sheet of the first -c images (default 25) with their keys, instead "
+                         "of the text report")] = None,
+    columns: Annotated[Optional[int], opt("--columns", metavar="N", parser=positive(),
+                       help="images per row of the contact sheet (default: a square)")] = None,
+    thumb: Annotated[int, opt("--thumb", metavar="PX", help="thumbnail size in the sheet (default 128)")] = 128,
+    normalize: Annotated[bool, opt("-N", "--normalize",
+                         help="stretch image and array values to their full range")] = False,
+    cmap: Annotated[Optional[str], opt("-C", "--cmap", metavar="NAME",
+                    help="colormap for grayscale images and 2-D arrays: gray, viridis, magma, inferno, "
+                         "plasma, hot, jet, coolwarm")] = None,
+    images: Annotated[Literal["auto", "always", "never"], opt(
+        "--images", help="draw images requested with -f: auto = when stdout is a terminal (default)")] = "auto",
+    width: Annotated[Optional[int], opt("-w", "--width", metavar="COLS", parser=positive(),
+                     help="width of terminal images and previews (default: the terminal's)")] = None,
+    quick: Annotated[bool, opt("-q", "--quick", help="never draw images (as the original tarshow)")] = False,
+    silent: Annotated[bool, opt("--silent", help="no text blocks (only images)")] = False,
+    verbatim_keys: Annotated[bool, opt("--verbatim-keys",
+                             help="accepted for compatibility (field names are never lower-cased)")] = False,
+    strict: Strict = False,
+    verbose: Annotated[bool, opt("-v", "--verbose", help="report inputs on stderr")] = False,
+    quiet: Annotated[bool, opt("--quiet", help="no warnings")] = False,
+    braceexpand: BraceExpand = False,
+):
+    return main(Args(locals()))
 
 
 def _choose(sample, wanted):
@@ -62,7 +69,7 @@ def _choose(sample, wanted):
     return out
 
 
-def main(argv, prog="tarshow"):
+def main(args, prog="tarshow"):
     import shutil
     import sys
 
@@ -70,14 +77,9 @@ def main(argv, prog="tarshow"):
     from .. import show
     from ..errors import UsageError
 
-    args = build_parser(prog).parse_args(argv)
     rep = Reporter(prog, args.verbose, args.quiet, False)
     if args.cmap is not None and args.cmap not in show.COLORMAPS:
         raise UsageError(f"unknown colormap {args.cmap!r} (choose from {', '.join(sorted(show.COLORMAPS))})")
-    for name in ("count", "skip"):
-        value = getattr(args, name)
-        if value is not None and value < 0:
-            raise UsageError(f"--{name} must be >= 0")
     if args.thumb < 8 or (args.columns is not None and args.columns < 1):
         raise UsageError("--thumb must be >= 8 and --columns >= 1")
     wanted = S.parse_fields(args.fields) if args.fields else None
@@ -153,4 +155,4 @@ def _grid(args, samples, wanted, rep):
 
 
 def entry():
-    run("tarshow", main)
+    run("tarshow", tarshow_command)

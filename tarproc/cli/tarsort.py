@@ -1,7 +1,9 @@
 """tarsort: sort or shuffle samples, in bounded memory (external merge sort)."""
 
-from .base import (add_inputs, add_output, add_strict, add_verbosity, make_parser, parse_size,
-                   progress_stage, read_inputs, run, Reporter)
+from typing import Annotated, Literal, Optional
+
+from .base import (Args, BraceExpand, FileList, Inputs, Output, ProgressFlag, Quiet, Seed, Strict, Verbose,
+                   command, opt, parse_size, progress_stage, read_inputs, run, Reporter)
 
 EXAMPLES = """
 tarsort < data.tar > sorted.tar                     # by __key__
@@ -20,26 +22,29 @@ input, or a sample without the sort field (or not a number for int/float).
 """
 
 
-def build_parser(prog="tarsort"):
-    p = make_parser(prog, "Sort (or shuffle) the samples of tar shards, in bounded memory.", EXAMPLES, NOTES)
-    add_inputs(p)
-    add_output(p)
-    p.add_argument("-s", "--sortkey", default="__key__", metavar="FIELD",
-                   help="sort by the content of this field (default: __key__, the sample key)")
-    p.add_argument("-S", "--sorttype", default="text", choices=("text", "int", "float", "shuffle"),
-                   help="how to compare: text (bytes), int, float, or shuffle (random order) (default: text)")
-    p.add_argument("-r", "--reverse", action="store_true", help="descending order (stable)")
-    p.add_argument("--seed", type=int, default=None, help="random seed for -S shuffle (reproducible)")
-    p.add_argument("--memory", default="512MB", metavar="BYTES",
-                   help="memory for samples before spilling runs to --tmpdir: 64MB, 1GiB (default: 512MB)")
-    p.add_argument("--tmpdir", "-t", default=None, metavar="DIR",
-                   help="directory for the sorted runs (default: $TMPDIR or /tmp)")
-    add_strict(p)
-    add_verbosity(p)
-    return p
-
-
-def main(argv):
+@command("Sort (or shuffle) the samples of tar shards, in bounded memory.", EXAMPLES, NOTES)
+def tarsort_command(
+    inputs: Inputs = None,
+    filelist: FileList = None,
+    output: Output = "-",
+    sortkey: Annotated[str, opt("-s", "--sortkey", metavar="FIELD",
+                       help="sort by the content of this field (default: __key__, the sample key)")] = "__key__",
+    sorttype: Annotated[Literal["text", "int", "float", "shuffle"], opt(
+        "-S", "--sorttype", help="how to compare: text (bytes), int, float, or shuffle (random order) "
+                                 "(default: text)")] = "text",
+    reverse: Annotated[bool, opt("-r", "--reverse", help="descending order (stable)")] = False,
+    seed: Seed = None,
+    memory: Annotated[str, opt("--memory", metavar="BYTES",
+                      help="memory for samples before spilling runs to --tmpdir: 64MB, 1GiB "
+                           "(default: 512MB)")] = "512MB",
+    tmpdir: Annotated[Optional[str], opt("--tmpdir", "-t", metavar="DIR",
+                      help="directory for the sorted runs (default: $TMPDIR or /tmp)")] = None,
+    strict: Strict = False,
+    verbose: Verbose = False,
+    quiet: Quiet = False,
+    progress: ProgressFlag = None,
+    braceexpand: BraceExpand = False,
+):
     import contextlib
     import gc
     import types
@@ -48,7 +53,7 @@ def main(argv):
     from ..sort import sort_samples
     from ..urls import open_sink
 
-    args = build_parser().parse_args(argv)
+    args = Args(locals())
     rep = Reporter("tarsort", args.verbose, args.quiet, args.progress)
     memory = parse_size(args.memory)
     stats = S.Stats()
@@ -67,4 +72,4 @@ def main(argv):
 
 
 def entry():
-    run("tarsort", main)
+    run("tarsort", tarsort_command)

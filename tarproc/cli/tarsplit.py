@@ -1,7 +1,9 @@
 """tarsplit: cut a stream of samples into shards by count and size."""
 
-from .base import (add_inputs, add_strict, add_verbosity, make_parser, parse_size,
-                   progress_stage, read_inputs, run, Reporter)
+from typing import Annotated, Optional
+
+from .base import (Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Verbose, command, nonneg,
+                   opt, parse_size, progress_stage, read_inputs, run, Reporter)
 
 EXAMPLES = """
 tar -cf - --sort=name -C /data/raw train | tarsplit -s 1e9 -o imagenet_train --maxshards 2
@@ -22,37 +24,40 @@ exit status: 0 ok, 1 a shard could not be written or its post command failed,
 """
 
 
-def build_parser(prog="tarsplit"):
-    p = make_parser(prog, "Split a stream of samples into shards of at most N samples and/or BYTES bytes.",
-                    EXAMPLES, NOTES)
-    add_inputs(p)
-    p.add_argument("-n", "--num-samples", "--maxcount", dest="num_samples", type=int, default=100000,
-                   metavar="N", help="at most N samples per shard (default: 100000)")
-    p.add_argument("-s", "--max-size", "--maxsize", dest="max_size", default="1e9", metavar="BYTES",
-                   help="at most BYTES per shard as written, before compression: 1e9, 100MB, 1GiB "
-                        "(default: 1e9)")
-    p.add_argument("-o", "--output", default="temp", metavar="PREFIX|PATTERN",
-                   help="PREFIX gives PREFIX-000000.tar, PREFIX-000001.tar, ...; a PATTERN with %%06d or "
-                        "{shard:06d} is used as given; may be a URL (gs://, s3://, pipe:...) (default: temp)")
-    p.add_argument("-z", "--compress", action="store_true",
-                   help="gzip the shards (a PREFIX gets .tar.gz; a pattern ending .tgz/.tar.gz/.tar.zst "
-                        "compresses without -z)")
-    p.add_argument("--start", type=int, default=0, metavar="N", help="number the shards from N (default: 0)")
-    p.add_argument("--maxshards", type=int, default=None, metavar="N",
-                   help="stop after N shards (and stop reading input)")
-    p.add_argument("-p", "--post", default=None, metavar="CMD",
-                   help="shell command run after each shard is complete (see below); failure stops with exit 1")
-    p.add_argument("-C", "--command", default=None, metavar="CMD",
-                   help="like --post, and the shard is deleted after the command succeeds")
-    p.add_argument("--nodelete", action="store_true", help="with -C: keep the shard")
-    p.add_argument("--manifest", default=None, metavar="FILE",
-                   help="write a JSON list of the shards (name, index, samples, bytes) to FILE")
-    add_strict(p)
-    add_verbosity(p)
-    return p
-
-
-def main(argv):
+@command("Split a stream of samples into shards of at most N samples and/or BYTES bytes.", EXAMPLES, NOTES)
+def tarsplit_command(
+    inputs: Inputs = None,
+    filelist: FileList = None,
+    num_samples: Annotated[int, opt("-n", "--num-samples", "--maxcount", metavar="N", parser=nonneg(),
+                           help="at most N samples per shard; 0: no limit (default: 100000)")] = 100000,
+    max_size: Annotated[str, opt("-s", "--max-size", "--maxsize", metavar="BYTES",
+                        help="at most BYTES per shard as written, before compression: 1e9, 100MB, 1GiB; "
+                             "0: no limit (default: 1e9)")] = "1e9",
+    output: Annotated[str, opt("-o", "--output", metavar="PREFIX|PATTERN",
+                      help="PREFIX gives PREFIX-000000.tar, PREFIX-000001.tar, ...; a PATTERN with %06d or "
+                           "{shard:06d} is used as given; may be a URL (gs://, s3://, pipe:...) "
+                           "(default: temp)")] = "temp",
+    compress: Annotated[bool, opt("-z", "--compress",
+                        help="gzip the shards (a PREFIX gets .tar.gz; a pattern ending .tgz/.tar.gz/.tar.zst "
+                             "compresses without -z)")] = False,
+    start: Annotated[int, opt("--start", metavar="N", parser=nonneg(),
+                     help="number the shards from N (default: 0)")] = 0,
+    maxshards: Annotated[Optional[int], opt("--maxshards", metavar="N", parser=nonneg(),
+                         help="stop after N shards (and stop reading input)")] = None,
+    post: Annotated[Optional[str], opt("-p", "--post", metavar="CMD",
+                    help="shell command run after each shard is complete (see below); failure stops with "
+                         "exit 1")] = None,
+    command_: Annotated[Optional[str], opt("-C", "--command", metavar="CMD",
+                        help="like --post, and the shard is deleted after the command succeeds")] = None,
+    nodelete: Annotated[bool, opt("--nodelete", help="with -C: keep the shard")] = False,
+    manifest: Annotated[Optional[str], opt("--manifest", metavar="FILE",
+                        help="write a JSON list of the shards (name, index, samples, bytes) to FILE")] = None,
+    strict: Strict = False,
+    verbose: Verbose = False,
+    quiet: Quiet = False,
+    progress: ProgressFlag = None,
+    braceexpand: BraceExpand = False,
+):
     import json
 
     from .. import samples as S
@@ -60,14 +65,14 @@ def main(argv):
     from ..errors import UsageError
     from ..urls import compression_for, open_sink
 
-    args = build_parser().parse_args(argv)
+    args = Args(locals())
+    args.command = args.command_
+    if args.output in ("-", "") or args.output.startswith("-"):
+        raise UsageError(f"-o {args.output!r}: tarsplit writes several shards, not one stream; give a PREFIX "
+                         f"or a PATTERN such as 'out-%06d.tar' (tarcat writes one stream)")
     rep = Reporter("tarsplit", args.verbose, args.quiet, args.progress)
     max_size = parse_size(args.max_size) if args.max_size not in (None, "", "0") else None
     max_count = args.num_samples if args.num_samples and args.num_samples > 0 else None
-    if args.maxshards is not None and args.maxshards < 0:
-        raise UsageError("--maxshards must be >= 0")
-    if args.start < 0:
-        raise UsageError("--start must be >= 0")
     pattern = shard_pattern(args.output, args.compress)
     compression = "auto"
     if args.compress and compression_for(pattern.replace("%", "").replace("{", "")) is None:
@@ -105,4 +110,4 @@ def main(argv):
 
 
 def entry():
-    run("tarsplit", main)
+    run("tarsplit", tarsplit_command)
