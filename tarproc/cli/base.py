@@ -169,23 +169,7 @@ class Args:
         return None
 
 
-def parse_size(text):
-    """``1e9``, ``100MB``, ``64MiB``, ``1GiB``, ``512k`` to a number of bytes."""
-    t = str(text).strip()
-    units = {"": 1, "k": 1000, "m": 10**6, "g": 10**9, "t": 10**12,
-             "kb": 1000, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-             "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40, "b": 1}
-    i = len(t)
-    while i and t[i - 1].isalpha():
-        i -= 1
-    num, unit = t[:i].strip(), t[i:].lower()
-    try:
-        value = float(num) * units[unit]
-    except (ValueError, KeyError):
-        raise UsageError(f"bad size {text!r} (use e.g. 1e9, 100MB, 64MiB, 1GiB)") from None
-    if value < 0:
-        raise UsageError(f"bad size {text!r}: negative")
-    return int(value)
+from ..core.units import parse_size  # noqa: E402,F401  (re-exported for the commands)
 
 
 # ---------------------------------------------------------------- progress
@@ -440,14 +424,26 @@ def refuse_terminal(prog, urls, what="a tar archive"):
                          f"one in (see {prog} --help)")
 
 
-def open_inputs(args, prog=None):
+def open_inputs(args, prog=None, tar=True):
     """The list of input URLs from positional arguments and ``-T`` (stdin
-    when none is given, refused when stdin is a terminal)."""
+    when none is given; for tar input, refused when stdin is a terminal;
+    for text, a note says where the text is read from)."""
     from ..urls import expand_urls
 
     urls = expand_urls(args.inputs or [], args.filelist)
-    refuse_terminal(prog or _PROG[0], urls)
+    if tar:
+        refuse_terminal(prog or _PROG[0], urls)
+    else:
+        note_terminal(prog or _PROG[0], urls)
     return urls
+
+
+def note_terminal(prog, urls, what="text"):
+    """Text read from a terminal is possible (typed, or pasted): say so
+    instead of waiting silently."""
+    if "-" in urls and sys.stdin is not None and sys.stdin.isatty():
+        print(f"{prog}: reading {what} from the terminal (end with Ctrl-D; see {prog} --help)", file=sys.stderr,
+              flush=True)
 
 
 def _sizes(urls):

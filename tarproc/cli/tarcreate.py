@@ -56,6 +56,9 @@ def main(args, prog="tarcreate"):
     from ..create import read_plan, write_plan
 
     rep = Reporter(prog, args.verbose, args.quiet, False)
+    from .base import note_terminal
+
+    note_terminal(prog, [args.plan], "the plan")
     items = read_plan(args.plan, args.plan_format, args.delim, args.key, args.dir)
     if not items:
         rep.info("the plan makes no members (writing an empty archive)")

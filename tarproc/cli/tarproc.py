@@ -111,7 +111,7 @@ def main(args, prog="tarproc"):
     if args.mode == "tar":
         inputs = read_inputs(args, rep, stats)
     else:
-        inputs = proc.iter_text_samples(open_inputs(args), args.mode, stats)
+        inputs = proc.iter_text_samples(open_inputs(args, tar=False), args.mode, stats)
     if args.count is not None:
         inputs = S.take(args.count)(inputs)
     if args.map is not None:
