@@ -9,6 +9,8 @@ export PATH := $(BIN):$(PATH)
 SYSTOOLS := zsh:zsh fish:fish bsdtar:libarchive-tools gm:graphicsmagick zstd:zstd tmux:tmux curl:curl xz:xz-utils bzip2:bzip2 gzip:gzip script:bsdutils /usr/bin/time:time
 
 .PHONY: all install demo test test-fast bench fuzz sysdeps clean
+# a single-node Slurm cluster for kujob --slurm (tests/slurm_cluster.py)
+SYSTOOLS += /usr/sbin/munged:munge /usr/sbin/slurmctld:slurmctld /usr/sbin/slurmd:slurmd /usr/bin/sbatch:slurm-client
 
 all: install
 

@@ -1,0 +1,429 @@
+"""kujob as a Slurm job array: the sbatch script, ``sbatch``, waiting with
+``squeue`` and the per-id report.
+
+One array task per shard id.  Task N runs ``kujob --index N -s PATTERN --
+COMMAND`` (the same code as a local run and a Kubernetes pod), so the script
+carries the pattern and the command, not a copy of the id list, and stays
+self-contained.  ``--array`` lists only the positions to run (all of them, or
+with ``done_if`` those whose output is missing), with ``%N`` as the throttle.
+
+Results do not come from Slurm's accounting (a fresh single-node install has
+none): each task writes its exit status to ``<log_dir>/<name>-<array job
+id>.exit/<N>`` (written under a temporary name, then renamed), and
+:func:`wait` reads those files once ``squeue`` no longer lists the array.
+A task with no record was cancelled, timed out or killed before its shell
+could write one (a SIGTERM from Slurm is recorded as 143).
+
+Retries run inside the task: ``kujob --retries N`` reruns a failing command
+at once, in the same allocation.  That needs no requeue permission and
+counts per shard, like Kubernetes' ``backoffLimitPerIndex``.
+
+Nothing here prints: messages go to the ``status`` callback.
+"""
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import time
+
+from ..errors import EXIT_FAILED, TarprocError, UsageError, describe_exit
+from .k8s import check_command_syntax, derive_name
+from .local import Result, Summary, check_done_template, expand_ids, fill, is_done, uses_shell
+
+DEFAULT_LOG_DIR = "kujob-logs"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}\Z")
+_TIME = re.compile(r"(\d+(:\d+){0,2}|\d+-\d+(:\d+){0,2}|UNLIMITED|INFINITE|unlimited|infinite)\Z")
+_MEM = re.compile(r"(\d+)\s*(?:([KMGTkmgt])(?:i?B|i)?)?\Z")
+_WORDS = re.compile(r"[A-Za-z0-9_.,+:=@-]+\Z")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_GONE = ("Invalid job id", "invalid job id")
+
+
+def array_spec(indexes, throttle=None):
+    """``[0, 1, 2, 5, 7, 8]`` -> ``0-2,5,7-8`` (plus ``%N`` with a throttle)."""
+    parts = []
+    start = prev = None
+    for i in sorted(indexes):
+        if prev is not None and i == prev + 1:
+            prev = i
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = i
+    if start is not None:
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+    spec = ",".join(parts)
+    return f"{spec}%{int(throttle)}" if throttle else spec
+
+
+def slurm_memory(value):
+    """Memory per node for ``--mem``: Slurm's own ``8G``, ``500M``, ``0``
+    (a bare number is megabytes, as in sbatch), or ``8Gi``/``8GiB``/``8GB``
+    (Slurm counts in powers of 1024 whatever the spelling)."""
+    m = _MEM.match(str(value).strip())
+    if not m:
+        raise UsageError(f"bad --mem {value!r} (use e.g. 8G, 500M, 16GiB; a bare number is megabytes)")
+    return m.group(1) + (m.group(2) or "").upper()
+
+
+def _word(value, what):
+    """A value for an ``#SBATCH`` line: one word of safe characters (no
+    newline that could end the header and start a command)."""
+    text = str(value)
+    if not _WORDS.match(text):
+        raise UsageError(f"bad {what} {value!r}: use letters, digits and ._,+:=@-")
+    return text
+
+
+def sbatch_line(line):
+    """An extra header line: ``--gres=gpu:1``, ``gres=gpu:1`` (the dashes
+    are added) or ``#SBATCH --gres=gpu:1``."""
+    text = str(line).strip()
+    if text.startswith("#SBATCH"):
+        text = text[len("#SBATCH"):].strip()
+    if text and text[0].isalpha():
+        text = "--" + text
+    if not text.startswith("-") or any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise UsageError(f"bad --sbatch {line!r}: give one sbatch option, e.g. --sbatch '--gres=gpu:1'")
+    return text
+
+
+def _path_ok(path):
+    """A path sbatch can take in an ``#SBATCH`` line: no ``%`` or ``\\``
+    (file name patterns), no ``"`` (the quotes around a path with spaces),
+    no control characters."""
+    return bool(path) and not any(c in path for c in '%\\"') and not any(ord(c) < 32 or ord(c) == 127 for c in path)
+
+
+def _directive_path(path):
+    return f'"{path}"' if any(c.isspace() for c in path) else path
+
+
+def _log_dir(path, cwd):
+    text = str(path)
+    if not _path_ok(text):
+        raise UsageError(f"bad --log-dir {path!r}: no '%', '\\', '\"' or control characters (Slurm would "
+                         f"read them as file name patterns)")
+    return os.path.normpath(os.path.join(cwd, text))
+
+
+class ArrayJob:
+    """A planned job array; :meth:`script` is the sbatch script."""
+
+    def __init__(self, command, patterns, ids, indexes, name, log_dir, chdir, kujob, done_if, retries,
+                 throttle, header, env):
+        self.command = list(command)
+        self.patterns = list(patterns)
+        self.ids = ids
+        self.indexes = indexes  # 0-based positions in ids that this array runs
+        self.name = name
+        self.log_dir = log_dir
+        self.chdir = chdir
+        self.kujob = kujob
+        self.done_if = done_if
+        self.retries = retries
+        self.throttle = throttle
+        self.header = header  # sbatch options beyond the fixed ones
+        self.env = env
+
+    @property
+    def empty(self):
+        return not self.indexes
+
+    def log_path(self, job_id, index):
+        return os.path.join(self.log_dir, f"{self.name}-{job_id}_{index}.log")
+
+    def record_dir(self, job_id):
+        return os.path.join(self.log_dir, f"{self.name}-{job_id}.exit")
+
+    def task_argv(self):
+        argv = [self.kujob, "--index", "$SLURM_ARRAY_TASK_ID"]
+        for p in self.patterns:
+            argv += ["-s", p]
+        if self.retries:
+            argv += ["--retries", str(self.retries)]
+        if self.done_if:
+            argv += ["--done-if", self.done_if]
+        return argv + ["-v", "--"] + self.command
+
+    def script(self):
+        q = shlex.quote
+        head = [
+            "#!/bin/bash",
+            f"#SBATCH --job-name={self.name}",
+            f"#SBATCH --array={array_spec(self.indexes, self.throttle)}",
+            f"#SBATCH --output={_directive_path(os.path.join(self.log_dir, self.name) + '-%A_%a.log')}",
+            f"#SBATCH --chdir={_directive_path(self.chdir)}",
+        ] + [f"#SBATCH {line}" for line in self.header]
+        task = " ".join('"$SLURM_ARRAY_TASK_ID"' if a == "$SLURM_ARRAY_TASK_ID" else q(a) for a in self.task_argv())
+        records = q(os.path.join(self.log_dir, self.name + "-"))
+        body = [
+            "",
+            f"# kujob: {len(self.indexes)} of {len(self.ids)} shard ids; array task N runs the shard at",
+            "# 0-based position N of the pattern, with the same kujob code as a local run.",
+            "# Each task writes its exit status to <log dir>/<name>-<array job id>.exit/<N>",
+            "# for 'kujob --wait'; a failing command is retried inside the task (--retries).",
+            f"# The log directory must exist before sbatch: mkdir -p {q(self.log_dir)}",
+            ": \"${SLURM_ARRAY_TASK_ID:?submit this script with sbatch: it is a job array}\"",
+        ] + [f"export {name}={q(value)}" for name, value in self.env] + [
+            f"kujob_exit={records}\"$SLURM_ARRAY_JOB_ID\".exit",
+            "kujob_record() {",
+            "    mkdir -p \"$kujob_exit\" &&",
+            "    printf '%s\\n' \"$1\" > \"$kujob_exit/$SLURM_ARRAY_TASK_ID.tmp\" &&",
+            "    mv -f \"$kujob_exit/$SLURM_ARRAY_TASK_ID.tmp\" \"$kujob_exit/$SLURM_ARRAY_TASK_ID\"",
+            "}",
+            "trap 'kujob_record 143; exit 143' TERM",
+            task,
+            "kujob_status=$?",
+            "kujob_record \"$kujob_status\"",
+            "exit \"$kujob_status\"",
+        ]
+        return "\n".join(head + body) + "\n"
+
+
+def plan(command, patterns, *, name=None, log_dir=DEFAULT_LOG_DIR, chdir=None, kujob=None, done_if=None,
+         retries=0, throttle=None, cpus_per_task=None, mem=None, time_limit=None, partition=None,
+         account=None, sbatch=(), env=(), status=None, warn=None, check_threads=16):
+    """Plan the array for ``command`` over the ids of ``patterns``.
+
+    With ``done_if``, ids whose output exists are left out (checked here, 16
+    at a time, and again by each task).  Ids that cannot go into a shell
+    command are refused, as for Kubernetes.  ``chdir`` (default: the current
+    directory) is where the tasks run, so relative paths in the command mean
+    what they mean here; ``log_dir`` is made absolute against it.  ``warn``
+    hears about a program that is not on PATH here (it may be on the nodes)."""
+    if isinstance(patterns, str):
+        patterns = [patterns]
+    patterns = list(patterns)
+    ids = expand_ids(patterns)
+    check_command_syntax(command)
+    if uses_shell(command):
+        for shard_id in ids:
+            fill(command, shard_id)
+    if done_if:
+        check_done_template(done_if)
+    prog = command[0].replace("{}", "x")
+    if warn and not uses_shell(command) and shutil.which(prog) is None:
+        warn(f"warning: {command[0]} is not on PATH here: every task fails unless the nodes have it")
+    if int(retries) < 0:
+        raise UsageError(f"bad --retries {retries}: must be 0 or more")
+    if throttle is not None and int(throttle) < 1:
+        raise UsageError(f"bad --jobs {throttle}: must be at least 1")
+    if name is None:
+        name = derive_name(command, patterns)
+    elif not _NAME.match(name):
+        raise UsageError(f"bad --name {name!r}: letters, digits and ._+- (at most 128, no '/')")
+    chdir = os.path.abspath(chdir or os.getcwd())
+    if not _path_ok(chdir):
+        raise UsageError(f"cannot run tasks in {chdir!r}: sbatch cannot take '%', '\\', '\"' or control "
+                         f"characters in --chdir; run kujob from another directory")
+    header = []
+    if cpus_per_task is not None:
+        if int(cpus_per_task) < 1:
+            raise UsageError(f"bad --cpus-per-task {cpus_per_task}: must be at least 1")
+        header.append(f"--cpus-per-task={int(cpus_per_task)}")
+    if mem is not None:
+        header.append(f"--mem={slurm_memory(mem)}")
+    if time_limit is not None:
+        if not _TIME.match(str(time_limit)):
+            raise UsageError(f"bad --time {time_limit!r} (use minutes, HH:MM:SS or D-HH:MM:SS)")
+        header.append(f"--time={time_limit}")
+    if partition is not None:
+        header.append(f"--partition={_word(partition, '--partition')}")
+    if account is not None:
+        header.append(f"--account={_word(account, '--account')}")
+    header += [sbatch_line(line) for line in sbatch]
+    env_pairs = []
+    for item in env or ():
+        key, sep, value = item.partition("=")
+        if not sep or not _ENV_NAME.match(key):
+            raise UsageError(f"bad --env {item!r} (use NAME=VALUE)")
+        env_pairs.append((key, value))
+    kujob = kujob or shutil.which("kujob") or "kujob"
+    indexes = list(range(len(ids)))
+    if done_if:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max(1, check_threads)) as pool:
+            done = list(pool.map(lambda i: is_done(done_if, i), ids))
+        indexes = [n for n in indexes if not done[n]]
+        if status and len(indexes) < len(ids):
+            status(f"{len(ids) - len(indexes)} of {len(ids)} shards are done ({done_if} exists): left out")
+    return ArrayJob(command, patterns, ids, indexes, name, _log_dir(log_dir, chdir), chdir, kujob, done_if,
+                    int(retries), throttle, header, env_pairs)
+
+
+# --------------------------------------------------------------------------- sbatch, squeue, scancel
+
+def _tool(name):
+    path = shutil.which(name)
+    if path is None:
+        raise UsageError(f"{name} is not on PATH: run this on a Slurm login node, or print the script "
+                         f"(kujob --slurm ... > job.sh) and submit it there with 'sbatch job.sh'")
+    return path
+
+
+class SubmitError(TarprocError):
+    """sbatch refused the job or failed (exit 1: the cluster said no, not the user)."""
+
+    exit_code = EXIT_FAILED
+
+
+def submit(job):
+    """Create the log directory and submit the script with ``sbatch``; returns
+    the array's job id.  A refusal by sbatch is a :class:`UsageError` that
+    carries sbatch's own message."""
+    if job.empty:
+        raise UsageError("nothing to submit: every shard is done")
+    sbatch = _tool("sbatch")
+    os.makedirs(job.log_dir, exist_ok=True)
+    p = subprocess.run([sbatch, "--parsable"], input=job.script().encode("utf-8", "surrogateescape"),
+                       capture_output=True, timeout=300)
+    if p.returncode != 0:
+        why = p.stderr.decode("utf-8", "replace").strip().replace("\n", "; ") or describe_exit(p.returncode)
+        hint = ""
+        if max(job.indexes) >= 1000:
+            hint = (f" (array index {max(job.indexes)}: clusters limit indexes to MaxArraySize-1, "
+                    f"1000 by default; split the pattern into several -s runs)")
+        raise SubmitError(f"sbatch failed: {why}{hint}")
+    job_id = p.stdout.decode().strip().split(";")[0]
+    if not job_id.isdigit():
+        raise SubmitError(f"sbatch printed no job id: {p.stdout.decode(errors='replace')!r}")
+    return job_id
+
+
+def queue_states(job_id):
+    """``{array index: state}`` of the array's tasks that Slurm still lists
+    (pending, running, completing); ``{}`` once the array is gone.  ``None``
+    when squeue itself failed (controller busy): try again later."""
+    try:
+        p = subprocess.run([_tool("squeue"), "-h", "-r", "-j", job_id, "-o", "%K %T"], capture_output=True,
+                           text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return None
+    if p.returncode != 0:
+        return {} if any(g in p.stderr for g in _GONE) else None
+    states = {}
+    for line in p.stdout.splitlines():
+        index, _, state = line.strip().partition(" ")
+        if index.isdigit():
+            states[int(index)] = state
+    return states
+
+
+def cancel(job_id):
+    """``scancel JOB_ID``: the whole array; returns scancel's exit status."""
+    try:
+        return subprocess.run([_tool("scancel"), job_id], capture_output=True, timeout=60).returncode
+    except (subprocess.TimeoutExpired, UsageError):
+        return None
+
+
+def read_record(job, job_id, index):
+    """The exit status a task recorded, or None."""
+    try:
+        with open(os.path.join(job.record_dir(job_id), str(index))) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def log_tail(path, lines=5, limit=1 << 16):
+    """The last few lines of a task's log (at most ``limit`` bytes read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            data = f.read()
+    except OSError:
+        return []
+    return data.decode("utf-8", "replace").splitlines()[-lines:]
+
+
+def wait(job, job_id, poll=10.0, status=None, progress=None, verbose=False, grace=None):
+    """Wait until ``squeue`` no longer lists the array, then read each task's
+    exit record; returns a :class:`Summary` over every id of the pattern
+    (ids left out by ``done_if`` count as skipped).
+
+    Ctrl-C or SIGTERM while waiting cancels the array with ``scancel`` (said
+    through ``status``) and re-raises.  ``progress`` is called with a dict
+    of counts after each poll."""
+    say = status or (lambda message: None)
+    started = time.monotonic()
+    failures = 0
+    try:
+        while True:
+            states = queue_states(job_id)
+            if states is None:
+                failures += 1
+                if failures == 3:
+                    say(f"squeue does not answer about job {job_id}; still waiting")
+            else:
+                failures = 0
+                if progress:
+                    running = sum(1 for s in states.values() if s in ("RUNNING", "COMPLETING"))
+                    progress({"job": job_id, "total": len(job.indexes), "pending": len(states) - running,
+                              "running": running, "finished": len(job.indexes) - len(states),
+                              "seconds": time.monotonic() - started})
+                if not states:
+                    break
+            time.sleep(poll)
+    except BaseException:
+        code = cancel(job_id)
+        done = "cancelled" if code == 0 else "could not cancel"
+        say(f"interrupted: {done} job array {job_id} (scancel {job_id})")
+        raise
+    # records on a shared file system may show up a little after the task ends
+    grace = min(30.0, 3 * poll) if grace is None else grace
+    deadline = time.monotonic() + grace
+    while any(read_record(job, job_id, n) is None for n in job.indexes) and time.monotonic() < deadline:
+        time.sleep(min(poll, 1.0))
+    return report(job, job_id, status=say, verbose=verbose)
+
+
+def report(job, job_id, status=None, verbose=False, tail=5, max_tails=10):
+    """The :class:`Summary` of a finished array from the tasks' records;
+    failed ids are told through ``status`` with their log and its last
+    lines (for the first ``max_tails`` failures)."""
+    say = status or (lambda message: None)
+    results = [Result(i, n) for n, i in enumerate(job.ids)]
+    wanted = set(job.indexes)
+    tails = 0
+    for r in results:
+        if r.index not in wanted:
+            r.status = "skipped"
+            continue
+        code = read_record(job, job_id, r.index)
+        log = job.log_path(job_id, r.index)
+        r.returncode = code
+        r.attempts = 1
+        if code == 0:
+            r.status = "ok"
+            if verbose:
+                say(f"[{r.shard_id}] ok")
+            continue
+        r.status = "failed"
+        if code is None:
+            r.message = "no exit record: cancelled, timed out or killed before it could write one"
+        elif code == 143:
+            r.message = "terminated (SIGTERM: scancel or the time limit)"
+        else:
+            r.message = describe_exit(code)
+        say(f"[{r.shard_id}] failed ({r.message}); log: {log}")
+        if tails < max_tails:
+            tails += 1
+            for line in log_tail(log, tail):
+                say(f"[{r.shard_id}]   {line}")
+    return Summary(results)
+
+
+def summary_line(summary):
+    c = summary.counts()
+    return (f"{len(summary.results)} shards: {c['ok']} ok, {c['failed']} failed, "
+            f"{c['skipped']} skipped (done)")
+
+
+__all__ = ["ArrayJob", "DEFAULT_LOG_DIR", "SubmitError", "array_spec", "cancel", "plan",
+           "queue_states", "read_record", "report", "slurm_memory", "submit", "summary_line", "wait"]
