@@ -1,5 +1,6 @@
-"""kujob: run one command per shard, here (a small process pool) or on
-Kubernetes (an Indexed Job whose pods run kujob for their own shard)."""
+"""kujob: run one command per shard, here (a small process pool), on
+Kubernetes (an Indexed Job whose pods run kujob for their own shard) or on
+Slurm (a job array whose tasks do the same)."""
 
 import os
 import sys
@@ -20,6 +21,9 @@ kujob --k8s --image ghcr.io/me/ocr:1 --cpu 16 --memory 8Gi --parallelism 50 \\
     gs://g1000/scanned-{}.tar -o gs://g1000/ocr-{}.tar > job.json
 kujob --k8s --apply --image IMAGE -s '{0000..0999}' -- CMD ...   # kubectl apply -f -
 kujob --index 7 -s '{0000..0999}' -- CMD ...                      # shard 0007 only
+kujob --slurm --cpus-per-task 16 --mem 8G --time 2:00:00 -j 50 --done-if ocr-{}.tar \\
+    -s '{0000..0999}' -- tarproc -p 16 -c 'run-ocr *.png' scanned-{}.tar -o ocr-{}.tar > job.sh
+kujob --slurm --wait --partition gpu -s '{0000..0999}' -- CMD ...  # sbatch, wait, report per id
 """
 
 NOTES = """\
@@ -33,10 +37,11 @@ with [id].
 
 exit status: 0 every shard ok (or skipped by --done-if), 1 some shards failed
 (their ids are listed at the end), 2 bad usage (bad pattern, command not
-found, kubectl missing for --apply)."""
+found, kubectl missing for --apply, sbatch missing for --submit)."""
 
 
-@command("Run a command once per shard id: locally with a process pool, or on Kubernetes as an Indexed Job.",
+@command("Run a command once per shard id: locally with a process pool, on Kubernetes as an Indexed Job, "
+         "or on Slurm as a job array.",
          EXAMPLES, NOTES, context={"allow_interspersed_args": False})
 def kujob_command(
     shards: Annotated[List[str], opt("-s", "--shards", metavar="PATTERN",
@@ -85,6 +90,27 @@ def kujob_command(
                      help="kujob inside the image (default: kujob)")] = "kujob",
     apply: Annotated[bool, opt("--apply", help="pipe the manifest to 'kubectl apply -f -' (KUJOB_KUBECTL "
                                                "overrides the kubectl command)")] = False,
+    # Slurm (print an sbatch job array script; -j, --retries, --done-if, --name, -e and --kujob apply too)
+    slurm_: Annotated[bool, opt("--slurm", help="Slurm: print the sbatch script of a job array, one task per "
+                                                "shard id (-j N: at most N at once)")] = False,
+    submit: Annotated[bool, opt("--submit", help="Slurm: submit it with sbatch and print the job id")] = False,
+    wait: Annotated[bool, opt("--wait", help="Slurm: submit, wait for every task, report per id (exit 1 naming "
+                                             "the failed ids); Ctrl-C cancels the array")] = False,
+    partition: Annotated[Optional[str], opt("--partition", metavar="P", help="Slurm: sbatch --partition")] = None,
+    account: Annotated[Optional[str], opt("--account", metavar="A", help="Slurm: sbatch --account")] = None,
+    time: Annotated[Optional[str], opt("--time", metavar="T", help="Slurm: time limit per task, e.g. 90 "
+                                                                   "(minutes), 2:00:00, 1-00:00:00")] = None,
+    mem: Annotated[Optional[str], opt("--mem", metavar="M", help="Slurm: memory per task, e.g. 8G, 500M (a bare "
+                                                                 "number is megabytes)")] = None,
+    cpus_per_task: Annotated[Optional[int], opt("--cpus-per-task", metavar="N",
+                             help="Slurm: CPUs per task")] = None,
+    log_dir: Annotated[Optional[str], opt("--log-dir", metavar="DIR", help="Slurm: task logs and exit records "
+                                                                           "(default: kujob-logs)")] = None,
+    sbatch: Annotated[Optional[List[str]], opt("--sbatch", metavar="LINE",
+                      help="Slurm: extra #SBATCH option, e.g. --sbatch gres=gpu:1 or --sbatch=--gres=gpu:1 "
+                           "(repeatable)")] = None,
+    poll: Annotated[Optional[float], opt("--poll", metavar="SECONDS",
+                    help="Slurm: squeue interval for --wait (default: 10)")] = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
     progress: ProgressFlag = None,
@@ -96,10 +122,75 @@ def kujob_command(
     args = Args(locals())
     args.command = list(args.command_ or [])
     args.env = list(args.env or [])
+    args.slurm, args.sbatch = args.slurm_, list(args.sbatch or [])
     return main(args, _AFTER[0], _PROG[0])
 
 
 _AFTER = [None]  # the command after '--', split off before parsing (see entry)
+
+
+SLURM_OPTIONS = ("submit", "wait", "partition", "account", "time", "mem", "cpus_per_task", "log_dir", "sbatch",
+                 "poll")
+
+
+def _this_kujob():
+    """The running kujob's own path, so that tasks run the same one (None: look on PATH)."""
+    me = os.path.abspath(sys.argv[0])
+    return me if os.path.basename(me) == "kujob" and os.access(me, os.X_OK) else None
+
+
+def slurm(args, command, prog):
+    """--slurm: print the script, or submit it (and wait)."""
+    from ..errors import UsageError
+    from ..jobs import slurm
+
+    shown = []  # a progress line is on the terminal
+
+    def clear():
+        if shown:
+            sys.stderr.write("\r\x1b[K")
+            shown.clear()
+
+    def status(message):
+        clear()
+        print(f"{prog}: {message}", file=sys.stderr, flush=True)
+
+    def progress(c):
+        if sys.stderr.isatty() if args.progress is None else args.progress:
+            sys.stderr.write(f"\r{prog}: job {c['job']}: {c['finished']}/{c['total']} finished, {c['running']} "
+                             f"running, {c['pending']} pending, {c['seconds']:.0f} s\x1b[K")
+            sys.stderr.flush()
+            shown.append(1)
+
+    if args.index is not None or args.index_from_env or args.dry_run or args.k8s or args.apply:
+        raise UsageError("--index, --index-from-env, --dry-run, --k8s and --apply do not go with --slurm")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"bad --jobs {args.jobs}: must be at least 1")
+    job = slurm.plan(command, args.shards, name=args.name, log_dir=args.log_dir or slurm.DEFAULT_LOG_DIR,
+                     kujob=args.kujob if args.kujob != "kujob" else _this_kujob(), done_if=args.done_if,
+                     retries=args.retries, throttle=args.jobs, cpus_per_task=args.cpus_per_task, mem=args.mem,
+                     time_limit=args.time, partition=args.partition, account=args.account, sbatch=args.sbatch,
+                     env=args.env, status=status, warn=None if args.quiet else status)
+    if job.empty:
+        status(f"all {len(job.ids)} shards are done (--done-if {args.done_if}): nothing to submit")
+        return 0
+    if not (args.submit or args.wait):
+        sys.stdout.write(job.script())
+        return 0
+    job_id = slurm.submit(job)
+    status(f"submitted job array {job_id}: {len(job.indexes)} tasks, logs in {job.log_dir}")
+    if not args.wait:
+        print(job_id, flush=True)
+        return 0
+    summary = slurm.wait(job, job_id, poll=10.0 if args.poll is None else max(0.05, args.poll), status=status,
+                         progress=progress, verbose=args.verbose)
+    clear()
+    if args.verbose:
+        status(slurm.summary_line(summary))
+    if summary.failed:
+        status(f"{len(summary.failed)} of {len(job.ids)} shards failed: {' '.join(summary.failed)}")
+        return 1
+    return 0
 
 
 def split_argv(argv):
@@ -148,6 +239,11 @@ def main(args, command, prog="kujob"):
     elif args.command:
         raise UsageError(f"unexpected arguments before '--': {' '.join(args.command)}")
 
+    if args.slurm:
+        return slurm(args, command, prog)
+    if any(getattr(args, o) not in (None, False, []) for o in SLURM_OPTIONS):
+        raise UsageError("--submit, --wait, --partition, --account, --time, --mem, --cpus-per-task, --log-dir, "
+                         "--sbatch and --poll go with --slurm")
     if args.apply and not args.k8s:
         raise UsageError("--apply goes with --k8s")
     if args.k8s:
