@@ -12,6 +12,7 @@ def iter_samples(urls, stats=None, strict=False, warn=None):
     warnings (a shard cut off at a block boundary); with ``strict`` those are
     errors.  Damage raises :class:`~tarproc.errors.BadInput` after every
     sample before it has been yielded."""
+    from .fragment import iter_fragment
     from .shardlist import expand_urls
     from .open import open_source
 
@@ -20,6 +21,10 @@ def iter_samples(urls, stats=None, strict=False, warn=None):
     if stats is None:
         stats = Stats()
     for url in urls:
+        sliced = iter_fragment(url, lambda one: iter_samples(one, stats, strict, warn))
+        if sliced is not None:  # 'PATTERN#START,END'
+            yield from sliced
+            continue
         stream = open_source(url)
         stats.inputs += 1
         name = "stdin" if url == "-" else url

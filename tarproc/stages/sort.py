@@ -18,7 +18,8 @@ files are private to the process and removed when the iterator ends, fails or
 is closed (Ctrl-C, SIGTERM via :class:`~tarproc.cli.base.Terminated`).
 
 The sort is stable: samples with equal sort keys keep their input order (also
-with ``reverse``), and duplicates are kept.  Samples come out as the same
+with ``reverse``), and duplicates are kept, unless ``unique`` asks for the
+last of each (dropped while merging, so it costs no extra pass).  Samples come out as the same
 dicts of bytes that went in, so they are written byte-identically.
 
 Sort types: ``text`` (bytes order of the field, code-point order of
@@ -196,7 +197,7 @@ def _merge(iterables, reverse):
 
 
 def sort_samples(samples, key="__key__", sorttype="text", reverse=False, seed=None,
-                 memory=512 << 20, tmpdir=None, stats=None):
+                 memory=512 << 20, tmpdir=None, stats=None, unique=False):
     """Sort an iterator of samples; returns an iterator of the same samples.
 
     ``key`` is the field to sort by (default ``__key__``); ``sorttype`` one of
@@ -206,14 +207,40 @@ def sort_samples(samples, key="__key__", sorttype="text", reverse=False, seed=No
     temporary directory under ``tmpdir`` (default ``$TMPDIR`` or ``/tmp``),
     which is removed when the iterator is exhausted, fails, or is closed.
     Close it (``contextlib.closing``) if you stop early.  ``stats``, if given,
-    gets ``runs`` (number of runs spilled)."""
+    gets ``runs`` (number of runs spilled).
+
+    ``unique`` keeps one sample per sort key: the one that came LAST in the
+    input (the original ``tarsort --update``, an "insert or replace" keyed by
+    the sort key); ``stats.dropped`` then counts the samples replaced."""
     if memory < 1:
         raise UsageError("the memory budget must be positive")
+    if unique and sorttype == "shuffle":
+        raise UsageError("keeping one sample per sort key needs a sort key: not with the shuffle sort type")
     keyfunc = key_function(key, sorttype, seed)
-    return _sort(samples, keyfunc, reverse, memory, tmpdir, stats)
+    return _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique)
 
 
-def _sort(samples, keyfunc, reverse, memory, tmpdir, stats):
+def _last_of_equal(pairs, stats):
+    """From ``(sortkey, sample)`` pairs in sorted, stable order, the last
+    sample of each run of equal sort keys."""
+    dropped = 0
+    first = True
+    prev_key = prev = None
+    for k, sample in pairs:
+        if not first:
+            if k == prev_key:
+                dropped += 1
+            else:
+                yield prev
+        first = False
+        prev_key, prev = k, sample
+    if not first:
+        yield prev
+    if stats is not None:
+        stats.dropped = dropped
+
+
+def _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique=False):
     from operator import itemgetter
 
     runs = _Runs(tmpdir)
@@ -242,6 +269,9 @@ def _sort(samples, keyfunc, reverse, memory, tmpdir, stats):
         if stats is not None:
             stats.runs = len(paths) + (1 if paths and records else 0)
         if not paths:
+            if unique:
+                yield from _last_of_equal(((k, s) for k, s, _ in records), stats)
+                return
             for _, sample, _ in records:
                 yield sample
             return
@@ -266,7 +296,11 @@ def _sort(samples, keyfunc, reverse, memory, tmpdir, stats):
                 merged.append(out)
             paths = merged
         bufsize = max(16 << 10, min(1 << 20, memory // (8 * len(paths))))
-        for _, sample in _merge([_read_run(p, bufsize) for p in paths], reverse):
+        merged = _merge([_read_run(p, bufsize) for p in paths], reverse)
+        if unique:
+            yield from _last_of_equal(merged, stats)
+            return
+        for _, sample in merged:
             yield sample
     finally:
         runs.remove()

@@ -1,0 +1,130 @@
+"""Lines of text split into fields, one sample per line (``lines2tar``).
+
+``url\tlabel`` lines with ``keys=["url", "cls"]`` become samples
+``{"__key__": "000000000", "url": b"...", "cls": b"..."}``.  One of the keys
+may be ``__key__``: that column is then the sample key.  The input is read in
+chunks (never whole), so the first samples come out while later lines are
+still arriving.
+"""
+
+from ..errors import BadInput, BadSample, UsageError
+from ..core.rules import bad_field_name, bad_key, is_meta
+
+#: Longest line accepted (bytes); a longer one is an error naming its line.
+MAX_LINE = 256 << 20
+
+
+def check_keys(keys):
+    """The field names of ``keys`` (a list or a space-separated string),
+    checked: each a writable field name or ``__key__``, none twice."""
+    if isinstance(keys, str):
+        keys = keys.split()
+    keys = list(keys)
+    if not keys:
+        raise UsageError("no field names given (-k)")
+    seen = set()
+    for k in keys:
+        if k != "__key__":
+            why = bad_field_name(k) or (f"field name {k!r} is a metadata name" if is_meta(k) else None)
+            if why:
+                raise UsageError(f"-k: {why}")
+        if k in seen:
+            raise UsageError(f"-k: field {k!r} given twice")
+        seen.add(k)
+    if keys == ["__key__"]:
+        raise UsageError("-k: __key__ alone gives samples without fields; add a field name")
+    return keys
+
+
+def check_keyformat(keyformat):
+    """``keyformat`` (``"{:09d}"``, ``"line-{:06d}"``), checked by formatting 0."""
+    try:
+        key = keyformat.format(0)
+    except (IndexError, KeyError, ValueError) as e:
+        raise UsageError(f"--keyformat {keyformat!r}: {e} (use e.g. '{{:09d}}')") from None
+    why = bad_key(key)
+    if why:
+        raise UsageError(f"--keyformat {keyformat!r}: {why}")
+    return keyformat
+
+
+def iter_line_samples(urls="-", keys=("txt",), separator="\t", keyformat="{:09d}", stats=None,
+                      max_line=MAX_LINE):
+    """Samples from the lines of text inputs, one per line.
+
+    Each line (without its ``\\n``) is split on ``separator`` into exactly as
+    many values as ``keys`` names; a line with another number of values is
+    an error naming the input and the line number.  Values are the bytes of
+    the line as they are (no decoding, a ``\\r`` stays).  The key is
+    ``keyformat.format(index)`` (index from 0 over all inputs), or the value
+    of the ``__key__`` column when ``keys`` has one."""
+    from .open import open_source
+    from .shardlist import expand_urls
+
+    keys = check_keys(keys)
+    check_keyformat(keyformat)
+    if not separator:
+        raise UsageError("the separator must not be empty")
+    sep = separator.encode("utf-8")
+    if isinstance(urls, str):
+        urls = expand_urls([urls])
+    index = 0
+    for url in urls:
+        source = "stdin" if url == "-" else url
+        stream = open_source(url)
+        if stats is not None:
+            stats.inputs += 1
+        try:
+            for lineno, line in enumerate(_lines(stream, source, max_line), 1):
+                values = line.split(sep)
+                if len(values) != len(keys):
+                    raise BadInput(f"{source}: line {lineno}: {len(values)} field{'s' if len(values) != 1 else ''}"
+                                   f" separated by {separator!r}, expected {len(keys)} ({' '.join(keys)})")
+                sample = dict(zip(keys, values))
+                if "__key__" in sample:
+                    key = sample["__key__"].decode("utf-8", "surrogateescape")
+                    why = bad_key(key)
+                    if why:
+                        raise BadSample(key, f"line {lineno}: {why}", source)
+                else:
+                    key = keyformat.format(index)
+                sample["__key__"] = key
+                sample["__source__"] = source
+                index += 1
+                if stats is not None:
+                    stats.read += 1
+                yield sample
+        finally:
+            stream.close()
+
+
+def _lines(stream, source, max_line):
+    """The lines of a byte stream without their ``\\n``, read in chunks; a
+    last line without ``\\n`` counts; linear in the input however long a line."""
+    read = stream.read1 if hasattr(stream, "read1") else stream.read
+    pending = []  # pieces of the line being read
+    size = 0
+    lineno = 1
+    while True:
+        chunk = read(1 << 16)
+        if not chunk:
+            break
+        pieces = chunk.split(b"\n")
+        for piece in pieces[:-1]:
+            if pending:
+                pending.append(piece)
+                piece = b"".join(pending)
+                pending = []
+                size = 0
+            if len(piece) > max_line:
+                raise BadInput(f"{source}: line {lineno}: longer than {max_line} bytes")
+            yield piece
+            lineno += 1
+        last = pieces[-1]
+        if last:
+            pending.append(last)
+            size += len(last)
+            if size > max_line:
+                raise BadInput(f"{source}: line {lineno}: longer than {max_line} bytes")
+    if pending:
+        yield b"".join(pending)
