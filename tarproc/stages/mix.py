@@ -21,7 +21,7 @@ buffers and one sample per open stream.
 
 import json
 
-from ..errors import BadInput, UsageError
+from ..errors import BadInput, BadSample, UsageError
 
 SOURCE_KEYS = {"shards": str, "weight": (int, float), "probability": (int, float), "nstreams": int,
                "nrepeats": int, "shuffle": int, "allow_missing": bool}
@@ -307,3 +307,21 @@ def _multistream(files, n, rng, stats, strict, warn, allow_missing):
     finally:
         for _, it, _ in streams:
             it.close()
+
+
+def distinct_neighbours(hint=""):
+    """Stage: refuse two samples in a row with the same key (written one
+    after the other they would read back as one sample with repeated
+    fields).  Mixed sources often share key names (``000000001``)."""
+
+    def stage(samples):
+        prev = None
+        for sample in samples:
+            key = sample.get("__key__")
+            if key is not None and key == prev:
+                raise BadSample(key, f"two samples in a row have this key (sources share key names){hint}",
+                                sample.get("__source__"))
+            prev = key
+            yield sample
+
+    return stage
