@@ -23,7 +23,7 @@ Without -f the columns are the fields of the first sample.
 Exit status: 0 ok, 2 bad usage or unreadable input."""
 
 
-@command("Write one table row per sample: the key and chosen fields.", EXAMPLES, NOTES)
+@command("Extract textual information from tar files: one table row per sample, its key and chosen fields.", EXAMPLES, NOTES)
 def tar2tsv_command(
     inputs: Inputs = None,
     filelist: FileList = None,

@@ -48,12 +48,19 @@ def tarcat_command(
                        help="remove the temporary files (.NAME.PID.tarproc-partial) that killed writers "
                             "left in DIR, and exit")] = None,
     braceexpand: BraceExpand = False,
+    maxout: Annotated[Optional[int], opt("--maxout", metavar="N", parser=nonneg(), hidden=True,
+                      help="the original tarcat's name for -c")] = None,
+    eof: Annotated[bool, opt("--eof", hidden=True, help="accepted for compatibility (no effect)")] = False,
+    output_mode: Annotated[Optional[str], opt("--output-mode", hidden=True,
+                           help="accepted for compatibility (no effect)")] = None,
 ):
     from .. import samples as S
     from ..urls import open_sink
     from .base import _PROG
 
     args = Args(locals())
+    if args.maxout is not None:  # the original tarcat's -c
+        args.count = args.maxout if args.count is None else min(args.count, args.maxout)
     prog = _PROG[0]
     rep = Reporter(prog, args.verbose, args.quiet, args.progress)
     if args.cleanup is not None:

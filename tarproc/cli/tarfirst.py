@@ -23,7 +23,7 @@ field the expression uses does not match.  Reading stops at the match.
 Exit status: 0 written, 1 nothing matched, 2 bad usage or unreadable input."""
 
 
-@command("Write the raw bytes of the first sample field that matches.", EXAMPLES, NOTES)
+@command("Dump the first matching file from a tar file: the raw bytes of the first sample field that matches.", EXAMPLES, NOTES)
 def tarfirst_command(
     inputs: Inputs = None,
     filelist: FileList = None,

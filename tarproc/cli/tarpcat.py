@@ -22,7 +22,7 @@ not be written, 2 bad usage or a damaged/unreadable shard (named on stderr).
 """
 
 
-@command("Read many tar shards concurrently (in worker processes) and write their samples to one output.",
+@command("Read, shuffle and combine many tar shards in parallel (worker processes) into one output.",
          EXAMPLES, NOTES)
 def tarpcat_command(
     inputs: Inputs = None,

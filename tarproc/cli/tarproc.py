@@ -19,8 +19,8 @@ tarproc --map resize.py:resize -p 8 images.tar > small.tar      # a Python funct
 """
 
 NOTES = """
-Each sample's fields are written as sample.<field> (and sample.__key__) in a private
-working directory; the command runs there (stdin /dev/null, its output to stderr);
+Each sample is extracted into a private working directory, its fields as
+sample.<field> (and sample.__key__); the command runs there (stdin /dev/null, its output to stderr);
 the regular files sample.* left afterwards become the output sample. Output is in
 input order. Exit status: 0 ok, 1 some samples failed, 2 usage or unreadable input.
 """

@@ -11,6 +11,7 @@ tarshow -c 3 -f 'jpg;png cls' data.tar        # chosen fields; images drawn in a
 curl -sL https://host/shard-0000.tar | tarshow -c 5 --skip 100
 tarshow --grid sheet.png -c 16 -f 'jpg;png' data.tar   # contact sheet with keys
 tarshow -f depth.npy -N -C viridis data.tar   # arrays through a colormap
+tarshow -d 0 --format original 'data.tar#0,3' # the first four samples, as the original showed them
 """
 
 NOTES = """\
@@ -19,11 +20,14 @@ preview (text and JSON as text, numbers as numbers, images as <jpg 640x480 RGB,
 52 KB>, arrays as <npy float32 64x64, 16 KB>, other binary data as hex).
 When stdout is a terminal and an image field is asked for with -f, the images
 are drawn below their block with 24-bit colour half-block characters, as wide
-as the terminal.  Piped output is plain text.  Exit status: 0 ok, 2 bad usage
+as the terminal.  Piped output is plain text.  --format original prints the original tarshow's
+lines instead ('cls                 <TAB>b'746'').  -d waits between samples (the
+original's display delay; 0 = no wait).  'URL#START,END' shows samples START
+to END (END included) of URL.  Exit status: 0 ok, 2 bad usage
 or unreadable input."""
 
 
-@command("Show the samples of tar shards: keys, fields, sizes, previews and images.", EXAMPLES, NOTES)
+@command("Show data inside tar files: keys, fields, sizes, previews and images of each sample.", EXAMPLES, NOTES)
 def tarshow_command(
     inputs: Inputs = None,
     filelist: FileList = None,
@@ -52,6 +56,11 @@ def tarshow_command(
     silent: Annotated[bool, opt("--silent", help="no text blocks (only images)")] = False,
     verbatim_keys: Annotated[bool, opt("--verbatim-keys",
                              help="accepted for compatibility (field names are never lower-cased)")] = False,
+    delay: Annotated[float, opt("-d", "--delay", metavar="SECONDS",
+                     help="wait this long after each sample (default 0: no wait)")] = 0.0,
+    format: Annotated[Literal["blocks", "original"], opt(
+        "--format", help="blocks (default) or original: the original tarshow's lines, 'NAME<TAB>VALUE' with "
+                         "values as Python shows them (b'746'), cut at 60 characters")] = "blocks",
     strict: Strict = False,
     verbose: Annotated[bool, opt("-v", "--verbose", help="report inputs on stderr")] = False,
     quiet: Annotated[bool, opt("--quiet", help="no warnings")] = False,
@@ -82,6 +91,8 @@ def main(args, prog="tarshow"):
         raise UsageError(f"unknown colormap {args.cmap!r} (choose from {', '.join(sorted(show.COLORMAPS))})")
     if args.thumb < 8 or (args.columns is not None and args.columns < 1):
         raise UsageError("--thumb must be >= 8 and --columns >= 1")
+    if not 0 <= args.delay <= 86400:
+        raise UsageError("--delay must be 0 to 86400 seconds")
     wanted = S.parse_fields(args.fields) if args.fields else None
     stats = S.Stats()
     count, args.count = args.count, None if args.grid else args.count  # with --grid, -c counts images
@@ -100,8 +111,16 @@ def main(args, prog="tarshow"):
         args.images == "always" or (args.images == "auto" and tty))
     first = True
     for sample in samples:
+        if args.delay and not first:
+            import time
+
+            time.sleep(args.delay)
         names = _choose(sample, wanted) if wanted else None
-        if not args.silent:
+        if args.format == "original":
+            if not args.silent:
+                out.write("".join(_original_lines(sample, names)) + "\n")
+            names = names if draw else None
+        elif not args.silent:
             if not first:
                 out.write("\n")
             wide = max((len(k) for k in (names or sample)), default=8)
@@ -121,6 +140,22 @@ def main(args, prog="tarshow"):
         stats.written += 1
     rep.done(stats)
     return 0
+
+
+def _original_lines(sample, names=None):
+    """The original tarshow's lines: ``NAME`` padded to 20, a tab, the value
+    as Python prints it (``b'746'``) cut at 60 characters; sorted by name,
+    with ``__key__`` and ``__source__``."""
+    shown = sorted(sample) if names is None else sorted(set(names + ["__key__", "__source__"]) & set(sample))
+    out = []
+    for k in shown:
+        v = sample[k]
+        if isinstance(v, (bytes, bytearray, memoryview)):
+            text = repr(bytes(v[:64]))[:60]  # the same first 60 characters as str(v), without copying v
+        else:
+            text = str(v)[:60]
+        out.append(f"{k:20s}\t{text}\n")
+    return out
 
 
 def _grid(args, samples, wanted, rep):

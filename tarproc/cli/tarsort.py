@@ -9,6 +9,7 @@ EXAMPLES = """
 tarsort < data.tar > sorted.tar                     # by __key__
 gsutil cat gs://bucket/file.tar | tarsort -S shuffle | tarsplit -n 1000 -o 'out-%06d.tar'
 tarsort -s cls -S int -r data.tar -o by-class.tar   # by the number in each .cls, descending
+tarsort --sortkey cls --sorttype int --update data.tar > one-per-class.tar   # the last sample of each class
 tarsort -S shuffle --seed 1 --memory 2GiB --tmpdir /scratch 'shard-{000..999}.tar' > mixed.tar
 """
 
@@ -16,13 +17,14 @@ NOTES = """
 Memory stays near --memory: beyond it sorted runs are spilled to a private
 directory under --tmpdir and merged; it is removed on exit, failure, Ctrl-C
 and SIGTERM. The sort is stable (equal keys keep input order, also with -r)
-and keeps duplicates. text order is byte order (like LC_ALL=C sort).
+and keeps duplicates; --update keeps only the last sample read for each sort
+key (the one that came last in the input; not with -S shuffle). text order is byte order (like LC_ALL=C sort).
 exit status: 0 ok, 1 the output could not be written, 2 bad usage, unreadable
 input, or a sample without the sort field (or not a number for int/float).
 """
 
 
-@command("Sort (or shuffle) the samples of tar shards, in bounded memory.", EXAMPLES, NOTES)
+@command("Sort the samples inside tar shards (or shuffle them), in bounded memory.", EXAMPLES, NOTES)
 def tarsort_command(
     inputs: Inputs = None,
     filelist: FileList = None,
@@ -33,6 +35,9 @@ def tarsort_command(
         "-S", "--sorttype", help="how to compare: text (bytes), int, float, or shuffle (random order) "
                                  "(default: text)")] = "text",
     reverse: Annotated[bool, opt("-r", "--reverse", help="descending order (stable)")] = False,
+    update: Annotated[bool, opt("--update", "-u", "--unique",
+                      help="keep one sample per sort key: the last one read (the original's --update, "
+                           "an 'insert or replace' by sort key)")] = False,
     seed: Seed = None,
     memory: Annotated[str, opt("--memory", metavar="BYTES",
                       help="memory for samples before spilling runs to --tmpdir: 64MB, 1GiB "
@@ -60,7 +65,8 @@ def tarsort_command(
     spill = types.SimpleNamespace(runs=0)  # sort_samples counts the runs it spills here
     gc.disable()  # samples hold no reference cycles; collecting millions of dicts costs much
     ordered = sort_samples(read_inputs(args, rep, stats), key=args.sortkey, sorttype=args.sorttype,
-                           reverse=args.reverse, seed=args.seed, memory=memory, tmpdir=args.tmpdir, stats=spill)
+                           reverse=args.reverse, seed=args.seed, memory=memory, tmpdir=args.tmpdir, stats=spill,
+                           unique=args.update)
     with contextlib.closing(ordered), open_sink(args.output) as sink:
         writer = S.SampleWriter(sink, stats)
         for sample in progress_stage(rep, stats)(ordered):
@@ -68,6 +74,8 @@ def tarsort_command(
         writer.close()
     rep.done(stats)
     rep.info(f"sorted runs spilled to disk: {spill.runs}")
+    if args.update:
+        rep.info(f"samples replaced by a later one with the same sort key: {getattr(spill, 'dropped', 0)}")
     return 0
 
 

@@ -24,7 +24,7 @@ exit status: 0 ok, 1 a shard could not be written or its post command failed,
 """
 
 
-@command("Split a stream of samples into shards of at most N samples and/or BYTES bytes.", EXAMPLES, NOTES)
+@command("Split a tar file (or stream) into shards of at most N samples and/or BYTES bytes.", EXAMPLES, NOTES)
 def tarsplit_command(
     inputs: Inputs = None,
     filelist: FileList = None,
