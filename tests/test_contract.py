@@ -42,7 +42,8 @@ ENTRY_POINTS = entry_points()
 
 # name -> how it runs as a filter.
 #   cmd:    the command line reading stdin
-#   input:  "tar" (a shard on stdin), "plan" (tarcreate's text plan) or None (not a filter)
+#   input:  "tar" (a shard on stdin), "plan" (tarcreate's text plan), "lines" (lines2tar's
+#           KEY<TAB>CLS<TAB>TEXT lines) or None (not a filter)
 #   output: "tar" (a shard on stdout), "text", or "files" (writes into the directory)
 #   empty:  exit statuses accepted for empty input
 #   bulky:  produces enough output for `| head -c 100` to close the pipe on it
@@ -63,6 +64,9 @@ CONTRACT = {
     "tsv2tar": dict(input="plan", output="tar", empty={0}, bulky=True, cmd="tsv2tar -"),
     "kujob": dict(input=None, output=None, cmd="kujob"),
     "tarserve": dict(input=None, output=None, cmd="tarserve"),
+    "lines2tar": dict(input="lines", output="tar", empty={0}, bulky=True, cmd="lines2tar -k '__key__ cls txt'"),
+    "tar2json": dict(input="tar", output="text", empty={0}, bulky=True, cmd="tar2json -k cls"),
+    "tarmix": dict(input=None, output=None, cmd="tarmix"),
 }
 
 
@@ -87,8 +91,12 @@ def plan(n):
     return "".join(f"{i:06d}.cls text:{i % 10}\n{i:06d}.txt text:sample-{i}\n" for i in range(n)).encode()
 
 
+def lines(n):
+    return "".join(f"{i:06d}\t{i % 10}\tsample {i}\n" for i in range(n)).encode()
+
+
 def _input(spec, n):
-    return shard(n) if spec["input"] == "tar" else plan(n)
+    return {"tar": shard, "plan": plan, "lines": lines}[spec["input"]](n)
 
 
 def run(cmd, tmp_path, data=b"", timeout=120):
@@ -165,6 +173,8 @@ def test_truncated_input(name, tmp_path):
     spec = CONTRACT[name]
     if spec["input"] == "tar":
         data = shard(5)[:3000]  # inside a header
+    elif spec["input"] == "lines":
+        data = lines(5)[:40]  # the second line cut off inside its fields
     else:
         data = b"000000.cls text:1\n000000.txt\n"  # a plan line cut off before its source
     p = run(spec["cmd"] + " > out", tmp_path, data)

@@ -40,9 +40,12 @@ def record(sample, columns=None, hash=False):
     return {c.name: cell(sample, c, hash=hash, native=True) for c in columns}
 
 
+def _escape(json_text):
+    return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json_text)
+
+
 def _ystr(text):
-    s = json.dumps(text, ensure_ascii=False)
-    return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", s)
+    return _escape(json.dumps(text, ensure_ascii=False))
 
 
 def yaml_value(value):
@@ -86,9 +89,9 @@ def format_record(rec, fmt="yaml"):
             return "--- {}\n"
         return "---\n" + "".join(f"{_ystr(str(k))}: {yaml_value(v)}\n" for k, v in rec.items())
     if fmt == "json":
-        return json.dumps(rec, indent=4, ensure_ascii=False) + "\n\n"
-    if fmt == "jsonlines":
-        return json.dumps(rec, ensure_ascii=False) + "\n"
+        return _escape(json.dumps(rec, indent=4, ensure_ascii=False)) + "\n\n"
+    if fmt == "jsonlines":  # NEL and U+2028/9 escaped too: one line for any line splitter
+        return _escape(json.dumps(rec, ensure_ascii=False)) + "\n"
     raise UsageError(f"unknown output format {fmt!r} (use {', '.join(FORMATS)})")
 
 
