@@ -239,3 +239,61 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
     if output is not None:
         write_index(index, blob, output, sidecar_path)
     return index
+
+
+class IndexRecorder:
+    """Offsets of the shards :func:`~tarproc.sinks.split.split_samples`
+    writes, without reading them again: ``recorder.stage`` notes each
+    sample's key and size as it passes (the split writes exactly
+    :func:`~tarproc.sinks.split.sample_size` bytes per sample), and
+    ``recorder.shard_done(shard)`` turns the first ``shard.samples`` of them
+    into the shard's :class:`ShardIndex` (counts only for a compressed shard)."""
+
+    def __init__(self):
+        from collections import deque
+
+        self.pending = deque()
+
+    def stage(self, samples):
+        from .split import sample_size
+
+        for sample in samples:
+            self.pending.append((sample.get("__key__"), sample_size(sample)))
+            yield sample
+
+    def shard_done(self, shard, compression=None):
+        from array import array
+
+        from .split import END_MARKER
+
+        info = ShardIndex(shard.name)
+        info.nsamples = shard.samples
+        info.compression = compression
+        starts, keys, pos = array("Q"), [], 0
+        for _ in range(shard.samples):
+            key, size = self.pending.popleft()
+            starts.append(pos)
+            keys.append(key)
+            pos += size
+        if compression is None and pos + END_MARKER == shard.bytes:
+            info.starts, info.keys, info.end, info.filesize = starts, keys, pos, shard.bytes
+        return info
+
+
+def write_shard_index(infos, output, name=None, warn=None):
+    """Write the index of shards described by :class:`ShardIndex` objects
+    (as ``tarsplit --index`` does for the shards it wrote)."""
+    from ..sources.open import scheme_of
+
+    index_dir = os.path.dirname(os.path.abspath(output)) if output != "-" and scheme_of(output) == "file" else None
+    sidecar_path = sidecar = None
+    if output != "-" and any(i.has_offsets for i in infos):
+        sidecar_path = sidecar_name(output)
+        sidecar = os.path.basename(sidecar_path) if index_dir is not None else sidecar_path
+    if warn is not None:
+        for info in infos:
+            if info.compression:
+                warn(f"{info.url}: {info.compression}-compressed: the index has its sample count only")
+    index, blob = build_index(infos, index_dir, sidecar, name)
+    write_index(index, blob, output, sidecar_path)
+    return index
