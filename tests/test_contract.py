@@ -63,6 +63,7 @@ CONTRACT = {
     "tsv2tar": dict(input="plan", output="tar", empty={0}, bulky=True, cmd="tsv2tar -"),
     "kujob": dict(input=None, output=None, cmd="kujob"),
     "tarserve": dict(input=None, output=None, cmd="tarserve"),
+    "tarindex": dict(input="tar", output="text", empty={0}, bulky=False, cmd="tarindex -q"),
 }
 
 
