@@ -424,3 +424,17 @@ def test_the_python_example_of_docs_tarindex_runs(tmp_path):
     assert p.returncode == 0, p.stderr.decode()
     out = p.stdout.decode().splitlines()
     assert out[0] == "rank-00.tar 125" and out[-2] == "1000 00999" and out[-1] == "['00017', '00500']"
+
+
+@pytest.mark.parametrize("fmt", ["gnu", "posix"])
+def test_gnu_tar_long_names_are_read_by_range(sh, tmp_path, fmt):
+    """GNU long-name ('L') and pax headers before a member belong to its range (Member.start)."""
+    long = "d" * 120
+    (tmp_path / "src" / long).mkdir(parents=True)
+    for i in range(4):
+        (tmp_path / "src" / long / f"s{i}.txt").write_text(f"text {i}\n" * i)
+        (tmp_path / "src" / long / f"s{i}.cls").write_text(str(i))
+    sh(f"cd src && tar --format={fmt} --sort=name -cf ../g.tar {long} && cd .. && tarindex g.tar -o g.json")
+    ds = tarproc.IndexedDataset(str(tmp_path / "g.json"))
+    ref = list(tarproc.iter_samples(ds.urls))
+    assert len(ds) == 4 and ds[3]["txt"] == b"text 3\n" * 3 and [ds[i] for i in (3, 0, 2, 1)] == [ref[i] for i in (3, 0, 2, 1)]
