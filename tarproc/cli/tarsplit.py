@@ -65,7 +65,7 @@ def tarsplit_command(
                          help="'train=0.8,val=0.1,test=0.1': each sample goes to a split by a stable hash of "
                               "its key (and --seed); -o must contain {split}; -n/-s limit each split's "
                               "shards")] = None,
-    seed: Annotated[int, opt("--seed", metavar="N", parser=nonneg(),
+    seed: Annotated[int, opt("--seed", metavar="N",
                     help="seed of the --fractions hash (default: 0)")] = 0,
     index: Annotated[Optional[str], opt("--index", metavar="FILE",
                      help="write a tarindex index (JSON, and offsets for uncompressed shards) of the shards "
