@@ -32,6 +32,8 @@ _LAZY = {
     "check_shards": "sinks.check", "read_plan": "sources.create", "write_plan": "sources.create",
     "expand_ids": "jobs.local", "job_manifest": "jobs.k8s",
     "serve": "server", "Server": "server",
+    "index_shards": "sinks.index", "IndexedDataset": "sources.indexed", "select_keys": "stages.keys",
+    "read_keys": "stages.keys",
 }
 
 

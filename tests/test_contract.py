@@ -67,6 +67,7 @@ CONTRACT = {
     "lines2tar": dict(input="lines", output="tar", empty={0}, bulky=True, cmd="lines2tar -k '__key__ cls txt'"),
     "tar2json": dict(input="tar", output="text", empty={0}, bulky=True, cmd="tar2json -k cls"),
     "tarmix": dict(input=None, output=None, cmd="tarmix"),
+    "tarindex": dict(input="tar", output="text", empty={0}, bulky=False, cmd="tarindex -q"),
 }
 
 

@@ -13,6 +13,7 @@ tarcat 'shard-{0000..0146}.tar' -o all.tar.gz    # brace range in, gzip out
 tarcat -f 'img=jpg;png cls' --rekey '{index:09d}' data.tar -o clean.tar
 gsutil cat gs://b/big.tgz | tarscat -c 10 > small.tar   # returns at once
 tarcat --cleanup out/                            # remove leftovers of killed writers
+tarcat --keys val-keys.txt 'shard-{0000..0146}.tar' -o val.tar   # a subset by key
 """
 
 NOTES = """\
@@ -40,6 +41,12 @@ def tarcat_command(
     shuffle: Annotated[int, opt("--shuffle", metavar="N", parser=nonneg(),
                        help="shuffle samples through a buffer of N (and the list of inputs)")] = 0,
     seed: Seed = None,
+    keys: Annotated[Optional[str], opt("--keys", metavar="FILE",
+                    help="keep only the samples whose keys are listed in FILE (one per line, '-' for "
+                         "stdin)")] = None,
+    exclude_keys: Annotated[Optional[str], opt("--exclude-keys", metavar="FILE",
+                            help="drop the samples whose keys are listed in FILE (one per line, '-' for "
+                                 "stdin)")] = None,
     strict: Strict = False,
     verbose: Verbose = False,
     quiet: Quiet = False,
@@ -82,6 +89,16 @@ def tarcat_command(
         random.Random(args.seed).shuffle(urls)
 
     stages = [S.shuffle(args.shuffle, args.seed)] if args.shuffle > 0 else []
+    if args.keys or args.exclude_keys:
+        from ..errors import UsageError
+        from ..stages.keys import read_keys, select_keys
+
+        if args.keys and args.exclude_keys:
+            raise UsageError("give --keys or --exclude-keys, not both")
+        keyfile = args.keys or args.exclude_keys
+        if keyfile == "-" and "-" in urls:
+            raise UsageError("the key list and the samples cannot both come from stdin")
+        stages.insert(0, select_keys(read_keys(keyfile), exclude=bool(args.exclude_keys), stats=stats))
     stages += selection_stages(args, [S.select_fields(args.fields, stats)] if args.fields else [])
     if args.rekey:
         stages.append(S.rekey(args.rekey))

@@ -3,7 +3,7 @@
 from typing import Annotated, Optional
 
 from .base import (Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Verbose, command, nonneg,
-                   opt, parse_size, progress_stage, read_inputs, run, Reporter)
+                   opt, parse_size, positive, progress_stage, read_inputs, run, Reporter)
 
 EXAMPLES = """
 tar -cf - --sort=name -C /data/raw train | tarsplit -s 1e9 -o imagenet_train --maxshards 2
@@ -12,6 +12,8 @@ tarsplit -n 20 -o _test data.tar               # _test-000000.tar, _test-000001.
 tarsplit -s 100MB -z -o train big.tar          # train-000000.tar.gz, ... (sizes before gzip)
 tarsplit -n 1000 -o 'train-{shard:06d}.tar' -p 'gsutil cp %s gs://bucket/ && rm %s' data.tar
 tarsplit -n 1000 -o 'gs://bucket/train-%06d.tar' --manifest shards.json data.tar
+tarsplit --shards 8 -o 'rank-{shard:02d}.tar' --index index.json data.tar   # 8 equal shards + index
+tarsplit --fractions 'train=0.8,val=0.1,test=0.1' --seed 1 -o 'out/{split}-%06d.tar' data.tar
 """
 
 NOTES = """
@@ -28,11 +30,11 @@ exit status: 0 ok, 1 a shard could not be written or its post command failed,
 def tarsplit_command(
     inputs: Inputs = None,
     filelist: FileList = None,
-    num_samples: Annotated[int, opt("-n", "--num-samples", "--maxcount", metavar="N", parser=nonneg(),
-                           help="at most N samples per shard; 0: no limit (default: 100000)")] = 100000,
-    max_size: Annotated[str, opt("-s", "--max-size", "--maxsize", metavar="BYTES",
+    num_samples: Annotated[Optional[int], opt("-n", "--num-samples", "--maxcount", metavar="N", parser=nonneg(),
+                           help="at most N samples per shard; 0: no limit (default: 100000)")] = None,
+    max_size: Annotated[Optional[str], opt("-s", "--max-size", "--maxsize", metavar="BYTES",
                         help="at most BYTES per shard as written, before compression: 1e9, 100MB, 1GiB; "
-                             "0: no limit (default: 1e9)")] = "1e9",
+                             "0: no limit (default: 1e9)")] = None,
     output: Annotated[str, opt("-o", "--output", metavar="PREFIX|PATTERN",
                       help="PREFIX gives PREFIX-000000.tar, PREFIX-000001.tar, ...; a PATTERN with %06d or "
                            "{shard:06d} is used as given; may be a URL (gs://, s3://, pipe:...) "
@@ -52,6 +54,22 @@ def tarsplit_command(
     nodelete: Annotated[bool, opt("--nodelete", help="with -C: keep the shard")] = False,
     manifest: Annotated[Optional[str], opt("--manifest", metavar="FILE",
                         help="write a JSON list of the shards (name, index, samples, bytes) to FILE")] = None,
+    shards: Annotated[Optional[int], opt("--shards", metavar="N", parser=positive(),
+                      help="exactly N shards whose sample counts differ by at most 1 (total from --total, or "
+                           "a counting pass: files are read twice, stdin is spooled to a temporary "
+                           "file)")] = None,
+    total: Annotated[Optional[str], opt("--total", metavar="N|INDEX",
+                     help="with --shards: the number of input samples, or an index JSON (tarindex) of the "
+                          "inputs")] = None,
+    fractions: Annotated[Optional[str], opt("--fractions", metavar="SPEC",
+                         help="'train=0.8,val=0.1,test=0.1': each sample goes to a split by a stable hash of "
+                              "its key (and --seed); -o must contain {split}; -n/-s limit each split's "
+                              "shards")] = None,
+    seed: Annotated[int, opt("--seed", metavar="N",
+                    help="seed of the --fractions hash (default: 0)")] = 0,
+    index: Annotated[Optional[str], opt("--index", metavar="FILE",
+                     help="write a tarindex index (JSON, and offsets for uncompressed shards) of the shards "
+                          "written")] = None,
     strict: Strict = False,
     verbose: Verbose = False,
     quiet: Quiet = False,
@@ -64,6 +82,7 @@ def tarsplit_command(
     from ..split import post_command, shard_pattern, split_samples
     from ..errors import UsageError
     from ..urls import compression_for, open_sink
+    from .base import open_inputs
 
     args = Args(locals())
     args.command = args.command_
@@ -71,6 +90,18 @@ def tarsplit_command(
         raise UsageError(f"-o {args.output!r}: tarsplit writes several shards, not one stream; give a PREFIX "
                          f"or a PATTERN such as 'out-%06d.tar' (tarcat writes one stream)")
     rep = Reporter("tarsplit", args.verbose, args.quiet, args.progress)
+    exact = args.shards is not None
+    if exact and (args.num_samples is not None or args.max_size is not None or args.maxshards is not None
+                  or args.fractions):
+        raise UsageError("--shards N cannot be combined with -n, -s, --maxshards or --fractions")
+    if args.total is not None and not exact:
+        raise UsageError("--total goes with --shards N")
+    if args.fractions and (args.maxshards is not None or args.start):
+        raise UsageError("--fractions cannot be combined with --maxshards or --start")
+    if args.max_size is None and not exact:
+        args.max_size = "1e9"
+    if args.num_samples is None and not exact:
+        args.num_samples = 100000
     max_size = parse_size(args.max_size) if args.max_size not in (None, "", "0") else None
     max_count = args.num_samples if args.num_samples and args.num_samples > 0 else None
     pattern = shard_pattern(args.output, args.compress)
@@ -92,21 +123,119 @@ def tarsplit_command(
 
     shards = []
     total_bytes = 0
+    spooled = None
+    mode = {}
     try:
-        samples = progress_stage(rep, stats)(read_inputs(args, rep, stats))
-        for shard in split_samples(samples, pattern, max_count=max_count, max_size=max_size,
-                                   start=args.start, maxshards=args.maxshards, compression=compression,
-                                   post=post if posts else None, stats=stats):
+        urls = None
+        if exact:
+            urls = open_inputs(args)
+            if args.total is not None:
+                total = _total_from(args.total, rep)
+            else:
+                if "-" in urls:
+                    if urls != ["-"]:
+                        raise UsageError("--shards without --total reads its input twice: stdin cannot be mixed "
+                                         "with other inputs")
+                    spooled = _spool_stdin(rep)
+                    urls = [spooled]
+                total = _count_samples(urls, args, rep)
+            mode = {"shards": args.shards, "total": total, "max_count": None, "max_size": None}
+        elif args.fractions:
+            mode = {"fractions": args.fractions, "seed": args.seed}
+        recorder = None
+        samples = progress_stage(rep, stats)(read_inputs(args, rep, stats, urls))
+        if args.index and not (exact or args.fractions):
+            from ..sinks.index import IndexRecorder
+
+            recorder = IndexRecorder()
+            samples = recorder.stage(samples)
+        infos = []
+        kw = {"max_count": max_count, "max_size": max_size, "maxshards": args.maxshards, **mode}
+        for shard in split_samples(samples, pattern, start=args.start, compression=compression,
+                                   post=post if posts else None, stats=stats, **kw):
             shards.append(shard)
             total_bytes += shard.bytes
+            if args.index:
+                infos.append(shard.info if recorder is None else
+                             recorder.shard_done(shard, compression_for(shard.name) if compression == "auto"
+                                                 else compression))
             rep.info(f"{shard.name}: {shard.samples} samples, {shard.bytes} bytes")
+        if args.index:
+            from ..sinks.index import write_shard_index
+
+            write_shard_index(infos, args.index, warn=rep.warn)
     finally:
+        if spooled is not None:
+            import os
+
+            os.unlink(spooled)
         if args.manifest:
             with open_sink(args.manifest, compression=None) as sink:
                 sink.write((json.dumps([s.as_dict() for s in shards], indent=1) + "\n").encode())
+    if args.fractions:
+        _report_splits(rep, shards, args.quiet)
     rep.done(stats)
     rep.info(f"{len(shards)} shards, {sum(s.samples for s in shards)} samples, {total_bytes} bytes")
     return 0
+
+
+# ---- exact shards, splits and indexes (issue 16)
+
+
+def _total_from(value, rep):
+    """--total: a number, or an index JSON whose sample counts are summed."""
+    if value.strip().isdigit():
+        return int(value)
+    from ..errors import UsageError
+    from ..sources.indexed import IndexedDataset
+
+    try:
+        return len(IndexedDataset(value))
+    except UsageError:
+        raise
+    except Exception as e:
+        raise UsageError(f"--total {value!r}: neither a number nor a readable index ({e})") from None
+
+
+def _spool_stdin(rep):
+    """Copy stdin to a temporary file on disk (not memory), to read it twice."""
+    import os
+    import shutil
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="tarsplit-stdin-", suffix=".spool")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(os.fdopen(os.dup(0), "rb"), out, 1 << 20)
+    except BaseException:
+        os.unlink(path)
+        raise
+    rep.info(f"stdin spooled to {path} for the counting pass")
+    return path
+
+
+def _count_samples(urls, args, rep):
+    from .. import samples as S
+
+    stats = S.Stats()
+    n = 0
+    for url in urls:
+        for _ in S.iter_samples([url], stats, strict=args.strict, warn=rep.warn):
+            n += 1
+    rep.info(f"counting pass: {n} samples")
+    return n
+
+
+def _report_splits(rep, shards, quiet):
+    totals = {}
+    for shard in shards:
+        t = totals.setdefault(shard.split, [0, 0, 0])
+        t[0] += shard.samples
+        t[1] += shard.bytes
+        t[2] += 1
+    if not quiet:
+        for name, (n, b, k) in totals.items():
+            rep.say(f"{name}: {n} samples, {b} bytes, {k} shards")
 
 
 def entry():

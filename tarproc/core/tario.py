@@ -48,12 +48,15 @@ class Member:
     ``name`` is a ``str`` (bytes that are not UTF-8 are kept with
     ``surrogateescape``, so they round-trip); ``type`` is ``"0"`` for regular
     files, otherwise the tar type flag; ``data`` is the member's bytes for
-    regular files and ``None`` otherwise; ``offset`` is where its header starts.
+    regular files and ``None`` otherwise; ``offset`` is where its header starts;
+    ``start`` is where its first header block starts, counting the long-name
+    and pax headers before it (the byte range of a member in an uncompressed
+    tar is ``start`` to ``offset + 512 + size`` rounded up to 512).
     """
 
-    __slots__ = ("name", "data", "type", "mode", "mtime", "linkname", "offset")
+    __slots__ = ("name", "data", "type", "mode", "mtime", "linkname", "offset", "start")
 
-    def __init__(self, name, data, type=REGULAR, mode=0o644, mtime=0, linkname="", offset=0):
+    def __init__(self, name, data, type=REGULAR, mode=0o644, mtime=0, linkname="", offset=0, start=None):
         self.name = name
         self.data = data
         self.type = type
@@ -61,6 +64,7 @@ class Member:
         self.mtime = mtime
         self.linkname = linkname
         self.offset = offset
+        self.start = offset if start is None else start
 
     @property
     def isfile(self):
@@ -250,6 +254,7 @@ class TarReader:
         pax = None
         gpax = {}
         pending_at = None  # offset of a special header still waiting for its member
+        first_at = None  # offset of the first of those special headers
         while True:
             buf = read(BLOCK)
             if len(buf) < BLOCK:
@@ -288,6 +293,8 @@ class TarReader:
                     kind = "GNU long-name" if flag in (b"L", b"K") else "pax"
                     self._fail(here, f"{kind} header of {size} bytes is larger than the {MAX_SPECIAL} byte limit")
                 data = self._read_data(size, here, _decode(_cstr(buf[0:100])), "header data")
+                if pending_at is None:
+                    first_at = here
                 pending_at = here
                 if flag == b"L":
                     if long_name is not None:
@@ -342,17 +349,18 @@ class TarReader:
             else:
                 mtime = _number(buf[136:148], "mtime", source, here)
             long_name = long_link = pax = None
+            start = here if pending_at is None else first_at
             pending_at = None
 
             if flag in _REGULAR_FLAGS:
                 data = self._read_data(size, here, name)
-                yield Member(name, data, REGULAR, mode, mtime, linkname, here)
+                yield Member(name, data, REGULAR, mode, mtime, linkname, here, start)
             else:
                 kind = _KNOWN_OTHER.get(flag)
                 if kind is None:
                     # POSIX: unknown type flags are read as regular files.
                     data = self._read_data(size, here, name)
-                    yield Member(name, data, REGULAR, mode, mtime, linkname, here)
+                    yield Member(name, data, REGULAR, mode, mtime, linkname, here, start)
                     continue
                 if kind in "123456":
                     # links, devices, directories and FIFOs carry no data,
@@ -360,7 +368,7 @@ class TarReader:
                     offset = here + BLOCK
                 elif size:
                     self._skip_data(size, here, name)
-                yield Member(name, None, kind, mode, mtime, linkname, here)
+                yield Member(name, None, kind, mode, mtime, linkname, here, start)
 
 
 def read_members(stream, source="-", strict=False, warn=None):

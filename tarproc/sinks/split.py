@@ -178,7 +178,8 @@ def post_command(template, delete=False, env=None):
 
 
 def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxshards=None,
-                  compression="auto", post=None, stats=None, **header_defaults):
+                  compression="auto", post=None, stats=None, shards=None, total=None, fractions=None, seed=0,
+                  **header_defaults):
     """Write ``samples`` to shards named by ``pattern`` (see :func:`shard_name`)
     and yield a :class:`Shard` for each shard as it is completed.
 
@@ -188,8 +189,25 @@ def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxs
     shard to itself.  Shards are numbered from ``start``; after ``maxshards``
     shards no more input is read.  ``compression`` is passed to
     :func:`~tarproc.urls.open_sink` (``"auto"``: from the name).  ``post(shard)``
-    runs after each shard is complete (and before it is yielded)."""
+    runs after each shard is complete (and before it is yielded).
+
+    ``shards=N`` writes exactly N shards of equal counts instead (see
+    :func:`split_exact`; ``total`` is the number of samples);
+    ``fractions='train=0.8,val=0.2'`` sends each sample to a split by a
+    stable hash of its key and ``seed`` (see :func:`split_fractions`)."""
     from .output import open_sink
+
+    if shards is not None:
+        if fractions is not None or max_count is not None or max_size is not None or maxshards is not None:
+            raise UsageError("shards=N cannot be combined with fractions, a count, a size or maxshards")
+        yield from split_exact(samples, pattern, shards, total, start, compression, post, stats, **header_defaults)
+        return
+    if fractions is not None:
+        if maxshards is not None or start:
+            raise UsageError("fractions cannot be combined with maxshards or start")
+        yield from split_fractions(samples, pattern, fractions, seed, max_count, max_size, compression, post, stats,
+                                   **header_defaults)
+        return
 
     if max_count is not None and max_count < 1:
         raise UsageError(f"the sample count per shard must be at least 1 (got {max_count})")
@@ -241,6 +259,246 @@ def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxs
     finally:
         if sink is not None:
             sink.abort()
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+
+
+# ---------------------------------------------------------------- exact counts and fractions
+# (tarsplit --shards N and --fractions; the per-shard writing of split_samples
+# above, in a push-based form so that several shard sequences can be open at once)
+
+
+class IndexedShard(Shard):
+    """A :class:`Shard` that also carries its :class:`~tarproc.sinks.index.ShardIndex`
+    (``info``) and, for ``fractions``, the name of its split (``split``)."""
+
+    __slots__ = ("info", "split")
+
+    def __init__(self, name, index, split=None):
+        super().__init__(name, index)
+        self.info = None
+        self.split = split
+
+    def as_dict(self):
+        d = super().as_dict()
+        if self.split is not None:
+            d["split"] = self.split
+        return d
+
+
+class _Rotator:
+    """Write one sequence of shards, a sample at a time: a shard is closed
+    before a sample that would exceed ``max_count``/``max_size``, or as soon
+    as it holds ``counts[k]`` samples when a schedule of counts is given."""
+
+    def __init__(self, pattern, start=0, counts=None, max_count=None, max_size=None, compression="auto",
+                 post=None, stats=None, split=None, header_defaults=None):
+        from .index import ShardIndex
+
+        self._ShardIndex = ShardIndex
+        self.pattern = pattern
+        self.index = start
+        self.counts = counts
+        self.count_limit = max_count if max_count is not None else float("inf")
+        self.size_limit = max_size if max_size is not None else float("inf")
+        self.compression = compression
+        self.post = post
+        self.stats = stats if stats is not None else Stats()
+        self.split = split
+        self.header_defaults = header_defaults or {}
+        self.shard = self.sink = self.writer = None
+        self.done = []  # every finished shard
+        self.samples = 0
+        self.bytes = 0
+
+    def _open(self):
+        from array import array
+
+        from .output import open_sink
+
+        name = shard_name(self.pattern, self.index)
+        self.sink = open_sink(name, self.compression)
+        self.writer = SampleWriter(self.sink, self.stats, **self.header_defaults)
+        self.shard = IndexedShard(name, self.index, self.split)
+        info = self.shard.info = self._ShardIndex(name)
+        info.compression = getattr(self.sink, "compression", None)
+        info.starts, info.keys = array("Q"), []
+
+    def _finish(self):
+        shard, writer, sink = self.shard, self.writer, self.sink
+        info = shard.info
+        info.end = writer.bytes_written
+        info.nsamples = shard.samples
+        writer.close()
+        shard.bytes = info.filesize = writer.bytes_written
+        if info.compression:  # offsets are in the tar before compression: counts only
+            info.starts = info.keys = info.end = info.filesize = None
+        self.sink = None
+        sink.close()
+        if self.post is not None:
+            self.post(shard)
+        self.done.append(shard)
+        self.bytes += shard.bytes
+        self.shard = None
+        self.index += 1
+        return shard
+
+    def write(self, sample):
+        """Write a sample; returns the list of shards finished by it."""
+        out = []
+        if self.counts is not None and len(self.done) >= len(self.counts):
+            raise UsageError(f"the input has more samples than the {sum(self.counts)} counted or given (--total)")
+        nbytes = sample_size(sample) if self.size_limit != float("inf") else 0
+        if self.shard is not None and self.counts is None and (
+                self.shard.samples + 1 > self.count_limit or self.shard.bytes + nbytes + END_MARKER > self.size_limit):
+            out.append(self._finish())
+        if self.shard is None:
+            self._open()
+        info = self.shard.info
+        info.starts.append(self.writer.bytes_written)
+        info.keys.append(sample.get("__key__"))
+        self.writer.write(sample)
+        self.shard.samples += 1
+        self.shard.bytes += nbytes
+        self.samples += 1
+        if self.counts is not None and self.shard.samples >= self.counts[len(self.done)]:
+            out.append(self._finish())
+        return out
+
+    def close(self):
+        """Finish the open shard (and, with a schedule, the empty shards it
+        still owes); returns the shards finished."""
+        out = []
+        if self.shard is not None:
+            out.append(self._finish())
+        if self.counts is not None:
+            if self.samples < sum(self.counts):
+                raise UsageError(f"the input has {self.samples} samples, fewer than the {sum(self.counts)} "
+                                 f"counted or given (--total); {len(self.done)} shards written")
+            while len(self.done) < len(self.counts):  # more shards than samples: empty shards
+                self._open()
+                out.append(self._finish())
+        return out
+
+    def abort(self):
+        if self.sink is not None:
+            self.sink.abort()
+            self.sink = None
+
+
+def exact_counts(total, shards):
+    """Sample counts of ``shards`` shards holding ``total`` samples, differing by at most 1."""
+    if shards < 1:
+        raise UsageError(f"the number of shards must be at least 1 (got {shards})")
+    if total < 0:
+        raise UsageError(f"the total number of samples must be >= 0 (got {total})")
+    base, extra = divmod(total, shards)
+    return [base + 1] * extra + [base] * (shards - extra)
+
+
+def parse_fractions(spec):
+    """``'train=0.8,val=0.1,test=0.1'`` (or a dict) to a list of ``(name,
+    fraction)``; names are letters, digits, ``_`` and ``-``; fractions are
+    positive and add up to 1."""
+    import re
+
+    items = list(spec.items()) if isinstance(spec, dict) else []
+    if isinstance(spec, str):
+        for part in spec.replace(" ", "").split(","):
+            if not part:
+                continue
+            name, eq, value = part.partition("=")
+            try:
+                items.append((name, float(value)))
+            except ValueError:
+                raise UsageError(f"bad fraction {part!r} in {spec!r} (use e.g. 'train=0.8,val=0.1,test=0.1')") from None
+            if not eq:
+                raise UsageError(f"bad fraction {part!r} in {spec!r} (use e.g. 'train=0.8,val=0.1,test=0.1')")
+    if not items:
+        raise UsageError("no fractions given (use e.g. 'train=0.8,val=0.1,test=0.1')")
+    names = [n for n, _ in items]
+    for name, value in items:
+        if not re.fullmatch(r"[A-Za-z0-9_-]+", str(name)):
+            raise UsageError(f"bad split name {name!r}: use letters, digits, '_' and '-'")
+        if not (0 < value <= 1):
+            raise UsageError(f"fraction of {name!r} must be in (0, 1] (got {value})")
+    if len(set(names)) != len(names):
+        raise UsageError(f"a split is named twice in {spec!r}")
+    if abs(sum(v for _, v in items) - 1) > 1e-6:
+        raise UsageError(f"fractions add up to {sum(v for _, v in items):g}, not 1")
+    return [(str(n), float(v)) for n, v in items]
+
+
+def split_of(key, fractions, seed=0):
+    """The split a key goes to: a stable hash of ``seed`` and the key (BLAKE2b),
+    as a number in [0, 1), against the cumulative fractions in their order.
+    The same key always lands in the same split, whatever else is in the stream."""
+    import hashlib
+
+    h = hashlib.blake2b(f"{seed}\0{key}".encode("utf-8", "surrogateescape"), digest_size=8).digest()
+    u = int.from_bytes(h, "big") / 2.0**64
+    acc = 0.0
+    for name, frac in fractions:
+        acc += frac
+        if u < acc:
+            return name
+    return fractions[-1][0]
+
+
+def split_exact(samples, pattern, shards, total=None, start=0, compression="auto", post=None, stats=None,
+                **header_defaults):
+    """Write ``samples`` to exactly ``shards`` shards whose sample counts
+    differ by at most one (the first ``total % shards`` get one more), and
+    yield each :class:`IndexedShard` as it is completed.  ``total`` is the
+    number of samples (default: ``len(samples)``); an input with more or
+    fewer samples is a :class:`UsageError`."""
+    if total is None:
+        try:
+            total = len(samples)
+        except TypeError:
+            raise UsageError("shards=N needs the total number of samples (total=, or a sequence)") from None
+    rot = _Rotator(pattern, start, exact_counts(total, shards), compression=compression, post=post, stats=stats,
+                   header_defaults=header_defaults)
+    it = iter(samples)
+    try:
+        for sample in it:
+            yield from rot.write(sample)
+        yield from rot.close()
+    finally:
+        rot.abort()
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+
+
+def split_fractions(samples, pattern, fractions, seed=0, max_count=None, max_size=None, compression="auto",
+                    post=None, stats=None, **header_defaults):
+    """Send each sample to a split chosen by :func:`split_of` and write each
+    split to its own shards, named by ``pattern`` with ``{split}`` filled in
+    (``'out/{split}-%06d.tar'``); yields each :class:`IndexedShard` as it is
+    completed.  Per-split totals: ``fractions_summary`` of the shards."""
+    fr = parse_fractions(fractions)
+    if "{split}" not in pattern:
+        raise UsageError(f"output pattern {pattern!r} has no {{split}} (e.g. 'out/{{split}}-%06d.tar')")
+    rots = {}
+    for name, _ in fr:
+        pat = pattern.replace("{split}", name)
+        if "%" not in pat and "{" not in pat:
+            pat = shard_pattern(pat)
+        rots[name] = _Rotator(pat, 0, None, max_count, max_size, compression, post, stats, split=name,
+                              header_defaults=header_defaults)
+    if max_count is not None and max_count < 1:
+        raise UsageError(f"the sample count per shard must be at least 1 (got {max_count})")
+    it = iter(samples)
+    try:
+        for sample in it:
+            yield from rots[split_of(sample.get("__key__"), fr, seed)].write(sample)
+        for rot in rots.values():
+            yield from rot.close()
+    finally:
+        for rot in rots.values():
+            rot.abort()
         close = getattr(it, "close", None)
         if close is not None:
             close()

@@ -1,0 +1,79 @@
+"""tarindex: index shards (sample counts for wids; per-sample offsets for
+random access with tarproc.IndexedDataset)."""
+
+from typing import Annotated, Optional
+
+from .base import (Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Verbose, command, open_inputs,
+                   opt, run, Reporter)
+
+EXAMPLES = """
+tarindex 'shard-{0000..0146}.tar' -o index.json      # index.json + index.offsets
+tarindex -T shards.txt -o data/index.json --name imagenet-train
+tarindex 'https://host/data/shard-{0000..0009}.tar' -o index.json
+tarindex shard-*.tar.gz > counts.json               # compressed / stdout: counts only
+python3 -c 'import tarproc; ds = tarproc.IndexedDataset("index.json"); print(len(ds), ds[7]["__key__"])'
+"""
+
+NOTES = """
+The JSON is a wids index ("__kind__": "wids-shard-index-v1", a shardlist of url/nsamples);
+shard URLs are written relative to the index's directory when both are local.
+For uncompressed shards the byte range and key of every sample go to a sidecar
+(INDEX.offsets: 8 bytes + the key per sample); compressed shards get counts only
+(a warning says so, and their entry has "offsets": false). See docs/tarindex.md.
+
+exit status: 0 ok, 1 the index could not be written, 2 bad usage or unreadable input.
+"""
+
+
+@command("Index tar shards: sample counts (wids) and per-sample byte offsets.", EXAMPLES, NOTES)
+def tarindex_command(
+    inputs: Inputs = None,
+    filelist: FileList = None,
+    output: Annotated[str, opt("-o", "--output", metavar="URL",
+                      help="the index JSON (default: stdout, counts only: offsets need a file beside the "
+                           "index)")] = "-",
+    offsets: Annotated[Optional[str], opt("--offsets", metavar="FILE",
+                       help="where the offsets sidecar goes (default: the index's name with .offsets for "
+                            ".json)")] = None,
+    no_offsets: Annotated[bool, opt("--no-offsets", help="counts only, no sidecar")] = False,
+    name: Annotated[Optional[str], opt("--name", metavar="NAME",
+                    help="the dataset's name (the index's \"name\", as widsindex writes)")] = None,
+    strict: Strict = False,
+    verbose: Verbose = False,
+    quiet: Quiet = False,
+    progress: ProgressFlag = None,
+    braceexpand: BraceExpand = False,
+):
+    from .. import samples as S
+    from ..errors import UsageError
+    from ..sinks.index import index_shards
+
+    args = Args(locals())
+    if args.no_offsets and args.offsets:
+        raise UsageError("give --offsets FILE or --no-offsets, not both")
+    urls = open_inputs(args)
+    rep = Reporter("tarindex", args.verbose, args.quiet, args.progress, total=len(urls), unit="shards")
+    offsets = False if args.no_offsets else (args.offsets or True)
+    if args.output == "-" and offsets is True and not args.quiet:
+        rep.say("index on stdout: counts only (give -o FILE, or --offsets FILE, for per-sample offsets)")
+    if args.output == "-" and offsets is True:
+        offsets = False
+    stats = S.Stats()
+    done = [0, 0]
+
+    def progress(info):
+        done[0] += 1
+        done[1] += info.nsamples
+        rep.info(f"{info.url}: {info.nsamples} samples" + (f" ({info.compression}: counts only)"
+                                                            if info.compression else ""))
+        rep.bar.update(done[0], text=f"{done[0]}/{len(urls)} shards, {done[1]} samples")
+
+    index_shards(urls, args.output, offsets=offsets, name=args.name, stats=stats, strict=args.strict,
+                 warn=rep.warn, progress=progress)
+    rep.done(stats)
+    rep.info(f"{done[0]} shards, {done[1]} samples")
+    return 0
+
+
+def entry():
+    run("tarindex", tarindex_command)

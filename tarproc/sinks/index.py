@@ -1,0 +1,299 @@
+"""Shard indexes: sample counts (wids-compatible JSON) and, for uncompressed
+shards, the byte range and key of every sample in a binary sidecar.
+
+The JSON is what webdataset's ``wids`` reads (``"__kind__":
+"wids-shard-index-v1"``, ``"wids_version": 1``, a ``shardlist`` of ``{"url",
+"nsamples", "filesize"}``); tarproc adds, per shard, ``"compression"`` (or
+``null``), ``"offsets"`` (whether the sidecar holds the shard's sample ranges)
+and, at the top, ``"tarproc_offsets"`` naming the sidecar.  The sidecar
+(``INDEX.offsets``; layout in docs/tarindex.md) holds for every sample of the
+indexed shards its start offset (little-endian uint64) and its key, one per
+line: 8 bytes plus the key's length plus one per sample.
+
+    from tarproc import index_shards
+    index = index_shards(["a.tar", "b.tar"], "index.json")
+    print(index["shardlist"][0]["nsamples"])
+"""
+
+import json
+import os
+import struct
+import sys
+
+from ..core.grouping import group
+from ..core.stats import Stats
+from ..core.tario import BLOCK, TarReader
+from ..errors import BadInput, UsageError
+
+KIND = "wids-shard-index-v1"
+MAGIC = b"TARPROC-OFFSETS1"
+_HEAD = struct.Struct("<16sQQ")  # magic, number of samples, bytes of keys
+
+
+class ShardIndex:
+    """What indexing one shard found: ``url``, ``nsamples``, ``compression``
+    (``None`` or the codec), ``filesize`` (bytes read, for an uncompressed
+    shard), and for uncompressed shards ``starts`` (an ``array('Q')`` of
+    sample start offsets), ``end`` (where the last sample ends) and ``keys``
+    (a list of ``str``)."""
+
+    __slots__ = ("url", "nsamples", "compression", "filesize", "starts", "end", "keys")
+
+    def __init__(self, url):
+        self.url = url
+        self.nsamples = 0
+        self.compression = None
+        self.filesize = None
+        self.starts = None
+        self.end = None
+        self.keys = None
+
+    @property
+    def has_offsets(self):
+        return self.starts is not None
+
+
+class _Counting:
+    """``read(n)`` through to ``stream``, counting the bytes."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.count = 0
+
+    def read(self, n=-1):
+        data = self.stream.read(n)
+        self.count += len(data)
+        return data
+
+
+def scan_shard(url, stats=None, strict=False, warn=None):
+    """Read one shard and return its :class:`ShardIndex`.
+
+    Sample ``i`` of an uncompressed shard occupies bytes ``starts[i]`` to
+    ``starts[i+1]`` (``end`` for the last): from the first header block of
+    its first member (long-name and pax headers included) to the first
+    header block of the next sample, so members that grouping skips between
+    samples (directories, names without a dot) read back as skipped too."""
+    from array import array
+
+    from ..sources.open import open_source
+
+    stats = stats if stats is not None else Stats()
+    stream = open_source(url)
+    name = "stdin" if url == "-" else url
+    info = ShardIndex(url)
+    info.compression = stream.compression
+    try:
+        counting = _Counting(stream)
+        reader = TarReader(counting, name, strict=strict, warn=warn)
+        plain = stream.compression is None
+        starts = array("Q")
+        keys = []
+        last = [None, 0]  # the member group() pulled last; where the last regular member ends
+
+        def tracked(members):
+            for m in members:
+                last[0] = m
+                if m.data is not None:
+                    size = len(m.data)
+                    last[1] = m.offset + BLOCK + size + (-size % BLOCK)
+                yield m
+
+        n = 0
+        for sample in group(tracked(reader.members()), name, stats):
+            if plain:
+                # the sample just completed began where the previous one ended;
+                # the member that completed it (if any) starts the next one
+                starts.append(0 if n == 0 else nxt)
+                keys.append(sample["__key__"])
+                nxt = last[0].start if last[0] is not None else 0
+            n += 1
+        info.nsamples = n
+        if plain:
+            info.starts = starts
+            info.keys = keys
+            info.end = last[1]
+            info.filesize = counting.count
+    finally:
+        stream.close()
+    return info
+
+
+def sidecar_name(index_path):
+    """The sidecar of ``dir/name.json``: ``dir/name.offsets``."""
+    base = index_path[:-5] if index_path.endswith(".json") else index_path
+    return base + ".offsets"
+
+
+def _relative_url(url, index_dir):
+    """Shard URLs are written relative to the index's directory when both are
+    local (as ``wids`` resolves them), otherwise as given."""
+    from ..sources.open import scheme_of
+
+    if index_dir is None or scheme_of(url) != "file":
+        return url
+    return os.path.relpath(os.path.abspath(url), index_dir)
+
+
+def build_index(infos, index_dir=None, sidecar=None, name=None):
+    """The index ``dict`` (and the sidecar ``bytes``, or ``None``) for a list
+    of :class:`ShardIndex`."""
+    shardlist = []
+    starts_parts = []
+    key_parts = []
+    total = 0
+    for info in infos:
+        entry = {"url": _relative_url(info.url, index_dir), "nsamples": info.nsamples}
+        if info.filesize is not None:
+            entry["filesize"] = info.filesize
+        entry["compression"] = info.compression
+        entry["offsets"] = bool(info.has_offsets and sidecar is not None)
+        if entry["offsets"]:
+            entry["first"] = total
+            entry["end"] = info.end
+            total += info.nsamples
+            starts_parts.append(info.starts.tobytes() if sys.byteorder == "little" else _le(info.starts))
+            for key in info.keys:
+                if "\n" in key:
+                    raise BadInput(f"{info.url}: key {key!r} has a newline: cannot be indexed")
+            key_parts.append("".join(k + "\n" for k in info.keys).encode("utf-8", "surrogateescape"))
+        shardlist.append(entry)
+    index = {"__kind__": KIND, "wids_version": 1}
+    if name:
+        index["name"] = name
+    index["shardlist"] = shardlist
+    blob = None
+    if sidecar is not None and total:
+        keys = b"".join(key_parts)
+        blob = _HEAD.pack(MAGIC, total, len(keys)) + b"".join(starts_parts) + keys
+        index["tarproc_offsets"] = {"file": sidecar, "samples": total, "bytes": len(blob)}
+    return index, blob
+
+
+def _le(arr):
+    from array import array
+
+    swapped = array("Q", arr)
+    swapped.byteswap()
+    return swapped.tobytes()
+
+
+def write_index(index, blob, output, sidecar_path=None):
+    """Write the index JSON to ``output`` (a URL, ``-`` for stdout) and the
+    sidecar to ``sidecar_path``; each appears only when complete (the
+    sidecar first, so an index never names a sidecar that is missing)."""
+    from .output import open_sink
+
+    if blob is not None:
+        with open_sink(sidecar_path, compression=None) as sink:
+            sink.write(blob)
+    with open_sink(output, compression=None) as sink:
+        sink.write((json.dumps(index, indent=1, ensure_ascii=False) + "\n").encode("utf-8", "surrogateescape"))
+
+
+def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=False, warn=None,
+                 progress=None):
+    """Index shards (a URL, a brace pattern, or a list of URLs) and return the
+    index ``dict``.
+
+    With ``output`` (a path or URL; ``-`` for stdout) the JSON is written
+    there and, when ``offsets`` and some shard is uncompressed, the sidecar
+    next to it (``index.json`` -> ``index.offsets``; give ``offsets`` as a
+    path to choose).  Compressed shards get their sample count only (their
+    entry says ``"offsets": false``); ``warn(message)`` is told about them.
+    ``progress(info)`` is called after each shard."""
+    from ..sources.open import scheme_of
+    from ..sources.shardlist import expand_urls
+
+    if isinstance(urls, str):
+        urls = expand_urls([urls])
+    urls = list(urls)
+    if not urls:
+        raise UsageError("no shards to index")
+    sidecar = sidecar_path = index_dir = None
+    if output is not None and output != "-":
+        if scheme_of(output) == "file":
+            index_dir = os.path.dirname(os.path.abspath(output))
+        if offsets:
+            sidecar_path = offsets if isinstance(offsets, str) else sidecar_name(output)
+    elif isinstance(offsets, str):
+        sidecar_path = offsets
+    if sidecar_path is not None:
+        # named relative to the index (a bare name when they share a directory)
+        if index_dir is not None and scheme_of(sidecar_path) == "file":
+            sidecar = os.path.relpath(os.path.abspath(sidecar_path), index_dir)
+        else:
+            sidecar = sidecar_path
+    infos = []
+    for url in urls:
+        if url == "-" and sidecar is not None:
+            raise UsageError("stdin cannot be indexed with offsets (it cannot be read again): give shard files")
+        info = scan_shard(url, stats, strict, warn)
+        if info.compression and warn is not None:
+            warn(f"{url}: {info.compression}-compressed: counted only ({info.nsamples} samples), "
+                 f"no offsets for random access")
+        infos.append(info)
+        if progress is not None:
+            progress(info)
+    index, blob = build_index(infos, index_dir, sidecar, name)
+    if output is not None:
+        write_index(index, blob, output, sidecar_path)
+    return index
+
+
+class IndexRecorder:
+    """Offsets of the shards :func:`~tarproc.sinks.split.split_samples`
+    writes, without reading them again: ``recorder.stage`` notes each
+    sample's key and size as it passes (the split writes exactly
+    :func:`~tarproc.sinks.split.sample_size` bytes per sample), and
+    ``recorder.shard_done(shard)`` turns the first ``shard.samples`` of them
+    into the shard's :class:`ShardIndex` (counts only for a compressed shard)."""
+
+    def __init__(self):
+        from collections import deque
+
+        self.pending = deque()
+
+    def stage(self, samples):
+        from .split import sample_size
+
+        for sample in samples:
+            self.pending.append((sample.get("__key__"), sample_size(sample)))
+            yield sample
+
+    def shard_done(self, shard, compression=None):
+        from array import array
+
+        from .split import END_MARKER
+
+        info = ShardIndex(shard.name)
+        info.nsamples = shard.samples
+        info.compression = compression
+        starts, keys, pos = array("Q"), [], 0
+        for _ in range(shard.samples):
+            key, size = self.pending.popleft()
+            starts.append(pos)
+            keys.append(key)
+            pos += size
+        if compression is None and pos + END_MARKER == shard.bytes:
+            info.starts, info.keys, info.end, info.filesize = starts, keys, pos, shard.bytes
+        return info
+
+
+def write_shard_index(infos, output, name=None, warn=None):
+    """Write the index of shards described by :class:`ShardIndex` objects
+    (as ``tarsplit --index`` does for the shards it wrote)."""
+    from ..sources.open import scheme_of
+
+    index_dir = os.path.dirname(os.path.abspath(output)) if output != "-" and scheme_of(output) == "file" else None
+    sidecar_path = sidecar = None
+    if output != "-" and any(i.has_offsets for i in infos):
+        sidecar_path = sidecar_name(output)
+        sidecar = os.path.basename(sidecar_path) if index_dir is not None else sidecar_path
+    if warn is not None:
+        for info in infos:
+            if info.compression:
+                warn(f"{info.url}: {info.compression}-compressed: the index has its sample count only")
+    index, blob = build_index(infos, index_dir, sidecar, name)
+    write_index(index, blob, output, sidecar_path)
+    return index

@@ -1,0 +1,419 @@
+"""Random access to the samples of indexed shards: :class:`IndexedDataset`.
+
+An index made by :func:`tarproc.index_shards` (or ``tarindex``) gives, for
+every sample of an uncompressed shard, its byte range and key.  ``ds[i]``
+reads only that range: ``os.pread`` on a local file, a range request for
+``http(s)://`` (``curl -r``), ``aws s3api get-object --range`` for ``s3://``
+and ``gsutil cat -r`` for ``gs://`` (each replaceable with
+``TARPROC_RANGE_<SCHEME>``, a shell command where ``{url}``, ``{start}`` and
+``{end}``, inclusive, stand for the quoted URL and the byte range, writing the
+bytes to stdout).  The bytes must parse as exactly one sample with the key
+the index names, so a shard that changed since indexing, offsets that do not
+match it, or a server that ignores the range is an error, never a wrong
+sample.
+
+    ds = IndexedDataset("index.json")
+    len(ds), ds[17]["__key__"], ds[10:20][0] == ds[10]
+
+It is a map-style dataset for PyTorch's ``DataLoader`` without importing
+torch: it pickles as its index location (workers load the index on first
+use) and reads with ``pread``, which forked workers can share.
+"""
+
+import bisect
+import io
+import json
+import os
+import threading
+
+from ..core.grouping import group
+from ..core.tario import TarReader
+from ..errors import BadInput, TarprocError, UsageError
+from .open import scheme_of
+
+#: A sample larger than this is refused before it is read (a damaged index
+#: could otherwise name a range of any size).  ``TARPROC_MAX_SAMPLE`` changes it.
+MAX_SAMPLE = 1 << 34
+
+
+def _resolve(url, base):
+    """``url`` relative to the directory ``base`` (a local dir or a URL prefix)."""
+    if base is None or scheme_of(url) not in ("file",) or url.startswith("/"):
+        return url
+    if scheme_of(base) == "file":
+        return os.path.normpath(os.path.join(base, url))
+    return base.rstrip("/") + "/" + url
+
+
+def _base_of(location):
+    if scheme_of(location) == "file":
+        return os.path.dirname(location) or "."
+    return location.rsplit("/", 1)[0]
+
+
+def _read_all(url):
+    from .open import open_source
+
+    stream = open_source(url, decompress=False)
+    try:
+        return stream.read()
+    finally:
+        stream.close()
+
+
+class _Index:
+    """The loaded index: shard URLs, cumulative counts, offsets and keys."""
+
+    def __init__(self, source, base):
+        from ..sinks.index import KIND, MAGIC, _HEAD
+
+        where = source if isinstance(source, str) else "index"
+        if isinstance(source, str):
+            try:
+                desc = json.loads(_read_all(source).decode("utf-8", "surrogateescape"))
+            except (ValueError, UnicodeDecodeError) as e:
+                raise BadInput(f"{source}: not a JSON index: {e}") from None
+            if base is None:
+                base = _base_of(source)
+        else:
+            desc = source
+        if not isinstance(desc, dict) or desc.get("__kind__") != KIND or not isinstance(desc.get("shardlist"), list):
+            raise BadInput(f"{where}: not a shard index (no \"__kind__\": \"{KIND}\" with a shardlist)")
+        self.shards = desc["shardlist"]
+        self.urls = []
+        self.cum = [0]
+        for n, shard in enumerate(self.shards):
+            if not isinstance(shard, dict) or not isinstance(shard.get("url"), str) \
+                    or not isinstance(shard.get("nsamples"), int) or shard["nsamples"] < 0:
+                raise BadInput(f"{where}: shard entry {n} is not {{\"url\": ..., \"nsamples\": N}}")
+            self.urls.append(_resolve(shard["url"], base))
+            self.cum.append(self.cum[-1] + shard["nsamples"])
+        self.starts = self.keyblob = self.keyends = None
+        side = desc.get("tarproc_offsets")
+        if side:
+            import numpy as np
+
+            path = _resolve(side["file"], base)
+            blob = _read_all(path)
+            if len(blob) != side.get("bytes") or len(blob) < _HEAD.size:
+                raise BadInput(f"{path}: offsets file has {len(blob)} bytes, the index says {side.get('bytes')}: "
+                               f"not this index's offsets (index the shards again)")
+            magic, count, nkeys = _HEAD.unpack_from(blob)
+            if magic != MAGIC or count != side.get("samples") or _HEAD.size + 8 * count + nkeys != len(blob):
+                raise BadInput(f"{path}: not a tarproc offsets file for this index")
+            self.starts = np.frombuffer(blob, "<u8", count, _HEAD.size)
+            self.keyblob = memoryview(blob)[_HEAD.size + 8 * count:]
+            self.keyends = np.flatnonzero(np.frombuffer(self.keyblob, np.uint8) == 10)
+            if len(self.keyends) != count:
+                raise BadInput(f"{path}: offsets file has {len(self.keyends)} keys for {count} samples")
+            for n, shard in enumerate(self.shards):
+                if shard.get("offsets") and not (isinstance(shard.get("first"), int) and isinstance(shard.get("end"), int)
+                                                 and 0 <= shard["first"] <= count - shard["nsamples"]):
+                    raise BadInput(f"{where}: shard entry {n} has bad offset fields")
+
+    def key(self, pos):
+        start = int(self.keyends[pos - 1]) + 1 if pos else 0
+        return bytes(self.keyblob[start:int(self.keyends[pos])]).decode("utf-8", "surrogateescape")
+
+
+class IndexedDataset:
+    """The samples of indexed shards, by position.
+
+    ``index`` is the location of an index JSON (path or URL; relative shard
+    URLs are relative to its directory) or the index ``dict`` itself (then
+    ``base`` is the directory relative URLs are resolved against).
+    ``ds[i]`` is the same ``dict`` :func:`~tarproc.iter_samples` gives for
+    that sample (``__key__``, fields as ``bytes``, ``__source__``); a slice
+    gives another :class:`IndexedDataset` over those positions."""
+
+    def __init__(self, index, base=None, _positions=None):
+        if not isinstance(index, (str, dict)):
+            raise UsageError("IndexedDataset needs the location of an index JSON or the index dict")
+        self._source = index
+        self._base = base
+        self._positions = _positions
+        self._index = None
+        self._lock = threading.Lock()
+        self._fds = {}
+        self._checked = set()
+
+    # ------------------------------------------------------------ pickling
+
+    def __getstate__(self):
+        return {"_source": self._source, "_base": self._base, "_positions": self._positions}
+
+    def __setstate__(self, state):
+        self.__init__(state["_source"], state["_base"], state["_positions"])
+
+    def __del__(self):
+        self.close()
+
+    def close(self):
+        """Close the shard files held open (reopened on the next access)."""
+        fds, self._fds = getattr(self, "_fds", {}), {}
+        for fd in fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------ positions
+
+    @property
+    def index(self):
+        if self._index is None:
+            with self._lock:
+                if self._index is None:
+                    self._index = _Index(self._source, self._base)
+        return self._index
+
+    @property
+    def urls(self):
+        """The shard URLs, resolved against the index's location."""
+        return list(self.index.urls)
+
+    def __len__(self):
+        if self._positions is not None:
+            return len(self._positions)
+        return self.index.cum[-1]
+
+    def _position(self, i):
+        n = len(self)
+        if not isinstance(i, int):
+            try:
+                i = i.__index__()
+            except AttributeError:
+                raise TypeError(f"IndexedDataset indices must be integers or slices, not {type(i).__name__}") from None
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"sample {i} is out of range (the dataset has {n})")
+        return self._positions[i] if self._positions is not None else i
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            positions = range(self.index.cum[-1]) if self._positions is None else self._positions
+            return IndexedDataset(self._source, self._base, positions[i])
+        return self._read(self._position(i))
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def locate(self, i):
+        """``(shard URL, position in the shard)`` of sample ``i``."""
+        pos = self._position(i)
+        idx = self.index
+        s = bisect.bisect_right(idx.cum, pos) - 1
+        return idx.urls[s], pos - idx.cum[s]
+
+    def key(self, i):
+        """The key the index gives sample ``i`` (read from the index only)."""
+        pos = self._position(i)
+        idx = self.index
+        s = bisect.bisect_right(idx.cum, pos) - 1
+        shard = idx.shards[s]
+        if not shard.get("offsets"):
+            raise BadInput(f"{idx.urls[s]}: the index has only a sample count for this shard (no keys)")
+        return idx.key(shard["first"] + pos - idx.cum[s])
+
+    # ------------------------------------------------------------ reading
+
+    def _read(self, pos):
+        idx = self.index
+        s = bisect.bisect_right(idx.cum, pos) - 1
+        shard = idx.shards[s]
+        url = idx.urls[s]
+        j = pos - idx.cum[s]
+        if not shard.get("offsets"):
+            what = f"{shard.get('compression')}-compressed" if shard.get("compression") else "indexed without offsets"
+            raise BadInput(f"{url}: shard is {what}: the index has only its sample count, no offsets for random "
+                           f"access (random access needs uncompressed shards: tarcat it to a .tar and index again)")
+        g = shard["first"] + j
+        start = int(idx.starts[g])
+        end = int(idx.starts[g + 1]) if j + 1 < shard["nsamples"] else shard["end"]
+        key = idx.key(g)
+        limit = int(os.environ.get("TARPROC_MAX_SAMPLE", MAX_SAMPLE))
+        if not 0 <= start < end or end - start > limit:
+            raise BadInput(f"{url}: sample {j} ({key!r}): the index gives bytes {start}-{end}: a damaged index")
+        data = self._range(url, start, end, shard.get("filesize"))
+        where = f"{url}: sample {j} ({key!r}) at bytes {start}-{end}"
+        if len(data) != end - start:
+            raise BadInput(f"{where}: got {len(data)} bytes instead of {end - start}: the shard is shorter than "
+                           f"when it was indexed (index it again)")
+        try:
+            samples = list(group(TarReader(io.BytesIO(data + bytes(1024)), url, strict=True).members(), url))
+        except TarprocError as e:
+            raise BadInput(f"{where}: these bytes are not the indexed sample ({getattr(e, 'problem', e)}): the shard "
+                           f"changed since it was indexed, or the index is not this shard's (index it again)") from None
+        if len(samples) != 1 or samples[0]["__key__"] != key:
+            found = ", ".join(repr(x["__key__"]) for x in samples[:3]) or "no sample"
+            raise BadInput(f"{where}: found {found} where the index says {key!r}: the shard changed since it was "
+                           f"indexed, or the index is not this shard's (index it again)")
+        return samples[0]
+
+    def _range(self, url, start, end, filesize):
+        scheme = scheme_of(url)
+        template = os.environ.get(f"TARPROC_RANGE_{scheme.upper()}") if scheme not in ("file", "-") else None
+        if template is not None:
+            return _range_command(template, url, start, end)
+        if scheme == "file":
+            return self._pread(url, start, end, filesize)
+        if scheme in ("http", "https"):
+            return _range_http(url, start, end, filesize)
+        if scheme == "s3":
+            return _range_s3(url, start, end, filesize)
+        if scheme == "gs":
+            return _range_command("gsutil -q cat -r {start}-{end} {url}", url, start, end)
+        raise BadInput(f"{url}: cannot read a byte range of a {scheme}: input (random access needs a file, "
+                       f"http(s)://, s3:// or gs:// URL, or TARPROC_RANGE_{scheme.upper()})")
+
+    def _pread(self, url, start, end, filesize):
+        fd = self._fds.get(url)
+        if fd is None:
+            with self._lock:
+                fd = self._fds.get(url)
+                if fd is None:
+                    try:
+                        fd = os.open(url, os.O_RDONLY)
+                    except OSError as e:
+                        raise BadInput(f"{url}: cannot open: {e.strerror}") from None
+                    size = os.fstat(fd).st_size
+                    if filesize is not None and size != filesize:
+                        os.close(fd)
+                        raise BadInput(f"{url}: the shard has {size} bytes, {filesize} when it was indexed: it "
+                                       f"changed since (index it again)")
+                    self._fds[url] = fd
+        parts = []
+        pos = start
+        while pos < end:
+            try:
+                piece = os.pread(fd, min(end - pos, 1 << 24), pos)
+            except OSError as e:
+                raise BadInput(f"{url}: read error at offset {pos}: {e.strerror}") from None
+            if not piece:
+                break
+            parts.append(piece)
+            pos += len(piece)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _run(cmd, url, what, shell=False):
+    import subprocess
+
+    from ..runtime.procs import _pdeathsig
+
+    try:
+        p = subprocess.run(cmd, shell=shell, stdin=subprocess.DEVNULL, capture_output=True,
+                           preexec_fn=_pdeathsig)
+    except OSError as e:
+        raise BadInput(f"{url}: cannot start {what}: {e.strerror}") from None
+    if p.returncode != 0:
+        err = p.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise BadInput(f"{url}: {what} failed with exit status {p.returncode}"
+                       + (f": {err[-1][:300]}" if err else ""))
+    return p.stdout
+
+
+def _range_command(template, url, start, end):
+    import shlex
+
+    cmd = template.replace("{url}", shlex.quote(url)).replace("{start}", str(start)).replace("{end}", str(end - 1))
+    return _run(cmd, url, cmd.split()[0], shell=True)
+
+
+def _check_total(url, total, filesize):
+    if filesize is not None and total is not None and total != "*" and int(total) != filesize:
+        raise BadInput(f"{url}: the shard has {total} bytes, {filesize} when it was indexed: it changed since "
+                       f"(index it again)")
+
+
+def _range_http(url, start, end, filesize):
+    """One range request with curl, reading its headers first: a server that
+    answers anything but 206 with exactly this range is an error (and curl is
+    stopped before it downloads a whole shard)."""
+    import subprocess
+
+    from ..runtime.procs import _pdeathsig
+
+    cmd = ["curl", "-sS", "-L", "--max-redirs", "10", "-r", f"{start}-{end - 1}", "-D", "-", "--", url]
+    try:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                preexec_fn=_pdeathsig)
+    except OSError as e:
+        raise BadInput(f"{url}: cannot start curl: {e.strerror}") from None
+    try:
+        status, headers = None, {}
+        for _ in range(12):  # 1xx and redirects come before the answer
+            line = proc.stdout.readline(8192)
+            if not line:
+                break
+            parts = line.split()
+            status = int(parts[1]) if len(parts) > 1 and parts[0].startswith(b"HTTP/") and parts[1].isdigit() else -1
+            headers = {}
+            for _ in range(200):
+                line = proc.stdout.readline(65536)
+                if not line.strip():
+                    break
+                name, _, value = line.decode("latin-1").partition(":")
+                headers[name.strip().lower()] = value.strip()
+            if not (100 <= status < 200 or 300 <= status < 400):
+                break
+        if status is None:
+            proc.wait()
+            err = proc.stderr.read().decode("utf-8", "replace").strip()
+            raise BadInput(f"{url}: curl failed with exit status {proc.returncode}" + (f": {err[:300]}" if err else ""))
+        if status == 200:
+            raise BadInput(f"{url}: the server ignored the range request (status 200, the whole shard): it cannot "
+                           f"serve one sample; use a server that honours Range, or a local copy")
+        if status != 206:
+            raise BadInput(f"{url}: range request failed with HTTP status {status}")
+        unit, _, rng = headers.get("content-range", "").partition(" ")
+        span, _, total = rng.partition("/")
+        if unit != "bytes" or span != f"{start}-{end - 1}":
+            raise BadInput(f"{url}: the server answered bytes {span or '?'} to a request for {start}-{end - 1}: "
+                           f"refusing a range it did not honour")
+        _check_total(url, total, filesize)
+        data = proc.stdout.read(end - start)
+        proc.stdout.close()
+        rc = proc.wait()
+        if rc != 0 and len(data) != end - start:
+            raise BadInput(f"{url}: curl failed with exit status {rc} during a range request")
+        return data
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for f in (proc.stdout, proc.stderr):
+            if not f.closed:
+                f.close()
+
+
+def _range_s3(url, start, end, filesize):
+    import tempfile
+
+    bucket, _, key = url[len("s3://"):].partition("/")
+    if not bucket or not key:
+        raise BadInput(f"{url}: not an s3://BUCKET/KEY URL")
+    fd, tmp = tempfile.mkstemp(prefix=".tarproc-range-")
+    os.close(fd)
+    try:
+        cmd = ["aws", "s3api", "get-object", "--bucket", bucket, "--key", key, "--range", f"bytes={start}-{end - 1}"]
+        endpoint = os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint:
+            cmd += ["--endpoint-url", endpoint]
+        out = _run(cmd + [tmp], url, "aws s3api get-object")
+        try:
+            meta = json.loads(out.decode("utf-8", "replace") or "{}")
+        except ValueError:
+            meta = {}
+        crange = meta.get("ContentRange")
+        if crange:
+            span, _, total = crange.partition(" ")[2].partition("/")
+            if span != f"{start}-{end - 1}":
+                raise BadInput(f"{url}: S3 answered bytes {span} to a request for {start}-{end - 1}")
+            _check_total(url, total, filesize)
+        with open(tmp, "rb") as f:
+            return f.read(end - start + 1)
+    finally:
+        os.unlink(tmp)

@@ -1,0 +1,46 @@
+"""Subsets by key: :func:`select_keys` and :func:`read_keys`.
+
+    keys = read_keys("val-keys.txt")          # one key per line, '-' for stdin
+    samples = select_keys(keys)(samples)      # keep those, in stream order
+    samples = select_keys(keys, exclude=True)(samples)   # drop them
+
+Memory is the set of keys, never the data: the stream passes through."""
+
+from ..errors import BadInput, UsageError
+
+
+def read_keys(url):
+    """The set of keys listed in ``url`` (a path or URL, ``-`` for stdin),
+    one per line; blank lines are ignored, a trailing ``\\r`` is dropped."""
+    from ..sources.open import open_source
+
+    keys = set()
+    stream = open_source(url, decompress=False)
+    try:
+        for n, line in enumerate(stream, 1):
+            key = line.rstrip(b"\n").rstrip(b"\r").decode("utf-8", "surrogateescape")
+            if key:
+                keys.add(key)
+    except UnicodeError as e:  # pragma: no cover - surrogateescape decodes anything
+        raise BadInput(f"{url}: line {n}: {e}") from None
+    finally:
+        stream.close()
+    return keys
+
+
+def select_keys(keys, exclude=False, stats=None):
+    """Stage: keep the samples whose ``__key__`` is in ``keys`` (a set, or
+    any iterable of ``str``), or with ``exclude`` drop them; stream order is
+    kept.  Dropped samples are counted in ``stats.skipped``."""
+    if isinstance(keys, str):
+        raise UsageError("select_keys takes a collection of keys, not one string (use read_keys(FILE))")
+    wanted = keys if isinstance(keys, (set, frozenset)) else set(keys)
+
+    def stage(samples):
+        for sample in samples:
+            if (sample.get("__key__") in wanted) != exclude:
+                yield sample
+            elif stats is not None:
+                stats.skipped += 1
+
+    return stage
