@@ -190,9 +190,13 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
 
 
 def check_shards(urls, majority=0.5, strict=False, on_shard=None):
-    """Check every shard of ``urls`` (a list of URLs); returns the report
-    dict.  ``on_shard(report)`` is called as each shard is done (for
-    streaming output).  Duplicate keys are looked for across shards."""
+    """Check every shard of ``urls`` (a pattern string or a list of URLs);
+    returns the report dict.  ``on_shard(report)`` is called as each shard is
+    done (for streaming output).  Duplicate keys are looked for across shards."""
+    if isinstance(urls, str):
+        from ..sources.shardlist import expand_urls
+
+        urls = expand_urls([urls])
     keys_seen = {}
     shards = []
     total_fields = {}
