@@ -33,7 +33,7 @@ import os
 import threading
 
 from ..errors import UsageError, describe_exit
-from ..core.rules import bad_field_name, bad_key
+from ..core.rules import bad_field_name, bad_key, is_extra_meta, is_meta
 from ..runtime.engine import _Result, _ThreadPool, _check_mode, _engine, _handler, _stderr_echo, _stderr_report, default_parallel
 from ..runtime.procs import _killpg, _wait_exit, _wait_nowait
 
@@ -196,7 +196,7 @@ class CommandRunner:
     def _write_fields(self, dfd, sample):
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
         for field, value in sample.items():
-            if field[:2] == "__" and field[-2:] == "__" and field != "__key__":
+            if is_extra_meta(field):
                 continue
             why = bad_field_name(field)
             if why:
@@ -254,7 +254,7 @@ class CommandRunner:
 
     def _collect(self, d, key, sample):
         """The output samples of a finished command, and an error or None."""
-        meta = {k: v for k, v in sample.items() if k[:2] == "__" and k[-2:] == "__" and k != "__key__"}
+        meta = {k: v for k, v in sample.items() if is_extra_meta(k)}
         try:
             dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except OSError as e:
@@ -305,7 +305,7 @@ class CommandRunner:
                 return [], f"two outputs have the same key {k!r}"
             seen.add(k)
         # an output with no fields besides its key is no output
-        outputs = [o for o in outputs if any(not (f[:2] == "__" and f[-2:] == "__") for f in o)]
+        outputs = [o for o in outputs if any(not is_meta(f) for f in o)]
         return outputs, problem
 
     def _make_sample(self, files, key, meta):
@@ -315,7 +315,7 @@ class CommandRunner:
             text = newkey.decode("utf-8", "surrogateescape").strip()
             key = text or key
         for field in list(files):
-            if field[:2] == "__" and field[-2:] == "__":
+            if is_meta(field):
                 del files[field]
         out.update(files)
         out["__key__"] = key
