@@ -167,6 +167,23 @@ def test_lambdas_and_closures_under_spawn_and_forkserver(method):
     assert [s["n"] for s in got] == [b"%d" % len(b"%d" % i) for i in range(40)]
 
 
+@pytest.mark.parametrize("how", ["-c", "script"])
+def test_spawned_workers_do_not_rerun_the_main_script(tmp_path, how):
+    """An unguarded script (or python -c) whose lambda reads one of its globals."""
+    code = ("import tarproc\n"
+            "K = b'-global'\n"
+            "samples = [{'__key__': f'k{i}', 'x': b'%d' % i} for i in range(5)]\n"
+            "got = tarproc.map_function(iter(samples), lambda s: dict(s, y=s['x'] + K), parallel=2,\n"
+            "                           start_method='spawn')\n"
+            "print(b' '.join(s['y'] for s in got).decode())\n")
+    (tmp_path / "script.py").write_text(code)
+    argv = [sys.executable, "-c", code] if how == "-c" else [sys.executable, str(tmp_path / "script.py")]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [f"{i}-global" for i in range(5)]
+    assert r.stderr == ""
+
+
 def test_start_method_option_on_the_commands(tmp_path):
     f = tmp_path / "up.py"
     f.write_text("def up(sample):\n    sample['txt'] = sample['txt'].upper()\n    return sample\n")

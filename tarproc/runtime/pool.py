@@ -153,6 +153,43 @@ class Receiver:
 
 # ---------------------------------------------------------------- workers
 
+_START_LOCK = threading.Lock()
+
+
+class _NoMainImport:
+    """While a worker starts under ``spawn``/``forkserver``: do not run the
+    parent's main script in it.  Our workers need nothing from ``__main__``
+    (functions travel by value with dill), and re-running it breaks
+    ``python -c``, stdin, notebooks and scripts without a main guard (they
+    would start the pipeline again in every worker)."""
+
+    def __init__(self, ctx):
+        self.active = ctx.get_start_method() != "fork"
+
+    def __enter__(self):
+        if self.active:
+            from multiprocess import spawn
+
+            _START_LOCK.acquire()
+            self.spawn = spawn
+            self.orig = orig = spawn.get_preparation_data
+
+            def prep(name):
+                d = orig(name)
+                d.pop("init_main_from_path", None)
+                d.pop("init_main_from_name", None)
+                d.pop("main_path", None)
+                return d
+
+            spawn.get_preparation_data = prep
+
+    def __exit__(self, *exc):
+        if self.active:
+            self.spawn.get_preparation_data = self.orig
+            _START_LOCK.release()
+        return False
+
+
 
 def _child(target, args, close_fds):
     """First thing in every worker: its own signal dispositions (Ctrl-C is
@@ -190,7 +227,8 @@ def start_worker(ctx, target, args, parent_fds=(), name="tarproc-worker", pipe_s
     close = list(parent_fds) + [reader.fileno()] if ctx.get_start_method() == "fork" else []
     try:
         p = ctx.Process(target=_child, args=(target, (writer,) + tuple(args), close), name=name, daemon=True)
-        p.start()
+        with _NoMainImport(ctx):
+            p.start()
     except BaseException:
         reader.close()
         raise
@@ -322,7 +360,8 @@ class TaskPool:
             w.proc = ctx.Process(target=_child, name=f"{self.name}-{slot}", daemon=True,
                                  args=(_serve, (t_read, r_write, self.mark, slot, self.setup, self.setup_args),
                                        close))
-            w.proc.start()
+            with _NoMainImport(ctx):
+                w.proc.start()
         except BaseException:
             t_write.close()
             r_read.close()

@@ -112,6 +112,10 @@ def _worker_setup(spec):
     which sample is in hand."""
     import pickle
 
+    if isinstance(spec, tuple):  # ("dill", bytes): a callable sent to a spawned worker
+        import dill
+
+        spec = dill.loads(spec[1])
     fn = load_function(spec)
     loads, dumps, proto = pickle.loads, pickle.dumps, pickle.HIGHEST_PROTOCOL
 
@@ -275,7 +279,16 @@ def _run_function(samples, fn, parallel, error_handling, ordered, batch, stats, 
                 if closing[0]:
                     raise SampleFailed("stopped")
 
-    pool = TaskPool(parallel, _worker_setup, (fn,), start_method=start_method, name="tarproc-map")
+    from ..runtime.pool import get_context
+
+    spec = fn
+    if callable(fn) and get_context(start_method).get_start_method() != "fork":
+        # by value with the globals it uses (recurse), so a lambda that reads a
+        # global of a script, a notebook or `python -c` finds it in the worker
+        import dill
+
+        spec = ("dill", dill.dumps(fn, recurse=True))
+    pool = TaskPool(parallel, _worker_setup, (spec,), start_method=start_method, name="tarproc-map")
     batcher = _Batcher(pool, batch, acquire)
     hook = batcher.flush
     if stall is not None:
