@@ -230,3 +230,29 @@ def test_no_module_level_stall_hooks():
     assert seen == []
     a()
     assert seen == ["a"]
+
+
+def test_one_stall_object_makes_a_library_pipeline_stream(tmp_path):
+    """Source, --map batcher and sink share a Stall: output comes before the input ends."""
+    import time
+
+    data = tar_bytes([(f"{i:03d}.txt", b"x%d" % i) for i in range(4)])
+    (tmp_path / "a").write_bytes(data[: 3 * 1024])  # three members: samples 000 and 001 are complete
+    (tmp_path / "b").write_bytes(data[3 * 1024 :])
+    go, out = tmp_path / "go", tmp_path / "out.tar"
+    source = f"pipe:cat {tmp_path / 'a'}; while [ ! -e {go} ]; do sleep 0.05; done; cat {tmp_path / 'b'}"
+    stall = tarproc.Stall()
+    samples = tarproc.iter_samples(source, stall=stall)
+    mapped = tarproc.map_function(samples, lambda s: dict(s, txt=s["txt"].upper()), parallel=2, stall=stall)
+    t = threading.Thread(target=tarproc.write_samples, args=(f"pipe:cat > {out}", mapped), kwargs={"stall": stall})
+    t.start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (out.exists() and b"001.txt" in out.read_bytes()):
+            time.sleep(0.05)
+        early = out.read_bytes() if out.exists() else b""
+    finally:
+        go.touch()
+        t.join(60)
+    assert b"000.txt" in early and b"X1" in early and b"002.txt" not in early
+    assert [s["txt"] for s in samples_of(out.read_bytes()).values()] == [b"X0", b"X1", b"X2", b"X3"]
