@@ -156,17 +156,30 @@ class Receiver:
 _START_LOCK = threading.Lock()
 
 
-class _NoMainImport:
-    """While a worker starts under ``spawn``/``forkserver``: do not run the
-    parent's main script in it.  Our workers need nothing from ``__main__``
-    (functions travel by value with dill), and re-running it breaks
-    ``python -c``, stdin, notebooks and scripts without a main guard (they
-    would start the pipeline again in every worker)."""
+_SIGNALS = ("SIGINT", "SIGTERM")
+
+
+class _Starting:
+    """While a worker starts: SIGINT and SIGTERM are blocked in this thread
+    (so the child inherits them blocked and cannot run the parent's Python
+    handlers before it has set its own; :func:`_child` unblocks them), and
+    under ``spawn``/``forkserver`` the parent's main script is not run in the
+    worker: our workers need nothing from ``__main__`` (functions travel by
+    value with dill), and re-running it breaks ``python -c``, stdin,
+    notebooks and scripts without a main guard (they would start the
+    pipeline again in every worker)."""
 
     def __init__(self, ctx):
         self.active = ctx.get_start_method() != "fork"
 
     def __enter__(self):
+        import signal
+
+        self.mask = None
+        try:
+            self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, [getattr(signal, n) for n in _SIGNALS])
+        except (AttributeError, OSError, ValueError):
+            pass
         if self.active:
             from multiprocess import spawn
 
@@ -187,6 +200,10 @@ class _NoMainImport:
         if self.active:
             self.spawn.get_preparation_data = self.orig
             _START_LOCK.release()
+        if self.mask is not None:
+            import signal
+
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
         return False
 
 
@@ -199,6 +216,10 @@ def _child(target, args, close_fds):
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:  # blocked while we started (see _Starting)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [getattr(signal, n) for n in _SIGNALS])
+    except (AttributeError, OSError, ValueError):
+        pass
     from .procs import _pdeathsig
 
     _pdeathsig()
@@ -227,7 +248,7 @@ def start_worker(ctx, target, args, parent_fds=(), name="tarproc-worker", pipe_s
     close = list(parent_fds) + [reader.fileno()] if ctx.get_start_method() == "fork" else []
     try:
         p = ctx.Process(target=_child, args=(target, (writer,) + tuple(args), close), name=name, daemon=True)
-        with _NoMainImport(ctx):
+        with _Starting(ctx):
             p.start()
     except BaseException:
         reader.close()
@@ -360,7 +381,7 @@ class TaskPool:
             w.proc = ctx.Process(target=_child, name=f"{self.name}-{slot}", daemon=True,
                                  args=(_serve, (t_read, r_write, self.mark, slot, self.setup, self.setup_args),
                                        close))
-            with _NoMainImport(ctx):
+            with _Starting(ctx):
                 w.proc.start()
         except BaseException:
             t_write.close()
