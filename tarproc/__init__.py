@@ -31,7 +31,7 @@ _LAZY = {
     "split_samples": "sinks.split", "sort_samples": "stages.sort", "parallel_samples": "sources.pcat",
     "check_shards": "sinks.check", "read_plan": "sources.create", "write_plan": "sources.create",
     "expand_ids": "jobs.local", "job_manifest": "jobs.k8s",
-    "serve": "server", "Server": "server",
+    "serve": "server", "Server": "server", "Stall": "runtime.stall",
     "index_shards": "sinks.index", "IndexedDataset": "sources.indexed", "select_keys": "stages.keys",
     "read_keys": "stages.keys",
 }

@@ -17,7 +17,7 @@ a new shared option belongs here, once.
 import os
 import signal
 import sys
-from typing import Annotated, List, Optional
+from typing import Annotated, List, Literal, Optional
 
 import typer
 
@@ -90,6 +90,10 @@ ProgressFlag = Annotated[Optional[bool], opt("--progress/--no-progress",
 Strict = Annotated[bool, opt("--strict", help="treat a shard that ends without the end-of-archive marker "
                                               "as an error")]
 Seed = Annotated[Optional[int], opt("--seed", metavar="N", help="random seed (reproducible order)")]
+StartMethod = Annotated[Optional[Literal["fork", "spawn", "forkserver"]], opt(
+                                           "--start-method", metavar="fork|spawn|forkserver",
+                                           help="how worker processes start (default: fork; spawn and "
+                                                "forkserver start clean interpreters, as on macOS)")]
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -259,6 +263,11 @@ class Reporter:
         self.quiet = quiet
         self.bar = Progress(prog, progress, total, unit)
         self.position = None  # bytes read so far, when the total is in bytes
+        from ..runtime.stall import Stall
+
+        # the command's source calls it before blocking on an empty pipe; its
+        # sink (and --map's batcher) flush then: output keeps pace with input
+        self.stall = Stall()
 
     @property
     def progress(self):
@@ -484,7 +493,7 @@ def read_inputs(args, rep, stats, urls=None):
     base = 0
     for n, url in enumerate(urls):
         rep.info(f"reading {'stdin' if url == '-' else url}")
-        samples = iter_samples([url], stats, strict=args.strict, warn=rep.warn)
+        samples = iter_samples([url], stats, strict=args.strict, warn=rep.warn, stall=rep.stall)
         if sizes is None:
             yield from samples
             continue

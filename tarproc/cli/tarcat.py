@@ -104,7 +104,7 @@ def tarcat_command(
         stages.append(S.rekey(args.rekey))
     stages.append(progress_stage(rep, stats))
 
-    with open_sink(args.output) as sink:
+    with open_sink(args.output, stall=rep.stall) as sink:
         writer = S.SampleWriter(sink, stats)
         for sample in S.pipeline(read_inputs(args, rep, stats, urls), *stages):
             writer.write(sample)

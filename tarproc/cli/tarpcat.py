@@ -3,7 +3,8 @@
 import os
 from typing import Annotated, Optional
 
-from .base import (Args, BraceExpand, Count, FileList, Inputs, Output, ProgressFlag, Quiet, Seed, Strict, Verbose,
+from .base import (Args, BraceExpand, Count, FileList, Inputs, Output, ProgressFlag, Quiet, Seed, StartMethod,
+                   Strict, Verbose,
                    command, nonneg, open_inputs, opt, positive, run, Reporter)
 
 EXAMPLES = """
@@ -39,6 +40,7 @@ def tarpcat_command(
     ignore_errors: Annotated[bool, opt("--ignore-errors",
                              help="skip the rest of a damaged or unreadable shard (say so, count it) instead "
                                   "of failing with exit 2")] = False,
+    start_method: StartMethod = None,
     strict: Strict = False,
     verbose: Verbose = False,
     quiet: Quiet = False,
@@ -58,7 +60,7 @@ def tarpcat_command(
     failed = []
     urls = open_inputs(args) if args.count != 0 else []
     common = dict(workers=args.workers, strict=args.strict, ignore_errors=args.ignore_errors, warn=rep.warn,
-                  info=rep.info, stats=stats, failed=failed)
+                  info=rep.info, stats=stats, failed=failed, start_method=args.start_method)
     # The workers are started (forked) here, before the output is opened.
     if args.shuffle or args.count is not None:
         source = parallel_encoded(urls, shuffle=args.shuffle, seed=args.seed, **common)

@@ -4,7 +4,7 @@ from typing import Annotated, List, Literal, Optional
 
 import typer
 
-from .base import (Args, FileList, Output, ProgressFlag, Quiet, Strict, Verbose, command, nonneg, open_inputs, opt,
+from .base import (Args, FileList, Output, ProgressFlag, Quiet, StartMethod, Strict, Verbose, command, nonneg, open_inputs, opt,
                    positive, progress_stage, read_inputs, run, Reporter)
 
 EXAMPLES = """
@@ -76,6 +76,7 @@ def tarproc_command(
     keepdir: Annotated[bool, opt("--keepdir", help="keep the working directories (for debugging)")] = False,
     batch: Annotated[int, opt("--batch", metavar="N", parser=positive(),
                      help="--map: samples sent to a worker at once (default: 32)")] = 32,
+    start_method: StartMethod = None,
     strict: Strict = False,
     verbose: Verbose = False,
     quiet: Quiet = False,
@@ -111,22 +112,24 @@ def main(args, prog="tarproc"):
     if args.mode == "tar":
         inputs = read_inputs(args, rep, stats)
     else:
-        inputs = proc.iter_text_samples(open_inputs(args, tar=False), args.mode, stats)
+        inputs = proc.iter_text_samples(open_inputs(args, tar=False), args.mode, stats, stall=rep.stall)
     if args.count is not None:
         inputs = S.take(args.count)(inputs)
     if args.map is not None:
         results = proc.map_function(inputs, args.map, parallel, error_handling=args.error_handling,
                                     ordered=not args.unordered, batch=args.batch, stats=stats,
-                                    on_error=rep.say, prog=prog)
+                                    on_error=rep.say, prog=prog, start_method=args.start_method,
+                                    stall=rep.stall)
     else:
         results = proc.map_command(inputs, args.command, parallel, script=args.script,
                                    interpreter=args.interpreter, base=args.base,
                                    error_handling=args.error_handling, subdirs=args.subdirs,
                                    multi=args.multi, ordered=not args.unordered, timeout=args.timeout,
                                    workdir=args.workdir, keepdir=args.keepdir, add_log=args.add_log,
-                                   stats=stats, on_error=rep.say, quiet=args.quiet, prog=prog)
+                                   stats=stats, on_error=rep.say, quiet=args.quiet, prog=prog,
+                                   stall=rep.stall)
     failure = None
-    with open_sink(args.output) as sink:
+    with open_sink(args.output, stall=rep.stall) as sink:
         writer = S.SampleWriter(sink, stats)
         try:
             for sample in progress_stage(rep, stats)(results):

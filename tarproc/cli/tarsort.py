@@ -67,7 +67,7 @@ def tarsort_command(
     ordered = sort_samples(read_inputs(args, rep, stats), key=args.sortkey, sorttype=args.sorttype,
                            reverse=args.reverse, seed=args.seed, memory=memory, tmpdir=args.tmpdir, stats=spill,
                            unique=args.update)
-    with contextlib.closing(ordered), open_sink(args.output) as sink:
+    with contextlib.closing(ordered), open_sink(args.output, stall=rep.stall) as sink:
         writer = S.SampleWriter(sink, stats)
         for sample in progress_stage(rep, stats)(ordered):
             writer.write(sample)

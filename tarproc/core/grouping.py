@@ -5,7 +5,7 @@ see :mod:`tarproc.core.rules` for keys, fields and metadata.  Consecutive
 members with the same key form one sample (the WebDataset convention)."""
 
 from ..errors import BadArchive, BadSample
-from .rules import is_meta, unsafe_name
+from .rules import is_meta, split_name, unsafe_name
 from .stats import Stats
 from .tario import REGULAR, TYPE_NAMES, TarWriter
 
@@ -28,13 +28,11 @@ def group(members, source="-", stats=None):
         why = unsafe_name(name)
         if why:
             raise BadArchive(source, m.offset, why)
-        slash = name.rfind("/")
-        dot = name.find(".", slash + 1)
-        if dot <= slash + 1:
+        parts = split_name(name)
+        if parts is None:
             stats.skip_member("names without an extension")
             continue
-        k = name[:dot]
-        field = name[dot + 1 :]
+        k, field = parts
         if k != key:
             if current is not None:
                 stats.read += 1
@@ -85,14 +83,14 @@ class SampleWriter:
         if isinstance(key, str) and key and "." not in key[key.rfind("/") + 1 :] and not key.endswith("/"):
             # fast path for well-formed samples
             for field in sorted(sample):
-                if field[:2] == "__" and field[-2:] == "__":
+                if is_meta(field):
                     continue
                 value = sample[field]
                 if type(value) is not bytes or "/" in field or not field:
                     break
             else:
                 for field in sorted(sample):
-                    if field[:2] == "__" and field[-2:] == "__":
+                    if is_meta(field):
                         continue
                     write(key + "." + field, sample[field])
                 self.stats.written += 1

@@ -9,7 +9,13 @@ start and end with ``__`` (``__source__``) are metadata: they travel with the
 sample and are never written as members."""
 
 def is_meta(name):
-    return name.startswith("__") and name.endswith("__")
+    """Whether an entry of a sample is metadata (``__key__``, ``__source__``, ...)."""
+    return name[:2] == "__" and name[-2:] == "__"
+
+
+def is_extra_meta(name):
+    """Metadata other than ``__key__`` (``__source__``, ``__index__``, ...)."""
+    return name[:2] == "__" and name[-2:] == "__" and name != "__key__"
 
 
 def split_name(name):

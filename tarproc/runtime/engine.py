@@ -150,43 +150,37 @@ def _engine(samples, submit, window, ordered, handle, on_stall=None, finish=None
 
 
 class _ThreadPool:
-    """``n`` daemon threads running ``fn(index, item)`` for submitted items."""
+    """``n`` threads (a ``concurrent.futures.ThreadPoolExecutor``) running
+    ``fn(index, item)`` for submitted items; ``done(index, result)`` gets
+    the result, or a failed :class:`_Result` if ``fn`` raised."""
 
     def __init__(self, n, fn):
-        import queue
+        from concurrent.futures import ThreadPoolExecutor
 
         self.fn = fn
-        self.tasks = queue.SimpleQueue()
-        self.threads = [threading.Thread(target=self._work, name=f"tarproc-worker-{i}", daemon=True)
-                        for i in range(n)]
-        for t in self.threads:
-            t.start()
+        self.executor = ThreadPoolExecutor(n, thread_name_prefix="tarproc-worker")
+        self.running = set()
 
-    def _work(self):
-        while True:
-            task = self.tasks.get()
-            if task is None:
-                return
-            index, item, done = task
-            try:
-                result = self.fn(index, item)
-            except BaseException as e:  # a bug: report it as the sample's failure
-                result = _Result(item.get("__key__") if isinstance(item, dict) else None,
-                                 error=f"internal error: {type(e).__name__}: {e}")
-            done(index, result)
+    def _run(self, index, item, done):
+        try:
+            result = self.fn(index, item)
+        except BaseException as e:  # a bug: report it as the sample's failure
+            result = _Result(item.get("__key__") if isinstance(item, dict) else None,
+                             error=f"internal error: {type(e).__name__}: {e}")
+        done(index, result)
 
     def submit(self, index, item, done):
-        self.tasks.put((index, item, done))
+        future = self.executor.submit(self._run, index, item, done)
+        self.running.add(future)
+        future.add_done_callback(self.running.discard)
 
     def stop(self, wait=None):
-        for _ in self.threads:
-            self.tasks.put(None)
+        """Cancel what has not started; wait up to ``wait`` seconds for the rest."""
+        self.executor.shutdown(wait=False, cancel_futures=True)
         if wait:
-            import time
+            from concurrent.futures import wait as wait_for
 
-            deadline = time.monotonic() + wait
-            for t in self.threads:
-                t.join(max(0.0, deadline - time.monotonic()))
+            wait_for(list(self.running), timeout=wait)
 
 
 def _handler(error_handling, stats, on_error, echo, quiet_log):
@@ -214,9 +208,3 @@ def _handler(error_handling, stats, on_error, echo, quiet_log):
         yield from result.outputs
 
     return handle
-
-
-def _stall():
-    from .stall import _on_stall
-
-    _on_stall()

@@ -1,14 +1,36 @@
-"""Stall hooks: buffered outputs register a flush; a source about to block on
-an empty pipe calls them first, so output keeps pace with slow input."""
+"""Stalls: a source about to block on an empty pipe tells a :class:`Stall`,
+whose hooks flush what buffers output (a sink's buffer, a partial batch of
+``map_function``), so output keeps pace with slow input.
 
-# Sinks that buffer output register a flush here; a source about to block on
-# an empty pipe calls them first, so output keeps pace with slow input.
-_stall_hooks = []
+A pipeline makes one ``Stall`` and passes it to its source (``iter_samples``,
+``open_source``), its stages (``map_function``, ``map_command``) and its sink
+(``open_sink``); there is no module-level list of hooks."""
 
 
-def _on_stall():
-    for hook in list(_stall_hooks):
-        try:
-            hook()
-        except (BrokenPipeError, ValueError):
-            pass
+class Stall:
+    """A list of flush hooks; calling the object runs them."""
+
+    __slots__ = ("hooks",)
+
+    def __init__(self):
+        self.hooks = []
+
+    def add(self, hook, first=False):
+        if first:
+            self.hooks.insert(0, hook)
+        else:
+            self.hooks.append(hook)
+
+    def remove(self, hook):
+        if hook in self.hooks:
+            self.hooks.remove(hook)
+
+    def __bool__(self):
+        return bool(self.hooks)
+
+    def __call__(self):
+        for hook in list(self.hooks):
+            try:
+                hook()
+            except (BrokenPipeError, ValueError):
+                pass

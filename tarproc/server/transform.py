@@ -15,14 +15,16 @@ from ..errors import SampleFailed, TarprocError, UsageError
 
 def transform(url, *, map=None, command=None, parallel=None, count=None, skip=0, slice=None, fields=None,
               rekey=None, shuffle=0, seed=None, max_failures=0, strict=False, batch=32, stats=None,
-              on_error=None, warn=None):
+              on_error=None, warn=None, stall=None):
     """The samples of one shard through the stages of ``tarcat`` (``skip``,
     ``slice``, ``fields``, ``count``, ``rekey``, ``shuffle``) and then
     ``tarproc`` (``map`` or ``command``); a response of ``tarserve`` is
     these samples written by :class:`~tarproc.SampleWriter`.  A failed
     sample is skipped and reported to ``on_error``; one more than
     ``max_failures`` (``None``: no limit) raises
-    :class:`~tarproc.errors.SampleFailed`."""
+    :class:`~tarproc.errors.SampleFailed`.  ``stall`` (a
+    :class:`~tarproc.runtime.stall.Stall`, also given to the sink) flushes
+    output whenever the source is about to block."""
     from ..stages import basic as S
     from ..sources.samples import iter_samples
     from ..core.stats import Stats
@@ -51,15 +53,15 @@ def transform(url, *, map=None, command=None, parallel=None, count=None, skip=0,
         stages.append(S.take(count))
     if rekey:
         stages.append(S.rekey(rekey))
-    samples = S.pipeline(iter_samples([url], stats, strict=strict, warn=warn), *stages)
+    samples = S.pipeline(iter_samples([url], stats, strict=strict, warn=warn, stall=stall), *stages)
     if map is not None:
         from ..stages.function import map_function
 
-        return map_function(samples, map, parallel, batch=batch, stats=stats, on_error=on_failure)
+        return map_function(samples, map, parallel, batch=batch, stats=stats, on_error=on_failure, stall=stall)
     if command is not None:
         from ..stages.command import map_command
 
-        return map_command(samples, command, parallel, stats=stats, on_error=on_failure, quiet=True)
+        return map_command(samples, command, parallel, stats=stats, on_error=on_failure, quiet=True, stall=stall)
     return samples
 
 
@@ -69,6 +71,7 @@ def job_main():
     Writes the tar on stdout; exit 0 only when all of it was written."""
     from ..core.grouping import SampleWriter
     from ..core.stats import Stats
+    from ..runtime.stall import Stall
     from ..sinks.output import open_sink
 
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))  # run the cleanups
@@ -81,9 +84,10 @@ def job_main():
     code = 0
     try:
         stats = Stats()
-        with open_sink("-") as sink:
+        stall = Stall()  # output keeps pace with a slow source
+        with open_sink("-", stall=stall) as sink:
             writer = SampleWriter(sink, stats)
-            results = transform(url, stats=stats, on_error=say, warn=say, **options)
+            results = transform(url, stats=stats, on_error=say, warn=say, stall=stall, **options)
             try:
                 for sample in results:
                     writer.write(sample)

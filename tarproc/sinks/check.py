@@ -22,7 +22,7 @@ Damage (bad checksums, input ending inside a member) raises
 :class:`~tarproc.errors.BadArchive`, as everywhere else.
 """
 
-from ..core.rules import unsafe_name
+from ..core.rules import split_name, unsafe_name
 from ..core.tario import TYPE_NAMES, REGULAR, DIRECTORY, TarReader
 
 #: How many example keys or names a problem lists.
@@ -119,15 +119,14 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
                 probs.add("unsafe_names", "member names that escape a directory or have control characters",
                           name)
                 continue
-            slash = name.rfind("/")
-            dot = name.find(".", slash + 1)
-            if dot <= slash + 1:
+            parts = split_name(name)
+            if parts is None:
                 reason = "names without an extension"
                 skipped[reason] = skipped.get(reason, 0) + 1
                 probs.add("skipped_members", "members skipped by readers (links, special files, no extension)",
                           f"{name} ({reason})")
                 continue
-            k, field = name[:dot], name[dot + 1 :]
+            k, field = parts
             size = len(m.data)
             if size == 0:
                 probs.add("empty_files", "empty files", name)
@@ -190,9 +189,13 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
 
 
 def check_shards(urls, majority=0.5, strict=False, on_shard=None):
-    """Check every shard of ``urls`` (a list of URLs); returns the report
-    dict.  ``on_shard(report)`` is called as each shard is done (for
-    streaming output).  Duplicate keys are looked for across shards."""
+    """Check every shard of ``urls`` (a pattern string or a list of URLs);
+    returns the report dict.  ``on_shard(report)`` is called as each shard is
+    done (for streaming output).  Duplicate keys are looked for across shards."""
+    if isinstance(urls, str):
+        from ..sources.shardlist import expand_urls
+
+        urls = expand_urls([urls])
     keys_seen = {}
     shards = []
     total_fields = {}

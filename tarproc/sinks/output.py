@@ -8,7 +8,6 @@ import sys
 
 from ..errors import OutputError, UsageError
 from ..runtime.procs import _pdeathsig, pid_alive
-from ..runtime.stall import _stall_hooks
 from ..sources.open import BUFSIZE, _command_for, scheme_of
 
 
@@ -92,7 +91,7 @@ class Sink:
     commit (rename into place, wait for the upload) or ``abort()`` to discard.
     As a context manager it commits on success and aborts on an exception."""
 
-    def __init__(self, url, compression="auto", flush_on_stall=True):
+    def __init__(self, url, compression="auto", stall=None):
         self.url = url
         self.compression = compression_for(url) if compression == "auto" else compression
         self.proc = None
@@ -139,9 +138,10 @@ class Sink:
         self._raw = raw
         self.stream = self._open_compressor(raw)
         self._hook = None
-        if flush_on_stall and self.compression is None:
+        self._stall = stall
+        if stall is not None and self.compression is None:
             self._hook = self.flush  # errors become OutputError naming the URL
-            _stall_hooks.append(self._hook)
+            stall.add(self._hook)
 
     def _open_compressor(self, raw):
         codec = self.compression
@@ -187,8 +187,8 @@ class Sink:
             raise OutputError(f"{self.url}: write failed: {e.strerror or e}") from None
 
     def _unhook(self):
-        if self._hook in _stall_hooks:
-            _stall_hooks.remove(self._hook)
+        if self._hook is not None:
+            self._stall.remove(self._hook)
 
     def close(self):
         """Finish the output: flush, close, rename into place / wait for the
@@ -260,9 +260,11 @@ class Sink:
         return False
 
 
-def open_sink(url, compression="auto"):
-    """Open an output by URL; see :class:`Sink`."""
-    return Sink(url, compression)
+def open_sink(url, compression="auto", stall=None):
+    """Open an output by URL; see :class:`Sink`.  With ``stall`` (a
+    :class:`~tarproc.runtime.stall.Stall` also given to the source) buffered
+    output is flushed whenever the input is about to block."""
+    return Sink(url, compression, stall)
 
 
 # ---------------------------------------------------------------- shard lists

@@ -18,6 +18,7 @@ After each shard is complete an optional ``post`` callback (see
 import os
 
 from ..errors import OutputError, UsageError
+from ..core.rules import is_meta
 from ..core.grouping import SampleWriter, sample_members
 from ..core.stats import Stats
 from ..core.tario import BLOCK, TarWriter
@@ -64,7 +65,7 @@ def sample_size(sample):
     fast = isinstance(key, str) and key.isascii() and len(key) < 90
     if fast:
         for field, value in sample.items():
-            if field[:2] == "__" and field[-2:] == "__":
+            if is_meta(field):
                 continue
             if type(value) is not bytes or len(field) + len(key) >= 100 or not field.isascii():
                 fast = False

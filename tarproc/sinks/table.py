@@ -13,6 +13,7 @@ indices); a missing field is an empty cell (``null`` in JSON lines).
 import json
 
 from ..errors import UsageError
+from ..core.rules import is_extra_meta
 
 #: Field extensions that are always shown as size/hash, never as text.
 BINARY_EXTS = frozenset(("jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "gif", "bmp", "tif", "tiff", "webp",
@@ -86,7 +87,7 @@ def lookup(sample, path):
     ``seg.png``), or a field followed by a path inside its JSON
     (``json.label``, ``meta.json.boxes.0``).  Returns ``(field, value)`` with
     value ``bytes`` for whole fields or a JSON value, or ``None``."""
-    if path in sample and not (path.startswith("__") and path.endswith("__") and path != "__key__"):
+    if path in sample and not is_extra_meta(path):
         return path, sample[path]
     parts = path.split(".")
     for i in range(len(parts) - 1, 0, -1):

@@ -74,7 +74,7 @@ class _ZstdDecompressed(io.RawIOBase):
     """zstd has no decoder in Python 3.11's standard library: decode with the
     ``zstd`` program, fed from a thread."""
 
-    def __init__(self, stream, url):
+    def __init__(self, stream, url, stall=None):
         import subprocess
         import threading
 
@@ -87,7 +87,7 @@ class _ZstdDecompressed(io.RawIOBase):
         except FileNotFoundError:
             raise BadInput(f"{url}: input is zstd-compressed but the zstd program is not installed") from None
         self.proc._tarproc_stderr = self.proc.stderr
-        self.reader = _FdReader(self.proc.stdout.fileno(), url, self.proc, closefd=False, what="zstd")
+        self.reader = _FdReader(self.proc.stdout.fileno(), url, self.proc, closefd=False, what="zstd", stall=stall)
         self.feed_error = None
 
         def feed():
@@ -192,12 +192,16 @@ def _wrap_compression(raw, url):
         return stream, None
     stream = _ShortReads(stream)
     if codec == "zstd":
+        # the stall hooks belong to the reading thread (zstd's output), not to the feeder thread
+        stall = getattr(raw, "stall", None)
+        if stall is not None:
+            raw.stall = None
         if not consumed and isinstance(raw, _FdReader):
             # zstd is fed from a thread, which must not block inside the
             # buffered reader (holding its lock) when we stop early: the
             # interpreter would wait for that lock at exit
             stream = _Unbuffered(buffered, raw)
-        return io.BufferedReader(_ZstdDecompressed(stream, url), BUFSIZE), codec
+        return io.BufferedReader(_ZstdDecompressed(stream, url, stall), BUFSIZE), codec
     if codec == "gzip":
         import gzip
 

@@ -25,7 +25,7 @@ failure (a ``pipe:`` command that fails) leaves no output behind.
 import os
 
 from ..errors import BadInput, SampleFailed, UsageError
-from ..core.rules import unsafe_name
+from ..core.rules import split_name, unsafe_name
 
 
 class PlanItem:
@@ -71,8 +71,7 @@ def detect_format(lines, path="", delim=None):
         rest = rest.strip()
         if rest.startswith(("text:", "file:", "pipe:")):
             return "lines"
-        slash = first.rfind("/")
-        if first.find(".", slash + 1) > slash + 1 and rest:
+        if split_name(first) is not None and rest:
             return "lines"
         return "table"
     return "lines"

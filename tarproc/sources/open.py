@@ -29,7 +29,6 @@ import select
 
 from ..errors import BadInput, UsageError
 from ..runtime.procs import _pdeathsig
-from ..runtime.stall import _on_stall, _stall_hooks
 
 
 BUFSIZE = 1 << 20
@@ -69,13 +68,14 @@ def _command_for(url, table, direction):
 class _FdReader(io.RawIOBase):
     """Raw reader over a file descriptor, optionally the stdout of a process.
 
-    Before a read that would block on an empty pipe it flushes buffered
-    outputs (see ``_stall_hooks``).  At end of input it waits for the process
+    Before a read that would block on an empty pipe it calls ``stall`` (a
+    :class:`~tarproc.runtime.stall.Stall`: buffered outputs flush).  At end of input it waits for the process
     and raises :class:`BadInput` naming the URL if it failed, so a failed
     download is never mistaken for a short archive.
     """
 
-    def __init__(self, fd, url, proc=None, closefd=True, what=None):
+    def __init__(self, fd, url, proc=None, closefd=True, what=None, stall=None):
+        self.stall = stall
         self.fd = fd
         self.url = url
         self.proc = proc
@@ -95,10 +95,11 @@ class _FdReader(io.RawIOBase):
     def readinto(self, buf):
         if self.eof:
             return 0
-        if self.pollable and _stall_hooks:
+        stall = self.stall
+        if stall and self.pollable:
             ready, _, _ = select.select([self.fd], [], [], 0)
             if not ready:
-                _on_stall()
+                stall()
         try:
             n = os.readv(self.fd, [buf])
         except OSError as e:
@@ -146,12 +147,14 @@ def _tail_of_stderr(proc):
     return ": " + text.splitlines()[-1][:300]
 
 
-def open_source(url, decompress=True):
+def open_source(url, decompress=True, stall=None):
     """Open an input by URL for reading; returns a buffered binary stream with
-    ``.url`` and ``.compression`` attributes.  Compressed input is decoded."""
+    ``.url`` and ``.compression`` attributes.  Compressed input is decoded.
+    ``stall`` (a :class:`~tarproc.runtime.stall.Stall`) is called before a
+    read that would block on an empty pipe."""
     scheme = scheme_of(url)
     if scheme == "-":
-        raw = _FdReader(0, "-" if url == "-" else url, closefd=False)
+        raw = _FdReader(0, "-" if url == "-" else url, closefd=False, stall=stall)
         name = "-"
     elif scheme == "file":
         try:
@@ -181,7 +184,7 @@ def open_source(url, decompress=True):
         except OSError as e:
             raise BadInput(f"{url}: cannot start {cmd!r}: {e.strerror}") from None
         proc._tarproc_stderr = proc.stderr
-        raw = _FdReader(proc.stdout.fileno(), url, proc, closefd=False, what=what)
+        raw = _FdReader(proc.stdout.fileno(), url, proc, closefd=False, what=what, stall=stall)
         raw._keep = proc.stdout
         name = url
     from .compression import _wrap_compression

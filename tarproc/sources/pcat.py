@@ -9,9 +9,11 @@ turn.  The output order therefore depends only on the shard list, the number
 of workers and the options, never on timing: the same input and options give
 the same bytes.  Every sample of every shard is delivered exactly once.
 
-Workers send their batches over plain pipes with their own framing (a small
-header, then the lengths and the encoded bytes written with ``writev``, no
-joins); the parent reads each batch into a reused buffer and hands out views.
+Workers are started by the toolkit's one worker pool module
+(:mod:`tarproc.runtime.pool`, on ``multiprocess``; ``start_method`` chooses
+``fork``, ``spawn`` or ``forkserver``) and send their batches as pool
+messages written with ``writev`` (no joins); the parent reads each batch into
+a reused buffer and hands out views.
 
 Two forms of the samples can come back:
 
@@ -29,7 +31,6 @@ instead, ``warn(message)`` is told, and the URL is added to ``failed``.
 
 import os
 import struct
-import sys
 from array import array
 
 from ..errors import BadInput, TarprocError, UsageError
@@ -40,54 +41,38 @@ BATCH_BYTES = 256 << 10
 BATCH_SAMPLES = 512
 _PIPE_SIZE = 1 << 20
 
-# Framing on the worker -> parent pipes (no multiprocessing Connection: its
-# pickling and buffering copied every batch several times).  A frame is a
-# header (kind, count, size) and ``size`` bytes:
+# Messages from a worker (pool messages, see tarproc.runtime.pool) start with
+# a header (kind, count):
 #   _CONTROL: a pickled tuple (("start", url), ("warn", url, msg), ...);
 #   _SAMPLES: a pickled list of sample dicts (parallel_samples);
 #   _TAR:     ``count`` native uint64 sample lengths, then the samples'
-#             tar members back to back (``size`` covers both).
-_HEADER = struct.Struct("<BQQ")
+#             tar members back to back.
+_HEADER = struct.Struct("<BQ")
 _CONTROL, _SAMPLES, _TAR = 1, 2, 3
-#: iovecs per writev call (Linux IOV_MAX is 1024)
-_IOV = 1000
-
-
-def _write_all(fd, pieces):
-    """Write the buffers ``pieces`` to ``fd`` with writev, in groups under
-    IOV_MAX, without joining them."""
-    writev = os.writev
-    for i in range(0, len(pieces), _IOV):
-        chunk = pieces[i : i + _IOV]
-        n = writev(fd, chunk)
-        want = sum(map(len, chunk))
-        if n < want:  # a partial write (a signal): finish the rest plainly
-            rest = memoryview(b"".join(chunk))[n:]
-            while rest:
-                rest = rest[os.write(fd, rest):]
 
 
 class _Out:
     """The worker's end of its pipe."""
 
-    def __init__(self, fd):
+    def __init__(self, conn):
         import pickle
 
-        self.fd = fd
+        from ..runtime.pool import send_pieces
+
+        self.conn = conn
+        self.fd = conn.fileno()
+        self.send = send_pieces
         self.dumps = pickle.dumps
 
     def control(self, *msg):
-        blob = self.dumps(msg, protocol=5)
-        _write_all(self.fd, [_HEADER.pack(_CONTROL, 0, len(blob)), blob])
+        self.send(self.fd, [_HEADER.pack(_CONTROL, 0), self.dumps(msg, protocol=5)])
 
     def samples(self, batch):
-        blob = self.dumps(batch, protocol=5)
-        _write_all(self.fd, [_HEADER.pack(_SAMPLES, len(batch), len(blob)), blob])
+        self.send(self.fd, [_HEADER.pack(_SAMPLES, len(batch)), self.dumps(batch, protocol=5)])
 
     def tar(self, lengths, pieces, size):
-        head = array("Q", lengths).tobytes()
-        pieces[0] = _HEADER.pack(_TAR, len(lengths), len(head) + size) + head
-        _write_all(self.fd, pieces)
+        pieces[0] = _HEADER.pack(_TAR, len(lengths)) + array("Q", lengths).tobytes()
+        self.send(self.fd, pieces)
 
 
 class _Collect:
@@ -101,24 +86,14 @@ class _Collect:
         self.write = self.pieces.append
 
 
-def _worker(fd, close_fds, urls, mode, strict, header_defaults):
-    """Body of a worker process: read ``urls`` in order, send batches."""
-    import signal
-
-    from ..runtime import procs, stall
+def _worker(conn, urls, mode, strict, header_defaults):
+    """Body of a worker process (started by :func:`tarproc.runtime.pool.start_worker`,
+    which sets its signals and makes it die with the parent): read ``urls``
+    in order, send batches."""
     from ..core.grouping import SampleWriter
     from .samples import iter_samples
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills us
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    procs._pdeathsig()  # die with the parent: a SIGKILLed tarpcat must not leave us blocked on a full pipe
-    stall._stall_hooks.clear()  # the parent's output buffers are not ours to flush
-    for other in close_fds:  # the parent's ends of the pipes
-        try:
-            os.close(other)
-        except OSError:
-            pass
-    out = _Out(fd)
+    out = _Out(conn)
     send = out.control
     tar = mode == "tar"
     try:
@@ -190,7 +165,7 @@ def _worker(fd, close_fds, urls, mode, strict, header_defaults):
     except (BrokenPipeError, EOFError, OSError):
         pass  # the parent stopped reading (--count, an error): just end
     finally:
-        os.close(fd)
+        conn.close()
 
 
 def _add_stats(stats, d):
@@ -202,100 +177,52 @@ def _add_stats(stats, d):
 
 
 def _parallel(urls, workers, mode, strict=False, ignore_errors=False, warn=None, info=None,
-              stats=None, failed=None, header_defaults=None):
+              stats=None, failed=None, header_defaults=None, start_method=None):
     """Start the workers now; return a generator of their batches, taken in
     deterministic turns.  Closing the generator stops the workers."""
-    import multiprocessing
+    from ..runtime.pool import Receiver, get_context, start_worker
 
-    urls = list(urls)
+    urls = list(url_list(urls))
     if not urls:
         return iter(())
     workers = max(1, min(workers or os.cpu_count() or 1, len(urls)))
     stats = stats if stats is not None else Stats()
-    ctx = multiprocessing.get_context("fork")
+    ctx = get_context(start_method)
     procs = []
+    conns = []
     readers = []
     try:
         for i in range(workers):
-            r, w = os.pipe()
-            try:
-                import fcntl
-
-                fcntl.fcntl(w, 1031, _PIPE_SIZE)  # F_SETPIPE_SZ: fewer stalls between turns
-            except (OSError, ImportError):
-                pass
-            readers.append(_Reader(r))
-            try:
-                p = ctx.Process(target=_worker,
-                                args=(w, [x.fd for x in readers], urls[i::workers], mode, strict,
-                                      header_defaults or {}),
-                                daemon=True)
-                p.start()
-            finally:
-                os.close(w)  # so later workers do not inherit this write end: EOF means the worker is gone
+            p, conn = start_worker(ctx, _worker, (urls[i::workers], mode, strict, header_defaults or {}),
+                                   parent_fds=[c.fileno() for c in conns], name=f"tarpcat-{i}",
+                                   pipe_size=_PIPE_SIZE)
             procs.append(p)
+            conns.append(conn)
+            readers.append(Receiver(conn.fileno(), reuse=True, size=BATCH_BYTES + (BATCH_BYTES >> 2)))
     except BaseException:
-        _stop(procs, readers)
+        _stop(procs, readers, conns)
         raise
-    return _collect(urls, workers, procs, readers, ignore_errors, warn, info, stats, failed)
+    return _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, stats, failed)
 
 
-class _Reader:
-    """The parent's end of a worker's pipe: reads frames into a buffer that
-    is reused when nobody holds a view of it any more."""
-
-    def __init__(self, fd):
-        self.fd = fd
-        self.file = open(fd, "rb", buffering=0, closefd=True)
-        self.head = bytearray(_HEADER.size)
-        self.buf = None
-        self.base = 0
-
-    def _fill(self, view):
-        readinto = self.file.readinto
-        pos = 0
-        n = len(view)
-        while pos < n:
-            k = readinto(view[pos:])
-            if not k:
-                raise EOFError
-            pos += k
-
-    def frame(self):
-        """Return (kind, count, view of the payload); the view is valid
-        until the next call."""
-        self._fill(memoryview(self.head))
-        kind, count, size = _HEADER.unpack(self.head)
-        buf = self.buf
-        # reuse the buffer unless a view of it is still held (a consumer kept
-        # a sample): then it must stay as it is
-        if buf is None or len(buf) < size or sys.getrefcount(buf) != self.base:
-            buf = None
-            self.buf = None
-            buf = bytearray(max(size, BATCH_BYTES + (BATCH_BYTES >> 2)))
-            self.buf = buf
-            self.base = sys.getrefcount(buf)
-        view = memoryview(buf)[:size]
-        self._fill(view)
-        return kind, count, view
-
-    def close(self):
-        self.buf = None
-        self.file.close()
-
-
-def _stop(procs, readers):
+def _stop(procs, readers, conns):
     for p in procs:
-        if p.is_alive():
+        if p.exitcode is None:
             p.kill()
     for p in procs:
         p.join()
     for r in readers:
         r.close()
+    for c in conns:
+        c.close()
 
 
-def _collect(urls, workers, procs, readers, ignore_errors, warn, info, stats, failed):
+def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, stats, failed):
     import pickle
+
+    from ..errors import describe_exit
+
+    hsize = _HEADER.size
 
     loads = pickle.loads
     try:
@@ -307,10 +234,13 @@ def _collect(urls, workers, procs, readers, ignore_errors, warn, info, stats, fa
             reader = readers[i]
             while True:
                 try:
-                    kind, count, view = reader.frame()
+                    view = reader.recv()
                 except (EOFError, OSError):
-                    raise BadInput(f"worker {i} ended unexpectedly (shards {', '.join(urls[i::workers][:3])}...)") \
-                        from None
+                    procs[i].join(5)
+                    raise BadInput(f"worker {i} ended unexpectedly ({describe_exit(procs[i].exitcode)}; shards "
+                                   f"{', '.join(urls[i::workers][:3])}...)") from None
+                kind, count = _HEADER.unpack_from(view)
+                view = view[hsize:]
                 if kind == _TAR:
                     stats.read += count
                     head = 8 * count
@@ -351,11 +281,20 @@ def _collect(urls, workers, procs, readers, ignore_errors, warn, info, stats, fa
                     if warn is not None:
                         warn(f"skipping the rest of {msg[1]}: {msg[2]}")
     finally:
-        _stop(procs, readers)
+        _stop(procs, readers, conns)
+
+
+def url_list(urls):
+    """A pattern string expanded (``"shard-{0..9}.tar"``), or the URLs of a list."""
+    if isinstance(urls, str):
+        from .shardlist import expand_urls
+
+        return list(expand_urls([urls]))
+    return list(urls)
 
 
 def _shuffled_urls(urls, shuffle, seed):
-    urls = list(urls)
+    urls = url_list(urls)
     if shuffle and len(urls) > 1:
         import random
 
@@ -364,20 +303,22 @@ def _shuffled_urls(urls, shuffle, seed):
 
 
 def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ignore_errors=False,
-                     warn=None, info=None, stats=None, failed=None, **header_defaults):
+                     warn=None, info=None, stats=None, failed=None, start_method=None, **header_defaults):
     """Yield the samples of ``urls``, read by ``workers`` processes (default:
     the number of cores), each as the ``bytes`` of its tar members (as
     :class:`~tarproc.samples.SampleWriter` writes them, so concatenating them
     and two zero blocks is a valid tar).  With ``shuffle`` > 0 the shard list
     is shuffled and the samples are mixed through a buffer of ``shuffle``
-    samples, reproducibly with ``seed``."""
+    samples, reproducibly with ``seed``.  ``urls`` is a pattern string or a
+    list; ``start_method``: ``fork`` (default), ``spawn`` or ``forkserver``."""
     from ..stages.basic import shuffle as shuffle_stage
 
     if shuffle < 0:
         raise UsageError("--shuffle must be >= 0")
     urls = _shuffled_urls(urls, shuffle, seed)
 
-    batches = _parallel(urls, workers, "tar", strict, ignore_errors, warn, info, stats, failed, header_defaults)
+    batches = _parallel(urls, workers, "tar", strict, ignore_errors, warn, info, stats, failed, header_defaults,
+                        start_method)
 
     def blobs():
         try:
@@ -405,16 +346,16 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
 
 
 def parallel_encoded_batches(urls, workers=None, strict=False, ignore_errors=False, warn=None, info=None,
-                             stats=None, failed=None, **header_defaults):
+                             stats=None, failed=None, start_method=None, **header_defaults):
     """Like :func:`parallel_encoded` without shuffling, but yields
     ``(lengths, data)`` batches: ``data`` holds ``len(lengths)`` encoded
     samples back to back (the fastest way to copy everything)."""
-    return _parallel(list(urls), workers, "tar", strict, ignore_errors, warn, info, stats, failed,
-                     header_defaults)
+    return _parallel(url_list(urls), workers, "tar", strict, ignore_errors, warn, info, stats, failed,
+                     header_defaults, start_method)
 
 
 def parallel_samples(urls, workers=None, shuffle=0, seed=None, strict=False, ignore_errors=False,
-                     warn=None, info=None, stats=None, failed=None):
+                     warn=None, info=None, stats=None, failed=None, start_method=None):
     """Yield the sample dicts of ``urls`` read by ``workers`` processes; see
     :func:`parallel_encoded` for ``shuffle`` and ``seed`` and the module
     documentation for the order and for errors."""
@@ -424,7 +365,8 @@ def parallel_samples(urls, workers=None, shuffle=0, seed=None, strict=False, ign
         raise UsageError("shuffle must be >= 0")
     urls = _shuffled_urls(urls, shuffle, seed)
 
-    batches = _parallel(urls, workers, "samples", strict, ignore_errors, warn, info, stats, failed)
+    batches = _parallel(urls, workers, "samples", strict, ignore_errors, warn, info, stats, failed, None,
+                        start_method)
 
     def samples():
         try:

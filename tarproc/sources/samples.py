@@ -5,13 +5,16 @@ from ..core.stats import Stats
 from ..core.tario import TarReader
 
 
-def iter_samples(urls, stats=None, strict=False, warn=None):
+def iter_samples(urls, stats=None, strict=False, warn=None, stall=None):
     """Yield the samples of one URL or a list of URLs, in order.
 
     Each sample gets ``__source__`` (its URL; ``stdin`` for ``-``).  ``warn(message)`` receives
     warnings (a shard cut off at a block boundary); with ``strict`` those are
     errors.  Damage raises :class:`~tarproc.errors.BadInput` after every
-    sample before it has been yielded."""
+    sample before it has been yielded.  ``urls`` is a pattern string
+    (``"shard-{0000..0009}.tar"``) or a list of URLs.  ``stall`` (a
+    :class:`~tarproc.runtime.stall.Stall`) is called before a read that
+    would block on an empty pipe."""
     from .fragment import iter_fragment
     from .shardlist import expand_urls
     from .open import open_source
@@ -21,11 +24,11 @@ def iter_samples(urls, stats=None, strict=False, warn=None):
     if stats is None:
         stats = Stats()
     for url in urls:
-        sliced = iter_fragment(url, lambda one: iter_samples(one, stats, strict, warn))
+        sliced = iter_fragment(url, lambda one: iter_samples(one, stats, strict, warn, stall=stall))
         if sliced is not None:  # 'PATTERN#START,END'
             yield from sliced
             continue
-        stream = open_source(url)
+        stream = open_source(url, stall=stall)
         stats.inputs += 1
         name = "stdin" if url == "-" else url
         try:

@@ -7,7 +7,7 @@ from ..core.rules import bad_key
 TEXT_MODES = ("lines", "pages", "keys")
 
 
-def iter_text_samples(urls, mode="lines", stats=None, field="txt"):
+def iter_text_samples(urls, mode="lines", stats=None, field="txt", stall=None):
     """Samples from text inputs, one per line (``lines``), per form-feed
     separated page (``pages``) or per line naming a key (``keys``).  The text
     goes in field ``txt``; keys are the running index (``000000000``, …), or
@@ -22,7 +22,7 @@ def iter_text_samples(urls, mode="lines", stats=None, field="txt"):
     sep = b"\f" if mode == "pages" else b"\n"
     index = 0
     for url in urls:
-        stream = open_source(url)
+        stream = open_source(url, stall=stall)
         if stats is not None:
             stats.inputs += 1
         try:

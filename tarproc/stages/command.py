@@ -33,8 +33,8 @@ import os
 import threading
 
 from ..errors import UsageError, describe_exit
-from ..core.rules import bad_field_name, bad_key
-from ..runtime.engine import _Result, _ThreadPool, _check_mode, _engine, _handler, _stall, _stderr_echo, _stderr_report, default_parallel
+from ..core.rules import bad_field_name, bad_key, is_extra_meta, is_meta
+from ..runtime.engine import _Result, _ThreadPool, _check_mode, _engine, _handler, _stderr_echo, _stderr_report, default_parallel
 from ..runtime.procs import _killpg, _wait_exit, _wait_nowait
 
 
@@ -196,7 +196,7 @@ class CommandRunner:
     def _write_fields(self, dfd, sample):
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
         for field, value in sample.items():
-            if field[:2] == "__" and field[-2:] == "__" and field != "__key__":
+            if is_extra_meta(field):
                 continue
             why = bad_field_name(field)
             if why:
@@ -254,7 +254,7 @@ class CommandRunner:
 
     def _collect(self, d, key, sample):
         """The output samples of a finished command, and an error or None."""
-        meta = {k: v for k, v in sample.items() if k[:2] == "__" and k[-2:] == "__" and k != "__key__"}
+        meta = {k: v for k, v in sample.items() if is_extra_meta(k)}
         try:
             dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except OSError as e:
@@ -305,7 +305,7 @@ class CommandRunner:
                 return [], f"two outputs have the same key {k!r}"
             seen.add(k)
         # an output with no fields besides its key is no output
-        outputs = [o for o in outputs if any(not (f[:2] == "__" and f[-2:] == "__") for f in o)]
+        outputs = [o for o in outputs if any(not is_meta(f) for f in o)]
         return outputs, problem
 
     def _make_sample(self, files, key, meta):
@@ -315,7 +315,7 @@ class CommandRunner:
             text = newkey.decode("utf-8", "surrogateescape").strip()
             key = text or key
         for field in list(files):
-            if field[:2] == "__" and field[-2:] == "__":
+            if is_meta(field):
                 del files[field]
         out.update(files)
         out["__key__"] = key
@@ -429,7 +429,7 @@ def _remove_tree(path):
 def map_command(samples, command=None, parallel=None, *, script=None, interpreter="bash", base="sample",
                 error_handling="skip", subdirs=False, multi=False, ordered=True, timeout=None,
                 workdir=None, keepdir=False, add_log=None, stats=None, on_error=None, echo=None,
-                quiet=False, prog="tarproc"):
+                quiet=False, prog="tarproc", stall=None):
     """Run ``command`` (a shell command line, or ``script=FILE``) on every
     sample; yield the output samples (see the module documentation).
 
@@ -437,23 +437,25 @@ def map_command(samples, command=None, parallel=None, *, script=None, interprete
     receives each successful command's output (default: stderr; ``quiet``
     drops it; with ``add_log`` it is stored in that field instead).
     Closing the iterator (or an exception in the consumer) kills running
-    commands and removes the working directories."""
+    commands and removes the working directories.  ``stall`` (a
+    :class:`~tarproc.runtime.stall.Stall`) is told when no result is ready.
+    Works from any thread."""
     _check_mode(error_handling)
     parallel = parallel or default_parallel()
     if parallel < 1:
         raise UsageError("parallel must be >= 1")
     runner = CommandRunner(command, script, interpreter, base, subdirs, multi, timeout, workdir, keepdir, add_log)
     return _run_commands(samples, runner, parallel, error_handling, ordered, stats,
-                         on_error or _stderr_report(prog), echo or _stderr_echo, quiet or add_log is not None)
+                         on_error or _stderr_report(prog), echo or _stderr_echo, quiet or add_log is not None, stall)
 
 
-def _run_commands(samples, runner, parallel, error_handling, ordered, stats, on_error, echo, quiet_log):
+def _run_commands(samples, runner, parallel, error_handling, ordered, stats, on_error, echo, quiet_log, stall=None):
     runner.start()
     pool = None
     try:
         pool = _ThreadPool(parallel, runner.run)
         handle = _handler(error_handling, stats, on_error, echo, quiet_log)
-        yield from _engine(samples, pool.submit, 2 * parallel + 2, ordered, handle, on_stall=_stall)
+        yield from _engine(samples, pool.submit, 2 * parallel + 2, ordered, handle, on_stall=stall)
     finally:
         runner.kill_all()
         if pool is not None:

@@ -21,9 +21,8 @@ import sys
 import threading
 
 from ..errors import SampleFailed, UsageError
-from ..core.rules import bad_field_name
-from ..runtime.engine import _Result, _check_mode, _engine, _handler, _stall, _stderr_report, default_parallel
-from ..runtime.fnpool import _FnPool, _WorkerFailed
+from ..core.rules import bad_field_name, is_meta
+from ..runtime.engine import _Result, _check_mode, _engine, _handler, _stderr_report, default_parallel
 
 
 def load_function(spec):
@@ -62,18 +61,6 @@ def load_function(spec):
     return fn
 
 
-_FN = None
-
-
-def _worker_init(spec):
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    global _FN
-    _FN = load_function(spec)
-
-
 def _normalize(result, sample):
     """A function's return value as a list of samples, or raise TypeError."""
     if result is None:
@@ -89,7 +76,7 @@ def _normalize(result, sample):
         for field, value in item.items():
             if not isinstance(field, str):
                 raise TypeError(f"field name {field!r} is not a str")
-            if field[:2] == "__" and field[-2:] == "__":
+            if is_meta(field):
                 clean[field] = value
                 continue
             why = bad_field_name(field)
@@ -108,42 +95,118 @@ def _normalize(result, sample):
     return out
 
 
-def _map_batch(blob):
-    """In a worker: apply the function to a pickled batch of samples."""
+def _apply(fn, sample):
+    """``(key, outputs, None)`` or ``(key, [], error, traceback)`` of one sample."""
+    key = sample.get("__key__")
+    try:
+        return (key, _normalize(fn(sample), sample), None)
+    except Exception as e:
+        import traceback
+
+        return (key, [], f"{type(e).__name__}: {e}", traceback.format_exc().encode("utf-8", "replace"))
+
+
+def _worker_setup(spec):
+    """In a worker: the handler of pickled batches (see
+    :class:`~tarproc.runtime.pool.TaskPool`); ``mark[slot]`` tells the pool
+    which sample is in hand."""
     import pickle
 
-    batch = pickle.loads(blob)
-    results = []
-    fn = _FN
-    for sample in batch:
-        key = sample.get("__key__")
-        try:
-            outputs = _normalize(fn(sample), sample)
-            results.append((key, outputs, None))
-        except Exception as e:
-            import traceback
+    if isinstance(spec, tuple):  # ("dill", bytes): a callable sent to a spawned worker
+        import dill
 
-            tb = traceback.format_exc().encode("utf-8", "replace")
-            results.append((key, [], f"{type(e).__name__}: {e}", tb))
-    return pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)
+        spec = dill.loads(spec[1])
+    fn = load_function(spec)
+    loads, dumps, proto = pickle.loads, pickle.dumps, pickle.HIGHEST_PROTOCOL
+
+    def handle(blob, mark, slot):
+        batch = loads(blob)
+        results = []
+        for i, sample in enumerate(batch):
+            mark[slot] = i
+            results.append(_apply(fn, sample))
+        return dumps(results, protocol=proto)
+
+    return handle
 
 
 def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=True, batch=32, stats=None,
-                 on_error=None, prog="tarproc"):
-    """Apply ``fn`` (a callable, ``"module:function"`` or
-    ``"path/file.py:function"``) to every sample in ``parallel`` worker
-    processes; yield the samples it returns, in input order unless
-    ``ordered=False``.  Samples travel in batches of up to ``batch``."""
+                 on_error=None, prog="tarproc", start_method=None, stall=None):
+    """Apply ``fn`` (a callable -- lambdas and closures too --,
+    ``"module:function"`` or ``"path/file.py:function"``) to every sample in
+    ``parallel`` worker processes; yield the samples it returns, in input
+    order unless ``ordered=False``.  Samples travel in batches of up to
+    ``batch``.  ``start_method`` is ``"fork"`` (default where available),
+    ``"spawn"`` or ``"forkserver"``.  ``parallel=1`` inside a daemon process
+    (a DataLoader worker) runs ``fn`` in this process.  ``stall`` (a
+    :class:`~tarproc.runtime.stall.Stall`) sends partial batches when the
+    input is about to block.  Works from any thread."""
     _check_mode(error_handling)
     parallel = parallel or default_parallel()
     if parallel < 1:
         raise UsageError("parallel must be >= 1")
     if batch < 1:
         raise UsageError("batch must be >= 1")
+    from ..runtime.pool import get_context, in_daemon
+
+    if start_method is not None:
+        get_context(start_method)  # a clear message for a bad name, here
     if not callable(fn):
         load_function(fn)  # fail early, with a clear message, in this process
-    return _run_function(samples, fn, parallel, error_handling, ordered, batch, stats,
-                         on_error or _stderr_report(prog))
+    on_error = on_error or _stderr_report(prog)
+    if parallel == 1 and in_daemon():
+        return _run_inline(samples, fn, error_handling, stats, on_error)
+    return _run_function(samples, fn, parallel, error_handling, ordered, batch, stats, on_error, start_method,
+                         stall)
+
+
+def _run_inline(samples, fn, error_handling, stats, on_error):
+    """``map_function`` in this process (no worker)."""
+    fn = load_function(fn)
+    per_sample = _handler(error_handling, stats, on_error, None, True)
+    for sample in samples:
+        item = _apply(fn, sample)
+        if item[2] is None:
+            if item[1]:
+                yield from item[1]
+            else:
+                yield from per_sample(_Result(item[0], item[1]))
+        else:
+            kept = [sample] if error_handling == "ignore" else []
+            yield from per_sample(_Result(item[0], kept, error=f"function raised {item[2]}", log=item[3]))
+
+
+def _submit(pool, batch, finish):
+    """Send ``batch`` to the pool; ``finish((batch, results, exc))`` gets
+    the pickled results (or a list).  When the worker dies on a sample, that
+    sample alone fails and the rest of the batch is sent again."""
+    import pickle
+
+    from ..runtime.pool import WorkerDied
+
+    def reply(data, exc):
+        if isinstance(exc, WorkerDied) and 0 <= exc.position < len(batch):
+            p = exc.position
+            failure = (batch[p].get("__key__"), [], f"worker process died ({exc.how})", b"", "died")
+            rest = batch[:p] + batch[p + 1 :]
+            if not rest:
+                finish((batch, [failure], None))
+                return
+
+            def merge(payload):
+                results, exc2 = payload[1], payload[2]
+                if exc2 is not None:
+                    finish((batch, None, exc2))
+                    return
+                results = results if isinstance(results, list) else pickle.loads(results)
+                results.insert(p, failure)
+                finish((batch, results, None))
+
+            _submit(pool, rest, merge)
+        else:
+            finish((batch, data, exc))
+
+    pool.send(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL), reply)
 
 
 class _Batcher:
@@ -189,27 +252,20 @@ class _Batcher:
         self._send(batch)
 
     def _send(self, batch):
-        import pickle
-
         index = self.n
         self.n += 1
         done = self.done
-        blob = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
-
-        def reply(data, exc):
-            done(index, (batch, data, exc))
-
-        self.pool.send(blob, reply)
+        _submit(self.pool, batch, lambda payload: done(index, payload))
 
     def finish(self, n_items):
         self.flush()
         return self.n
 
 
-def _run_function(samples, fn, parallel, error_handling, ordered, batch, stats, on_error):
+def _run_function(samples, fn, parallel, error_handling, ordered, batch, stats, on_error, start_method, stall):
     import pickle
 
-    from ..runtime import stall as urls
+    from ..runtime.pool import TaskPool
 
     # Batches in flight: enough to keep every worker busy, few enough that
     # memory stays bounded.
@@ -223,38 +279,46 @@ def _run_function(samples, fn, parallel, error_handling, ordered, batch, stats, 
                 if closing[0]:
                     raise SampleFailed("stopped")
 
-    pool = _FnPool(parallel, fn)
+    from ..runtime.pool import get_context
+
+    spec = fn
+    if callable(fn) and get_context(start_method).get_start_method() != "fork":
+        # by value with the globals it uses (recurse), so a lambda that reads a
+        # global of a script, a notebook or `python -c` finds it in the worker
+        import dill
+
+        spec = ("dill", dill.dumps(fn, recurse=True))
+    pool = TaskPool(parallel, _worker_setup, (spec,), start_method=start_method, name="tarproc-map")
     batcher = _Batcher(pool, batch, acquire)
     hook = batcher.flush
-    urls._stall_hooks.insert(0, hook)
+    if stall is not None:
+        stall.add(hook, first=True)
     per_sample = _handler(error_handling, stats, on_error, None, True)
 
     def handle(payload):
         slots.release()
         inputs, reply, exc = payload
         if exc is not None:
-            if isinstance(exc, _WorkerFailed):
-                raise SampleFailed(f"worker process failed: {exc}")
-            raise SampleFailed(f"worker process failed: {type(exc).__name__}: {exc}")
-        for sample, item in zip(inputs, pickle.loads(reply)):
+            raise SampleFailed(f"worker process failed: {exc}")
+        for sample, item in zip(inputs, reply if isinstance(reply, list) else pickle.loads(reply)):
             key, outputs, error = item[0], item[1], item[2]
             if error is None:
                 if outputs:  # the common case, without the per-sample handler
                     yield from outputs
                 else:
                     yield from per_sample(_Result(key, outputs))
+            elif len(item) > 4:  # the worker died on this sample
+                kept = [sample] if error_handling == "ignore" else []
+                yield from per_sample(_Result(key, kept, error=error))
             else:
                 kept = [sample] if error_handling == "ignore" else []
                 yield from per_sample(_Result(key, kept, error=f"function raised {error}", log=item[3]))
 
     try:
-        yield from _engine(batcher.group(samples), batcher.submit, 1 << 30, ordered, handle, on_stall=_stall,
+        yield from _engine(batcher.group(samples), batcher.submit, 1 << 30, ordered, handle, on_stall=stall,
                            finish=batcher.finish)
     finally:
         closing[0] = True
-        if hook in urls._stall_hooks:
-            urls._stall_hooks.remove(hook)
+        if stall is not None:
+            stall.remove(hook)
         pool.close()
-
-
-# ---------------------------------------------------------------- text inputs

@@ -32,6 +32,7 @@ import os
 import sys
 
 from ..errors import BadSample, UsageError
+from ..core.rules import is_extra_meta
 from ..runtime.procs import pid_alive
 
 #: Most runs merged at once.
@@ -48,7 +49,7 @@ def sample_cost(sample, getsizeof=sys.getsizeof):
     total = getsizeof(sample)
     for k, v in sample.items():
         total += getsizeof(k)
-        if k[:2] == "__" and k[-2:] == "__" and k != "__key__":
+        if is_extra_meta(k):
             continue
         total += getsizeof(v)
     return total

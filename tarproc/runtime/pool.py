@@ -1,0 +1,545 @@
+"""The one worker pool: every worker process of the toolkit is started here,
+through ``multiprocess`` (so ``dill`` carries lambdas and closures to workers
+under every start method: ``fork``, ``spawn``, ``forkserver``).
+
+Two shapes use it:
+
+* :class:`TaskPool` -- request/reply workers (``tarproc --map``): the parent
+  sends byte messages (pickled batches), each worker runs a handler on them and
+  replies.  A worker that dies (SIGKILL, the OOM killer, ``os._exit``) is
+  noticed, replaced, and the sample it was on is named: the worker keeps a
+  shared progress marker (the position in its batch), so only that sample
+  fails and the rest of the batch is sent again.
+* :func:`start_worker` -- one producer process with a pipe back to the parent
+  (``tarpcat``'s shard readers), for workers that stream on their own.
+
+Messages are multiprocess ``Connection`` byte messages (a 4-byte big-endian
+length, then the bytes).  :func:`send_pieces` writes one message from many
+buffers with ``writev`` (no join) and :class:`Receiver` reads one into a
+reused buffer; both keep to the same framing, so ``Connection.send_bytes``
+and ``recv_bytes`` interoperate with them.
+
+Nothing here touches signal handlers of the calling process (workers set their
+own), so a pool can be started from any thread.  ``multiprocess`` is imported
+on first use, not with ``tarproc``.
+"""
+
+import collections
+import os
+import struct
+import threading
+
+from ..errors import SampleFailed, UsageError, describe_exit
+
+START_METHODS = ("fork", "spawn", "forkserver")
+_LEN = struct.Struct("!i")
+_LEN64 = struct.Struct("!Q")
+_IOV = 1000  # iovecs per writev (Linux IOV_MAX is 1024)
+
+
+def get_context(start_method=None):
+    """The ``multiprocess`` context for ``start_method`` (default: ``fork``
+    where the platform has it, else the platform's default)."""
+    if start_method is not None and start_method not in START_METHODS:
+        raise UsageError(f"start method must be one of {', '.join(START_METHODS)}, not {start_method!r}")
+    import multiprocess
+
+    if start_method is None and "fork" in multiprocess.get_all_start_methods():
+        start_method = "fork"
+    return multiprocess.get_context(start_method)
+
+
+def in_daemon():
+    """Whether this process is a daemonic ``multiprocessing``/``multiprocess``
+    process (a PyTorch DataLoader worker is one)."""
+    import sys
+
+    for name in ("multiprocessing", "multiprocess"):
+        mod = sys.modules.get(name)
+        if mod is not None:
+            try:
+                if mod.current_process().daemon:
+                    return True
+            except Exception:
+                pass
+    return False
+
+
+def _check_can_start(what):
+    import multiprocess
+
+    if multiprocess.current_process().daemon:
+        raise UsageError(f"{what}: a daemonic multiprocess process cannot start worker processes; "
+                         f"use parallel=1 (runs in this process)")
+
+
+# ---------------------------------------------------------------- messages
+
+
+def send_pieces(fd, pieces):
+    """Write one message made of the buffers ``pieces`` to ``fd`` (the
+    ``fileno()`` of a Connection), with ``writev`` and no join."""
+    n = sum(map(len, pieces))
+    head = _LEN.pack(n) if n <= 0x7fffffff else _LEN.pack(-1) + _LEN64.pack(n)
+    pieces = [head] + list(pieces)
+    writev = os.writev
+    for i in range(0, len(pieces), _IOV):
+        chunk = pieces[i : i + _IOV]
+        done = writev(fd, chunk)
+        want = sum(map(len, chunk))
+        if done < want:  # a partial write (a signal): finish the rest plainly
+            rest = memoryview(b"".join(chunk))[done:]
+            while rest:
+                rest = rest[os.write(fd, rest):]
+
+
+class Receiver:
+    """Reads Connection byte messages from ``fd`` into a buffer that is reused
+    while nobody holds a view of it (``reuse=True``), else a fresh one."""
+
+    def __init__(self, fd, reuse=False, size=0):
+        import sys
+
+        self.file = open(fd, "rb", buffering=0, closefd=False)
+        self.head = bytearray(_LEN.size)
+        self.reuse = reuse
+        self.size = size
+        self.buf = None
+        self.base = 0
+        self._refs = sys.getrefcount
+
+    def _fill(self, view):
+        readinto = self.file.readinto
+        pos = 0
+        n = len(view)
+        while pos < n:
+            k = readinto(view[pos:])
+            if not k:
+                if pos == 0 and view.obj is self.head:
+                    raise EOFError
+                raise OSError("got end of file during message")
+            pos += k
+
+    def recv(self):
+        """The next message as a memoryview (valid until the next call when
+        reusing); EOFError at the end."""
+        with memoryview(self.head) as h:
+            self._fill(h)
+        size, = _LEN.unpack(self.head)
+        if size == -1:
+            big = bytearray(8)
+            self._fill(memoryview(big))
+            size, = _LEN64.unpack(big)
+        if not self.reuse:
+            buf = bytearray(size)
+            self._fill(memoryview(buf))
+            return memoryview(buf)
+        buf = self.buf
+        # reuse the buffer unless a view of it is still held (a consumer kept
+        # a sample): then it must stay as it is
+        if buf is None or len(buf) < size or self._refs(buf) != self.base:
+            self.buf = None
+            buf = bytearray(max(size, self.size))
+            self.buf = buf
+            self.base = self._refs(buf)
+        view = memoryview(buf)[:size]
+        self._fill(view)
+        return view
+
+    def close(self):
+        self.buf = None
+        self.file.close()
+
+
+# ---------------------------------------------------------------- workers
+
+_START_LOCK = threading.Lock()
+
+
+_SIGNALS = ("SIGINT", "SIGTERM")
+
+
+class _Starting:
+    """While a worker starts: SIGINT and SIGTERM are blocked in this thread
+    (so the child inherits them blocked and cannot run the parent's Python
+    handlers before it has set its own; :func:`_child` unblocks them), and
+    under ``spawn``/``forkserver`` the parent's main script is not run in the
+    worker: our workers need nothing from ``__main__`` (functions travel by
+    value with dill), and re-running it breaks ``python -c``, stdin,
+    notebooks and scripts without a main guard (they would start the
+    pipeline again in every worker)."""
+
+    def __init__(self, ctx):
+        self.active = ctx.get_start_method() != "fork"
+
+    def __enter__(self):
+        import signal
+
+        self.mask = None
+        try:
+            self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, [getattr(signal, n) for n in _SIGNALS])
+        except (AttributeError, OSError, ValueError):
+            pass
+        if self.active:
+            from multiprocess import spawn
+
+            _START_LOCK.acquire()
+            self.spawn = spawn
+            self.orig = orig = spawn.get_preparation_data
+
+            def prep(name):
+                d = orig(name)
+                d.pop("init_main_from_path", None)
+                d.pop("init_main_from_name", None)
+                d.pop("main_path", None)
+                return d
+
+            spawn.get_preparation_data = prep
+
+    def __exit__(self, *exc):
+        if self.active:
+            self.spawn.get_preparation_data = self.orig
+            _START_LOCK.release()
+        if self.mask is not None:
+            import signal
+
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
+        return False
+
+
+
+def _child(target, args, close_fds):
+    """First thing in every worker: its own signal dispositions (Ctrl-C is
+    the parent's business; SIGTERM ends it), die with the parent, drop the
+    parent's ends of other workers' pipes (fork), then run ``target``."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:  # blocked while we started (see _Starting)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [getattr(signal, n) for n in _SIGNALS])
+    except (AttributeError, OSError, ValueError):
+        pass
+    from .procs import _pdeathsig
+
+    _pdeathsig()
+    for fd in close_fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    target(*args)
+
+
+def start_worker(ctx, target, args, parent_fds=(), name="tarproc-worker", pipe_size=None):
+    """Start ``target(conn, *args)`` in a daemonic worker process; ``conn`` is
+    the write end of a pipe whose read end is returned with the process:
+    ``(process, reader_connection)``.  ``parent_fds`` are this process's ends
+    of other workers' pipes, closed in the worker under ``fork``."""
+    _check_can_start(name)
+    reader, writer = ctx.Pipe(duplex=False)
+    if pipe_size:
+        try:
+            import fcntl
+
+            fcntl.fcntl(writer.fileno(), 1031, pipe_size)  # F_SETPIPE_SZ: fewer stalls between turns
+        except (OSError, ImportError):
+            pass
+    close = list(parent_fds) + [reader.fileno()] if ctx.get_start_method() == "fork" else []
+    try:
+        p = ctx.Process(target=_child, args=(target, (writer,) + tuple(args), close), name=name, daemon=True)
+        with _Starting(ctx):
+            p.start()
+    except BaseException:
+        reader.close()
+        raise
+    finally:
+        writer.close()  # EOF on our end means the worker is gone
+    return p, reader
+
+
+def stop_workers(procs, timeout=5):
+    """Stop worker processes (SIGTERM, then SIGKILL after ``timeout``)."""
+    for p in procs:
+        if p.exitcode is None:
+            try:
+                p.terminate()
+            except (OSError, ValueError):
+                pass
+    for p in procs:
+        try:
+            p.join(timeout)
+            if p.exitcode is None:
+                p.kill()
+                p.join()
+        except (OSError, ValueError, AssertionError):
+            pass
+
+
+# ---------------------------------------------------------------- task pool
+
+
+class WorkerDied(SampleFailed):
+    """A worker process ended while it held a task; ``position`` is where in
+    the task (which item) it was, -1 when unknown."""
+
+    def __init__(self, message, position=-1, how=""):
+        super().__init__(message)
+        self.position = position
+        self.how = how
+
+
+class WorkerError(SampleFailed):
+    """A worker could not run a task (its handler raised) or cannot be started."""
+
+
+def _serve(tasks, replies, mark, slot, setup, setup_args):
+    """Body of a task worker: ``handler = setup(*setup_args)``, then for
+    every message ``handler(message, mark, slot)`` -> reply bytes (a pickle;
+    ``mark[slot]`` is set to the item in hand).  A handler exception replies
+    ``b"\\0" + message``."""
+    try:
+        handler = setup(*setup_args)
+    except Exception as e:  # every task gets this answer
+        failure = b"\0" + f"cannot start: {type(e).__name__}: {e}".encode("utf-8", "replace")
+
+        def handler(blob, mark, slot):
+            return failure
+    recv = Receiver(tasks.fileno())
+    fd = replies.fileno()
+    while True:
+        mark[slot] = -1
+        try:
+            blob = recv.recv()
+        except (EOFError, OSError):
+            break
+        try:
+            out = handler(blob, mark, slot)
+        except Exception as e:
+            out = b"\0" + f"{type(e).__name__}: {e}".encode("utf-8", "replace")
+        del blob
+        mark[slot] = -1
+        try:
+            send_pieces(fd, [out])
+        except OSError:
+            break
+
+
+class _Worker:
+    __slots__ = ("proc", "tasks", "replies", "receiver", "inflight", "feed", "feeder", "slot", "dead")
+
+
+class TaskPool:
+    """``n`` worker processes running ``setup(*setup_args)``'s handler on
+    byte messages.  :meth:`send` is non-blocking and thread-safe; the reply
+    callback ``reply(data, exc)`` runs in the pool's collector thread, with
+    the reply bytes or an exception (:class:`WorkerDied` for the first task
+    of a worker that died on an item; the worker's other tasks are sent
+    again to its replacement)."""
+
+    #: deaths outside any item in a row before the pool gives up
+    MAX_BLIND_DEATHS = 3
+
+    def __init__(self, n, setup, setup_args=(), start_method=None, name="tarproc-worker"):
+        _check_can_start(name)
+        self.ctx = get_context(start_method)
+        self.fork = self.ctx.get_start_method() == "fork"
+        self.setup = setup
+        self.setup_args = tuple(setup_args)
+        self.name = name
+        self.lock = threading.Lock()
+        self.closed = False
+        self.broken = None
+        self.blind = 0
+        self.mark = self.ctx.RawArray("i", n)
+        self.wake_r, self.wake_w = os.pipe()
+        self.workers = []
+        try:
+            for i in range(n):
+                self.workers.append(self._start(i))
+        except BaseException:
+            self.close()
+            raise
+        self.collector = threading.Thread(target=self._collect, name=f"{name}-collector", daemon=True)
+        self.collector.start()
+
+    def _parent_fds(self):
+        fds = [self.wake_r, self.wake_w]
+        for w in self.workers:
+            if w is not None and not w.dead:
+                fds += [w.tasks.fileno(), w.replies.fileno()]
+        return fds
+
+    def _start(self, slot):
+        ctx = self.ctx
+        t_read, t_write = ctx.Pipe(duplex=False)
+        r_read, r_write = ctx.Pipe(duplex=False)
+        self.mark[slot] = -1
+        close = self._parent_fds() + [t_write.fileno(), r_read.fileno()] if self.fork else []
+        w = _Worker()
+        try:
+            w.proc = ctx.Process(target=_child, name=f"{self.name}-{slot}", daemon=True,
+                                 args=(_serve, (t_read, r_write, self.mark, slot, self.setup, self.setup_args),
+                                       close))
+            with _Starting(ctx):
+                w.proc.start()
+        except BaseException:
+            t_write.close()
+            r_read.close()
+            raise
+        finally:
+            t_read.close()
+            r_write.close()
+        w.tasks, w.replies = t_write, r_read
+        w.receiver = Receiver(r_read.fileno())
+        w.inflight = collections.deque()
+        w.slot = slot
+        w.dead = False
+        import queue
+
+        w.feed = queue.SimpleQueue()
+        w.feeder = threading.Thread(target=self._feed, args=(w,), name=f"{self.name}-feed-{slot}", daemon=True)
+        w.feeder.start()
+        return w
+
+    def _feed(self, w):
+        fd = w.tasks.fileno()
+        while True:
+            blob = w.feed.get()
+            if blob is None:
+                return
+            try:
+                send_pieces(fd, [blob])
+            except (OSError, ValueError):
+                return  # the worker is gone: the collector sends its tasks again
+
+    def send(self, blob, reply):
+        """Queue the message ``blob``; ``reply(data, exc)`` is called later."""
+        with self.lock:
+            broken = self.broken
+            if broken is None:
+                w = min(self.workers, key=lambda w: len(w.inflight))
+                w.inflight.append((blob, reply))
+                w.feed.put(blob)
+        if broken is not None:
+            reply(None, WorkerError(broken))
+
+    def _collect(self):
+        from multiprocess.connection import wait
+
+        while not self.closed:
+            with self.lock:
+                workers = [w for w in self.workers if not w.dead]
+            by_fd = {}
+            for w in workers:
+                by_fd[w.replies.fileno()] = (w, False)
+                by_fd[w.proc.sentinel] = (w, True)
+            try:
+                ready = wait(list(by_fd) + [self.wake_r])
+            except (OSError, ValueError):
+                if self.closed:
+                    return
+                continue
+            for fd in ready:
+                if self.closed:
+                    return
+                if fd == self.wake_r or fd not in by_fd:
+                    continue
+                w, exited = by_fd[fd]
+                if w.dead:
+                    continue
+                if exited:  # take the replies it sent before it ended
+                    while not w.dead and w.replies.poll(0):
+                        self._take(w)
+                    if not w.dead:
+                        self._died(w)
+                else:
+                    self._take(w)
+
+    def _take(self, w):
+        try:
+            data = w.receiver.recv()
+        except (EOFError, OSError):
+            self._died(w)
+            return
+        with self.lock:
+            if not w.inflight:
+                return
+            blob, reply = w.inflight.popleft()
+        if data[:1] == b"\0":
+            reply(None, WorkerError(bytes(data[1:]).decode("utf-8", "replace")))
+        else:
+            self.blind = 0
+            reply(data, None)
+
+    def _died(self, w):
+        w.dead = True
+        w.proc.join(5)
+        how = describe_exit(w.proc.exitcode)
+        position = self.mark[w.slot]
+        new = None
+        with self.lock:
+            pending = list(w.inflight)
+            w.inflight.clear()
+            if self.closed:
+                return
+            try:
+                new = self._start(w.slot)
+                self.workers[w.slot] = new
+            except Exception as e:
+                self.broken = f"worker process {w.proc.pid} ended ({how}) and cannot be replaced: {e}"
+        w.feed.put(None)
+        for c in (w.receiver, w.tasks, w.replies):
+            try:
+                c.close()
+            except OSError:
+                pass
+        if not pending:
+            return
+        if self.broken is not None:
+            for _, reply in pending:
+                reply(None, WorkerError(self.broken))
+            return
+        head, rest = pending[0], pending[1:]
+        if position >= 0:
+            head[1](None, WorkerDied(f"worker process {w.proc.pid} died ({how})", position, how))
+        else:
+            self.blind += 1
+            if self.blind > self.MAX_BLIND_DEATHS:
+                for _, reply in pending:
+                    reply(None, WorkerError(f"worker processes keep ending outside any sample (last: {how})"))
+                return
+            rest = pending
+        with self.lock:
+            for blob, reply in rest:
+                new.inflight.append((blob, reply))
+                new.feed.put(blob)
+
+    def close(self):
+        """Stop the workers (idle or not) and the pool's threads."""
+        if self.closed:
+            return
+        self.closed = True
+        workers = [w for w in self.workers if w is not None]
+        stop_workers([w.proc for w in workers])
+        try:
+            os.write(self.wake_w, b"x")
+        except OSError:
+            pass
+        for w in workers:
+            w.feed.put(None)
+        collector = getattr(self, "collector", None)
+        if collector is not None and collector is not threading.current_thread():
+            collector.join(5)
+        for w in workers:
+            w.feeder.join(5)
+            for c in (w.receiver, w.tasks, w.replies):
+                try:
+                    c.close()
+                except OSError:
+                    pass
+        for fd in (self.wake_r, self.wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
