@@ -340,6 +340,8 @@ def run(prog, cmd, argv=None):
     """Run the typer command ``cmd`` (a function made by :func:`command`) as
     program ``prog`` and exit with its status.
 
+    The outputs the command closed are committed (published under their
+    final names) only when it returns 0; any other end discards them.
     Usage errors are the usage line and one error line, exit 2.  Library
     errors become one line on stderr and their exit code; a closed
     downstream pipe ends the command quietly (exit by SIGPIPE, like ``cat``);
@@ -353,12 +355,18 @@ def run(prog, cmd, argv=None):
     debug = "--debug" in argv or os.environ.get("TARPROC_DEBUG") == "1"
     signal.signal(signal.SIGTERM, _on_sigterm)
     code = 0
+    from ..sinks.output import CommitGate
+
     try:
-        code = get_command(cmd.app).main(argv, prog_name=prog, standalone_mode=False)
-        code = code if isinstance(code, int) else 0
-        if code == 130:
-            print(f"{prog}: interrupted", file=sys.stderr)
-        sys.stdout.flush()
+        # Outputs commit only when the command exits 0 (the commit hook).
+        with CommitGate() as gate:
+            code = get_command(cmd.app).main(argv, prog_name=prog, standalone_mode=False)
+            code = code if isinstance(code, int) else 0
+            if code == 130:
+                print(f"{prog}: interrupted", file=sys.stderr)
+            sys.stdout.flush()
+            if code == 0:
+                gate.commit()
     except BrokenPipeError:
         _quiet_sigpipe()
     except ClickException as e:

@@ -14,6 +14,7 @@ tarcat -f 'img=jpg;png cls' --rekey '{index:09d}' data.tar -o clean.tar
 gsutil cat gs://b/big.tgz | tarscat -c 10 > small.tar   # returns at once
 tarcat --cleanup out/                            # remove leftovers of killed writers
 tarcat --keys val-keys.txt 'shard-{0000..0146}.tar' -o val.tar   # a subset by key
+tarcat --cleanup s3://bucket/out/                # ... and temporary objects (TARPROC_REMOTE_COMMIT=move)
 """
 
 NOTES = """\
@@ -51,9 +52,10 @@ def tarcat_command(
     verbose: Verbose = False,
     quiet: Quiet = False,
     progress: ProgressFlag = None,
-    cleanup: Annotated[Optional[str], opt("--cleanup", metavar="DIR",
-                       help="remove the temporary files (.NAME.PID.tarproc-partial) that killed writers "
-                            "left in DIR, and exit")] = None,
+    cleanup: Annotated[Optional[str], opt("--cleanup", metavar="DIR|URL",
+                       help="remove the temporary files (.NAME.HOST-RANDOM.PID.tarproc-partial) that killed "
+                            "writers left in DIR (a live writer's, in any PID namespace, are kept: they are "
+                            "locked), or the temporary objects under an s3:// or gs:// prefix, and exit")] = None,
     braceexpand: BraceExpand = False,
     maxout: Annotated[Optional[int], opt("--maxout", metavar="N", parser=nonneg(), hidden=True,
                       help="the original tarcat's name for -c")] = None,
@@ -76,10 +78,17 @@ def tarcat_command(
         from ..errors import UsageError
         from ..urls import cleanup_partials
 
-        if not os.path.isdir(args.cleanup):
+        from ..sources.open import scheme_of
+
+        if scheme_of(args.cleanup) == "file" and not os.path.isdir(args.cleanup):
             raise UsageError(f"--cleanup {args.cleanup}: not a directory")
-        for path in cleanup_partials(args.cleanup, all_names=True):
+        if scheme_of(args.cleanup) not in ("file", "s3", "gs"):
+            raise UsageError(f"--cleanup {args.cleanup}: give a directory or an s3:// or gs:// prefix")
+        kept = []
+        for path in cleanup_partials(args.cleanup, all_names=True, kept=kept):
             rep.info(f"removed {path}")
+        for path in kept:
+            rep.info(f"kept {path} (its writer is alive)")
         return 0
     stats = S.Stats()
     urls = open_inputs(args)

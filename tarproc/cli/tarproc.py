@@ -13,6 +13,7 @@ gsutil cat gs://b/scans-0042.tar | tarproc -p 16 -c 'run-ocr *.png' -o gs://b/oc
 tarproc -c 'cp sample.txt sample.x.txt' data.tar -o out.tar   # add a field
 tarproc -c 'rm sample.png' data.tar > nopng.tar                 # drop a field
 tarproc -e abort --timeout 60 -s ocr.sh scans.tar -o ocr.tar    # stop at the first failure
+tarproc --max-failures 1% -c 'run-ocr *.png' scans.tar -o ocr.tar  # allow 1% failed samples
 tarproc -m -c 'gm convert sample.pdf sample-%d.png' docs.tar > pages.tar  # one sample per page
 tarproc --mode lines -c 'curl -sf "$(cat sample.txt)" -o sample.html' urls.txt > pages.tar
 tarproc --map resize.py:resize -p 8 images.tar > small.tar      # a Python function, no shell
@@ -22,7 +23,10 @@ NOTES = """
 Each sample is extracted into a private working directory, its fields as
 sample.<field> (and sample.__key__); the command runs there (stdin /dev/null, its output to stderr);
 the regular files sample.* left afterwards become the output sample. Output is in
-input order. Exit status: 0 ok, 1 some samples failed, 2 usage or unreadable input.
+input order. The output is written (committed under its name) only on exit 0.
+A command that is not found (exit 127) on the first sample stops the run at once.
+Exit status: 0 ok (failed samples within --max-failures), 1 more samples failed
+(or -e abort stopped the run), 2 usage or unreadable input.
 """
 
 
@@ -52,8 +56,13 @@ def tarproc_command(
                     help="file name base of the fields: NAME.jpg (default: sample)")] = "sample",
     error_handling: Annotated[Literal["skip", "ignore", "abort"], opt(
         "-e", "--error-handling",
-        help="a failed sample is dropped (skip), kept as produced (ignore), or stops the run after the "
-             "samples before it (abort) (default: skip)")] = "skip",
+        help="a failed sample is dropped (skip, counted against --max-failures), kept as produced (ignore: no "
+             "limit unless --max-failures is given), or stops the run with no output (abort) (default: "
+             "skip)")] = "skip",
+    max_failures: Annotated[str, opt("--max-failures", metavar="N|N%",
+                            help="failed samples allowed (a number, or a percentage of the samples read): "
+                                 "within it they are reported and skipped and the exit is 0; past it, exit 1 "
+                                 "and no output (default: 0)")] = "0",
     subdirs: Annotated[bool, opt("-S", "--subdirs",
                        help="each subdirectory the command makes is one output sample (key from its "
                             "sample.__key__, or KEY/NAME)")] = False,
@@ -109,6 +118,12 @@ def main(args, prog="tarproc"):
     parallel = args.parallel or proc.default_parallel()
     rep = Reporter(prog, args.verbose, args.quiet, args.progress)
     stats = S.Stats()
+    allowance = parse_allowance(args.max_failures)
+    if args.error_handling == "ignore" and args.max_failures == "0":
+        allowance = _Allowance(fraction=1.0)  # -e ignore: failed samples are kept, the run goes on
+    if args.error_handling == "abort" and args.max_failures not in ("0", "0%"):
+        raise UsageError("-e abort stops at the first failure; it does not go with --max-failures")
+
     if args.mode == "tar":
         inputs = read_inputs(args, rep, stats)
     else:
@@ -128,21 +143,57 @@ def main(args, prog="tarproc"):
                                    workdir=args.workdir, keepdir=args.keepdir, add_log=args.add_log,
                                    stats=stats, on_error=rep.say, quiet=args.quiet, prog=prog,
                                    stall=rep.stall)
-    failure = None
-    with open_sink(args.output, stall=rep.stall) as sink:
-        writer = S.SampleWriter(sink, stats)
-        try:
-            for sample in progress_stage(rep, stats)(results):
-                writer.write(sample)
-        except SampleFailed as e:
-            failure = e  # abort: keep (and commit) the samples before it
-        finally:
-            results.close()
-        writer.close()
+    try:
+        with open_sink(args.output, stall=rep.stall) as sink:  # committed by the CLI only on exit 0
+            writer = S.SampleWriter(sink, stats)
+            try:
+                for sample in progress_stage(rep, stats)(results):
+                    writer.write(sample)
+            finally:
+                results.close()
+            writer.close()
+    except SampleFailed:
+        rep.done(stats, force=True)
+        raise
     rep.done(stats, force=stats.failed > 0)
-    if failure is not None:
-        raise failure
-    return 1 if stats.failed else 0
+    if stats.failed and allowance.exceeded(stats.failed, stats.read):
+        rep.say(f"{stats.failed} of {stats.read} samples failed, more than --max-failures {args.max_failures}: "
+                f"no output written")
+        return 1
+    return 0
+
+
+class _Allowance:
+    """``--max-failures``: a count or a fraction of the samples read,
+    checked at the end (every failure is reported; ``-e abort`` stops at the
+    first)."""
+
+    def __init__(self, count=None, fraction=None):
+        self.count = count
+        self.fraction = fraction
+
+    def exceeded(self, failed, total):
+        if self.count is not None:
+            return failed > self.count
+        return failed > self.fraction * max(total, 0)
+
+
+def parse_allowance(text):
+    from ..errors import UsageError
+
+    t = str(text).strip()
+    try:
+        if t.endswith("%"):
+            value = float(t[:-1])
+            if not 0 <= value <= 100:
+                raise ValueError
+            return _Allowance(fraction=value / 100)
+        value = int(t)
+        if value < 0:
+            raise ValueError
+        return _Allowance(count=value)
+    except ValueError:
+        raise UsageError(f"bad --max-failures {text!r}: a number of samples or a percentage, e.g. 10 or 1%") from None
 
 
 def entry():

@@ -63,9 +63,10 @@ def _check_mode(error_handling):
 class _Result:
     """What a job hands back to the main thread."""
 
-    __slots__ = ("key", "outputs", "error", "log", "sample")
+    __slots__ = ("key", "outputs", "error", "log", "sample", "fatal")
 
-    def __init__(self, key, outputs=(), error=None, log=b"", sample=None):
+    def __init__(self, key, outputs=(), error=None, log=b"", sample=None, fatal=False):
+        self.fatal = fatal  # stops the run whatever the error policy (command not found)
         self.key = key
         self.outputs = outputs  # list of samples
         self.error = error  # None or message (str)
@@ -191,6 +192,8 @@ def _handler(error_handling, stats, on_error, echo, quiet_log):
             if stats is not None:
                 stats.failed += 1
             tail = _tail(result.log) if result.log else ""
+            if result.fatal:
+                raise SampleFailed(f"sample {result.key!r}: {result.error}: stopped")
             what = "aborting" if error_handling == "abort" else (
                 "kept what it produced" if error_handling == "ignore" else "skipped")
             message = f"sample {result.key!r}: {result.error} ({what}){tail}"

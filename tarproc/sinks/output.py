@@ -1,17 +1,48 @@
-"""Outputs by URL (:func:`open_sink`): ``-``, local files written under a
-temporary name and renamed when complete, ``pipe:CMD``, and ``http(s)://``,
-``gs://``, ``s3://`` through their clients; compression from the name."""
+"""Outputs by URL (:func:`open_sink`) that commit only on success.
 
+Every output that has a final name is written under a temporary name and
+published by :meth:`Sink.commit`; :meth:`Sink.abort` (an error, Ctrl-C,
+SIGTERM) discards it, and SIGKILL leaves only the temporary name, which
+``tarcat --cleanup`` removes.  Nothing ever appears under the final name
+unfinished:
+
+=================  ==========================================================
+``-``              stdout (a stream: nothing to commit)
+``path``           written to ``.NAME.HOST-RANDOM.PID.tarproc-partial`` in the
+                   same directory (locked while the writer lives, see
+                   :mod:`tarproc.runtime.lease`), renamed by ``commit``
+``http(s)://``,    spooled to such a file in ``$TARPROC_SPOOL_DIR`` (default
+``gs://``,         ``$TMPDIR``/``/tmp``) and uploaded by ``commit`` with the
+``s3://``          client (curl, gsutil, aws); with ``TARPROC_REMOTE_COMMIT=move``
+                   (gs, s3) streamed to a temporary object beside the final
+                   one and moved into place by ``commit`` (``gsutil mv``,
+                   ``aws s3 mv``); see docs/commit.md for the figures
+``pipe:CMD``       the stdin of a shell command (a stream: nothing to commit;
+                   the command failing is an error naming it)
+=================  ==========================================================
+
+A client or command that fails is an :class:`~tarproc.errors.OutputError`
+naming the URL, the exit status and the last line the client wrote on stderr.
+
+In a command-line tool, :class:`CommitGate` holds the outputs closed while the
+command runs: the CLI commits them only when the command exits 0.  Outside a
+gate (library use, threads) ``close()`` commits at once.  Compression comes
+from the name (``.tgz``/``.gz``, ``.bz2``, ``.xz``, ``.zst``).
+"""
+
+import contextvars
 import io
 import os
 import sys
 
 from ..errors import OutputError, UsageError
-from ..runtime.procs import _pdeathsig, pid_alive
-from ..sources.open import BUFSIZE, _command_for, scheme_of
+from ..runtime.lease import create_locked, is_stale, split_token, token
+from ..runtime.procs import _pdeathsig
+from ..sources.open import BUFSIZE, _command_for, _quote, scheme_of
 
 
 PARTIAL_SUFFIX = ".tarproc-partial"
+REMOTE_SCHEMES = ("http", "https", "gs", "s3")
 
 WRITE_COMMANDS = {
     "http": "curl -sSf -T - {url}",
@@ -19,6 +50,24 @@ WRITE_COMMANDS = {
     "gs": "gsutil -q cp - {url}",
     "s3": "aws s3 cp {endpoint}- {url}",
 }
+#: Server-side moves (``TARPROC_REMOTE_COMMIT=move``); ``{src}`` is the temporary object.
+MOVE_COMMANDS = {
+    "gs": "gsutil -q mv {src} {url}",
+    "s3": "aws s3 mv --quiet {endpoint}{src} {url}",
+}
+#: Removing an object (temporary objects of ``move``; ``tarcat --cleanup URL``).
+REMOVE_COMMANDS = {
+    "gs": "gsutil -q rm {url}",
+    "s3": "aws s3 rm --quiet {endpoint}{url}",
+}
+#: Listing the objects under a prefix (``tarcat --cleanup URL``), one per line.
+LIST_COMMANDS = {
+    "gs": "gsutil ls {url}",
+    "s3": "aws s3 ls {endpoint}{url}",
+}
+
+_gate = contextvars.ContextVar("tarproc_commit_gate", default=None)
+
 
 def compression_for(url):
     """The compression an output name asks for (``None`` for plain tar).
@@ -37,19 +86,39 @@ def compression_for(url):
     return None
 
 
-def partial_name(path, pid=None):
-    """The temporary name an output file is written under until complete:
-    hidden, in the same directory, with the writer's pid."""
+def partial_name(path, pid=None, tok=None):
+    """The temporary name an output is written under until committed:
+    hidden, beside it, ``.NAME.HOST-RANDOM.PID.tarproc-partial``."""
     d, base = os.path.split(path)
-    return os.path.join(d, f".{base}.{pid or os.getpid()}{PARTIAL_SUFFIX}")
+    return os.path.join(d, f".{base}.{tok or token()}.{pid or os.getpid()}{PARTIAL_SUFFIX}")
 
 
-def cleanup_partials(path_or_dir, all_names=False):
-    """Remove temporary files left by killed writers (whose pid is gone).
+def parse_partial(name):
+    """``(target, host, pid)`` of a temporary name (``host`` is None for the
+    old ``.NAME.PID.tarproc-partial`` form), or None if it is not one."""
+    if not (name.startswith(".") and name.endswith(PARTIAL_SUFFIX)):
+        return None
+    rest, _, pid = name[1:-len(PARTIAL_SUFFIX)].rpartition(".")
+    if not pid.isdigit() or not rest:
+        return None
+    target, _, tok = rest.rpartition(".")
+    parts = split_token(tok)
+    if parts and target:
+        return target, parts[0], int(pid)
+    return rest, None, int(pid)
+
+
+def cleanup_partials(path_or_dir, all_names=False, kept=None):
+    """Remove temporary files whose writer is dead (see
+    :mod:`tarproc.runtime.lease`: a lock, never a PID, tells).
 
     With a file path, only that output's leftovers; with a directory (or
-    ``all_names``), every ``*.tarproc-partial`` file in it.  Returns the paths
-    removed."""
+    ``all_names``), every ``.*.tarproc-partial`` file in it.  A URL prefix
+    (``s3://b/dir/``, ``gs://b/dir/``) removes the temporary objects of
+    ``TARPROC_REMOTE_COMMIT=move`` under it.  Returns the names removed;
+    ``kept`` (a list) receives those of live writers."""
+    if scheme_of(path_or_dir) in REMOTE_SCHEMES:
+        return cleanup_remote(path_or_dir)
     if os.path.isdir(path_or_dir):
         d, base = path_or_dir, None
     else:
@@ -60,20 +129,85 @@ def cleanup_partials(path_or_dir, all_names=False):
     except OSError:
         return removed
     for name in names:
-        if not (name.startswith(".") and name.endswith(PARTIAL_SUFFIX)):
+        parsed = parse_partial(name)
+        if parsed is None:
             continue
-        stem = name[1 : -len(PARTIAL_SUFFIX)]
-        target, _, pid = stem.rpartition(".")
-        if not pid.isdigit() or (base is not None and not all_names and target != base):
+        target, host, _pid = parsed
+        if base is not None and not all_names and target != base:
             continue
-        if int(pid) == os.getpid() or pid_alive(int(pid)):
+        path = os.path.join(d, name)
+        if not is_stale(path, host):
+            if kept is not None:
+                kept.append(path)
             continue
         try:
-            os.unlink(os.path.join(d, name))
-            removed.append(os.path.join(d, name))
+            os.unlink(path)
+            removed.append(path)
         except OSError:
             pass
     return removed
+
+
+def _remote_command(table, url, what, **more):
+    scheme = scheme_of(url)
+    template = os.environ.get(f"TARPROC_{what}_{scheme.upper()}") or table.get(scheme)
+    if template is None:
+        raise UsageError(f"{url}: cannot {what.lower()} {scheme}:// objects "
+                         f"(set TARPROC_{what}_{scheme.upper()} to a command that can)")
+    endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
+    endpoint = f"--endpoint-url {_quote(endpoint)} " if endpoint and scheme == "s3" else ""
+    out = template.replace("{endpoint}", endpoint)
+    for k, v in more.items():
+        out = out.replace("{" + k + "}", _quote(v))
+    return out.replace("{url}", _quote(url))
+
+
+def cleanup_remote(prefix):
+    """Remove the temporary objects (``.NAME.HOST-RANDOM.PID.tarproc-partial``)
+    directly under an ``s3://`` or ``gs://`` prefix, by listing it and
+    removing with the client.  Object stores have no locks: run it when no
+    writer uses ``TARPROC_REMOTE_COMMIT=move`` on that prefix (the default
+    spooling never leaves temporary objects)."""
+    base = prefix if prefix.endswith("/") else prefix.rsplit("/", 1)[0] + "/"
+    p = _run_client(_remote_command(LIST_COMMANDS, base, "LIST"), prefix, "list")
+    removed = []
+    for line in p.splitlines():
+        name = line.split()[-1] if line.split() else ""
+        name = name.rsplit("/", 1)[-1]
+        if parse_partial(name) is None:
+            continue
+        url = base + name
+        _run_client(_remote_command(REMOVE_COMMANDS, url, "REMOVE"), url, "remove")
+        removed.append(url)
+    return removed
+
+
+def _run_client(cmd, url, what):
+    """Run a client command to its end; its stdout, or OutputError naming
+    ``url`` with the client's last stderr line."""
+    import subprocess
+
+    try:
+        p = subprocess.run(cmd, shell=True, stdin=subprocess.DEVNULL, capture_output=True,
+                           preexec_fn=_pdeathsig)
+    except OSError as e:
+        raise OutputError(f"{url}: cannot start {cmd!r}: {e.strerror}") from None
+    if p.returncode != 0:
+        raise OutputError(f"{url}: {what} failed: {_first_word(cmd)} exited with status {p.returncode}"
+                          f"{_last_line(p.stderr)}")
+    return p.stdout.decode("utf-8", "replace")
+
+
+def _first_word(cmd):
+    return cmd.split()[0] if cmd.split() else "command"
+
+
+def _last_line(data, limit=300):
+    lines = [ln for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    line = lines[-1].strip()
+    return ": " + (line if len(line) <= limit else line[: limit - 3] + "...")
 
 
 def _is_special_file(path):
@@ -86,28 +220,132 @@ def _is_special_file(path):
         return False
 
 
-class Sink:
-    """A binary output opened by URL.  ``write`` bytes, then ``close()`` to
-    commit (rename into place, wait for the upload) or ``abort()`` to discard.
-    As a context manager it commits on success and aborts on an exception."""
+class CommitGate:
+    """Holds back the commits of the outputs closed while it is active (in
+    this thread / context): ``commit()`` publishes them, ``abort()`` (or
+    leaving the ``with`` block without committing) discards them.  The CLI
+    runs every command inside one and commits only on exit status 0::
 
-    def __init__(self, url, compression="auto", stall=None):
+        with CommitGate() as gate:
+            code = main(argv)
+            if code == 0:
+                gate.commit()
+    """
+
+    def __init__(self):
+        self.pending = []
+        self._token = None
+
+    def __enter__(self):
+        self._token = _gate.set(self)
+        return self
+
+    def __exit__(self, *exc):
+        _gate.reset(self._token)
+        self.abort()
+        return False
+
+    def commit(self):
+        """Publish every held output in order; a failure aborts the rest."""
+        try:
+            while self.pending:
+                self.pending[0].commit()
+                self.pending.pop(0)
+        finally:
+            self.abort()
+
+    def abort(self):
+        while self.pending:
+            self.pending.pop().abort()
+
+
+class _Client:
+    """A client command fed on stdin (a pipe or a file), its stderr kept in
+    a temporary file for the error message."""
+
+    def __init__(self, cmd, url, stdin, stdout=None, replay_stderr=False):
+        import subprocess
+        import tempfile
+
+        self.url = url
+        self.what = _first_word(cmd) if not url.startswith("pipe:") else "command"
+        self.replay = replay_stderr
+        self.err = tempfile.TemporaryFile()
+        try:
+            out = sys.stderr.fileno() if stdout is None else (None if stdout == "inherit" else stdout)
+            self.proc = subprocess.Popen(cmd, shell=True, stdin=stdin, stderr=self.err, preexec_fn=_pdeathsig,
+                                         stdout=out)
+        except OSError as e:
+            self.err.close()
+            raise OutputError(f"{url}: cannot start {cmd!r}: {e.strerror}") from None
+
+    def _stderr(self):
+        try:
+            self.err.seek(0)
+            return self.err.read()
+        except (OSError, ValueError):
+            return b""
+
+    def wait(self, early=False):
+        """Wait for the end; OutputError naming the URL if it failed (or,
+        ``early``, if it quit before reading all the output)."""
+        rc = self.proc.wait()
+        data = self._stderr()
+        self.err.close()
+        if self.replay and data and rc == 0 and not early:
+            try:
+                sys.stderr.flush()
+                sys.stderr.buffer.write(data)
+                sys.stderr.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        if rc != 0:
+            from ..errors import describe_exit
+
+            raise OutputError(f"{self.url}: {self.what} failed with {describe_exit(rc)}{_last_line(data)}")
+        if early:
+            raise OutputError(f"{self.url}: {self.what} exited before reading all the output{_last_line(data)}")
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        try:
+            self.err.close()
+        except OSError:
+            pass
+
+
+class Sink:
+    """A binary output opened by URL.  ``write`` bytes, then ``close()``
+    (complete it and commit, or hand it to the active :class:`CommitGate`)
+    or ``abort()`` to discard.  ``commit()`` publishes it at once.  As a
+    context manager it closes on success and aborts on an exception.
+
+    ``defer=False`` commits at ``close()`` even inside a gate (tarsplit's
+    shards: each is committed as it is closed)."""
+
+    def __init__(self, url, compression="auto", stall=None, defer=True):
         self.url = url
         self.compression = compression_for(url) if compression == "auto" else compression
-        self.proc = None
-        self.tmp = None
-        self.closed = False
-        self.fd = None
+        self.defer = defer
+        self.client = None  # a streaming writer process (pipe:, move mode)
+        self.tmp = None  # local temporary file (file, spool)
+        self.tmp_url = None  # temporary object (move mode)
+        self.lockfd = None
+        self.state = "open"  # -> finished -> committed | aborted
         scheme = scheme_of(url)
+        self.kind = scheme
         if scheme == "-":
             if os.isatty(1) and not os.environ.get("TARPROC_ALLOW_TTY"):
                 raise UsageError("refusing to write a tar archive to a terminal (use -o FILE or a pipe)")
-            self.fd = os.dup(1)
+            fd = os.dup(1)
         elif scheme == "file" and _is_special_file(url):
             # /dev/null, a FIFO, /dev/stdout: write straight into it; a rename
             # would replace the device with a regular file
+            self.kind = "direct"
             try:
-                self.fd = os.open(url, os.O_WRONLY)
+                fd = os.open(url, os.O_WRONLY)
             except OSError as e:
                 raise OutputError(f"{url}: cannot open: {e.strerror}") from None
         elif scheme == "file":
@@ -115,33 +353,58 @@ class Sink:
             if not os.path.isdir(d):
                 raise OutputError(f"{url}: directory {d} does not exist")
             cleanup_partials(url)
-            self.tmp = partial_name(url)
+            fd = self._create_partial(url)
+        elif scheme == "pipe":
+            r, w = os.pipe()
             try:
-                self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            except OSError as e:
-                raise OutputError(f"{url}: cannot create: {e.strerror}") from None
+                # its stdout is ours: it writes where it likes
+                self.client = _Client(url[5:], url, r, stdout="inherit", replay_stderr=True)
+            finally:
+                os.close(r)
+            fd = w
+        elif scheme in REMOTE_SCHEMES and remote_mode(scheme) == "move":
+            self.kind = "move"
+            self.tmp_url = partial_name(url)
+            cmd = _command_for(self.tmp_url, WRITE_COMMANDS, "WRITE")
+            r, w = os.pipe()
+            try:
+                self.client = _Client(cmd, url, r)
+            finally:
+                os.close(r)
+            fd = w
+        elif scheme in REMOTE_SCHEMES or os.environ.get(f"TARPROC_WRITE_{scheme.upper()}"):
+            self.kind = "spool"
+            _command_for(url, WRITE_COMMANDS, "WRITE")  # unknown scheme: a usage error now
+            spool = os.environ.get("TARPROC_SPOOL_DIR") or __import__("tempfile").gettempdir()
+            if not os.path.isdir(spool):
+                raise OutputError(f"{url}: spool directory {spool} does not exist (TARPROC_SPOOL_DIR)")
+            fd = self._create_partial(os.path.join(spool, url.rstrip("/").rsplit("/", 1)[-1][:100] or "output"))
         else:
-            import subprocess
-
-            cmd = url[5:] if scheme == "pipe" else _command_for(url, WRITE_COMMANDS, "WRITE")
-            try:
-                self.proc = subprocess.Popen(
-                    cmd, shell=True, stdin=subprocess.PIPE, preexec_fn=_pdeathsig,
-                    stdout=sys.stderr.fileno() if scheme != "pipe" else None,
-                )
-            except OSError as e:
-                raise OutputError(f"{url}: cannot start {cmd!r}: {e.strerror}") from None
-            self.fd = os.dup(self.proc.stdin.fileno())
-            self.proc.stdin.close()
+            _command_for(url, WRITE_COMMANDS, "WRITE")
+            raise UsageError(f"{url}: unknown URL scheme {scheme!r}")
         self._zproc = None
-        raw = io.FileIO(self.fd, "wb", closefd=True)
-        self._raw = raw
-        self.stream = self._open_compressor(raw)
+        self._raw = io.FileIO(fd, "wb", closefd=True)
+        self.stream = self._open_compressor(self._raw)
         self._hook = None
         self._stall = stall
         if stall is not None and self.compression is None:
             self._hook = self.flush  # errors become OutputError naming the URL
             stall.add(self._hook)
+
+    def _create_partial(self, path):
+        """Create and lock the temporary file; return a writable descriptor
+        (the lock stays on ``self.lockfd`` until commit or abort)."""
+        for _ in range(100):
+            tmp = partial_name(path)
+            try:
+                self.lockfd = create_locked(tmp)
+            except (FileExistsError, FileNotFoundError):
+                continue
+            except OSError as e:
+                raise OutputError(f"{self.url}: cannot create {tmp}: {e.strerror}") from None
+            self.tmp = tmp
+            return os.dup(self.lockfd)
+        raise OutputError(f"{self.url}: cannot create a temporary file beside it")
 
     def _open_compressor(self, raw):
         codec = self.compression
@@ -170,11 +433,30 @@ class Sink:
             return io.BufferedWriter(self._zproc.stdin, BUFSIZE)
         raise UsageError(f"unknown compression {codec!r}")
 
+    # -- writing
+
+    def _broken_pipe(self):
+        """A write hit a closed pipe: downstream of stdout closed (quiet, the
+        caller ends by SIGPIPE), or the writer process died (loud)."""
+        if self.client is None and self._zproc is None:
+            raise BrokenPipeError
+        self._fail_from_processes()
+
+    def _fail_from_processes(self):
+        client, zproc = self.client, self._zproc
+        self.abort(keep_clients=True)
+        if client is not None:
+            client.wait(early=True)  # raises OutputError
+        if zproc is not None:
+            rc = zproc.wait()
+            raise OutputError(f"{self.url}: zstd failed with exit status {rc}")
+        raise BrokenPipeError
+
     def write(self, data):
         try:
             return self.stream.write(data)
         except BrokenPipeError:
-            raise
+            self._broken_pipe()
         except OSError as e:
             raise OutputError(f"{self.url}: write failed: {e.strerror or e}") from None
 
@@ -182,52 +464,125 @@ class Sink:
         try:
             self.stream.flush()
         except BrokenPipeError:
-            raise
+            self._broken_pipe()
         except OSError as e:
             raise OutputError(f"{self.url}: write failed: {e.strerror or e}") from None
 
     def _unhook(self):
         if self._hook is not None:
             self._stall.remove(self._hook)
+            self._hook = None
 
-    def close(self):
-        """Finish the output: flush, close, rename into place / wait for the
-        writer process.  Raises :class:`OutputError` if any of that fails."""
-        if self.closed:
+    # -- finishing, committing, discarding
+
+    def finish(self):
+        """Complete the data under the temporary name (flush, sync, wait for
+        the writer process); nothing is published yet."""
+        if self.state != "open":
             return
-        self.closed = True
         self._unhook()
         try:
-            self.stream.close()
+            try:
+                self.stream.close()
+            except BrokenPipeError:
+                self._broken_pipe()
             if self._zproc is not None and self._zproc.wait() != 0:
+                if self.client is not None:
+                    self._fail_from_processes()
                 raise OutputError(f"{self.url}: zstd failed with exit status {self._zproc.returncode}")
-            if self.tmp is not None:
-                if not self._raw.closed:
-                    os.fsync(self.fd)
-                    self._raw.close()
-                os.rename(self.tmp, self.url)
-                self.tmp = None
-            elif not self._raw.closed:
+            if self.tmp is not None and not self._raw.closed:
+                os.fsync(self._raw.fileno())
+            if not self._raw.closed:
                 self._raw.close()
-            if self.proc is not None:
-                rc = self.proc.wait()
-                if rc != 0:
-                    raise OutputError(f"{self.url}: writer command failed with exit status {rc}")
-        except BrokenPipeError:
-            self._discard()
-            raise
+            if self.client is not None:
+                client, self.client = self.client, None
+                client.wait()
+            self.state = "finished"
         except OSError as e:
-            self._discard()
+            self.abort()
             raise OutputError(f"{self.url}: write failed: {e.strerror or e}") from None
         except BaseException:
-            self._discard()
+            self.abort()
             raise
 
-    def _discard(self):
-        for proc in (self._zproc, self.proc):
+    def close(self):
+        """Finish, then commit (or, inside a :class:`CommitGate`, leave the
+        commit to the gate).  Raises :class:`OutputError` on failure."""
+        if self.state != "open":
+            return
+        self.finish()
+        gate = _gate.get()
+        if gate is not None and self.defer and self.kind in ("file", "spool", "move"):
+            gate.pending.append(self)
+        else:
+            self.commit()
+
+    def commit(self):
+        """Publish the output under its final name."""
+        if self.state == "open":
+            self.finish()
+        if self.state != "finished":
+            return
+        try:
+            if self.kind == "file":
+                os.rename(self.tmp, self.url)
+                self.tmp = None
+            elif self.kind == "spool":
+                self._upload()
+            elif self.kind == "move":
+                _run_client(_remote_command(MOVE_COMMANDS, self.url, "MOVE", src=self.tmp_url), self.url, "move")
+                self.tmp_url = None
+            self.state = "committed"
+        except OSError as e:
+            self.abort()
+            raise OutputError(f"{self.url}: cannot commit: {e.strerror or e}") from None
+        except BaseException:
+            self.abort()
+            raise
+        self._release()
+
+    def _upload(self):
+        cmd = _command_for(self.url, WRITE_COMMANDS, "WRITE")
+        fd = os.open(self.tmp, os.O_RDONLY)
+        try:
+            self.client = _Client(cmd, self.url, fd)
+        finally:
+            os.close(fd)
+        client, self.client = self.client, None
+        try:
+            client.wait()
+        except BaseException:
+            client.kill()
+            raise
+        finally:
+            self.client = client if client.proc.returncode is None else None
+
+    def _release(self):
+        if self.kind == "spool" and self.tmp is not None:
+            try:
+                os.unlink(self.tmp)
+            except OSError:
+                pass
+            self.tmp = None
+        if self.lockfd is not None:
+            os.close(self.lockfd)
+            self.lockfd = None
+
+    def abort(self, keep_clients=False):
+        """Discard the output: nothing appears under the final name; a
+        writer process still running is killed, never left to complete."""
+        if self.state in ("committed", "aborted"):
+            return
+        finished = self.state == "finished"
+        self.state = "aborted"
+        self._unhook()
+        for proc in (self._zproc,):
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        if self.client is not None and not keep_clients:
+            self.client.kill()
+            self.client = None
         for f in (self.stream, self._raw):
             try:
                 f.close()
@@ -239,15 +594,12 @@ class Sink:
             except OSError:
                 pass
             self.tmp = None
-
-    def abort(self):
-        """Discard the output: nothing appears under the final name and an
-        upload in progress is killed rather than completed."""
-        if self.closed:
-            return
-        self.closed = True
-        self._unhook()
-        self._discard()
+        if self.tmp_url is not None and finished:
+            try:
+                _run_client(_remote_command(REMOVE_COMMANDS, self.tmp_url, "REMOVE"), self.tmp_url, "remove")
+            except Exception:
+                pass  # tarcat --cleanup removes it later
+        self._release()
 
     def __enter__(self):
         return self
@@ -260,11 +612,19 @@ class Sink:
         return False
 
 
-def open_sink(url, compression="auto", stall=None):
+def remote_mode(scheme):
+    """How a remote output is committed: ``spool`` (default) or ``move``
+    (``TARPROC_REMOTE_COMMIT=move``, for schemes with a server-side move)."""
+    mode = os.environ.get("TARPROC_REMOTE_COMMIT", "spool")
+    if mode not in ("spool", "move"):
+        raise UsageError(f"TARPROC_REMOTE_COMMIT={mode!r}: use spool or move")
+    if mode == "move" and not (os.environ.get(f"TARPROC_MOVE_{scheme.upper()}") or scheme in MOVE_COMMANDS):
+        return "spool"
+    return mode
+
+
+def open_sink(url, compression="auto", stall=None, defer=True):
     """Open an output by URL; see :class:`Sink`.  With ``stall`` (a
     :class:`~tarproc.runtime.stall.Stall` also given to the source) buffered
     output is flushed whenever the input is about to block."""
-    return Sink(url, compression, stall)
-
-
-# ---------------------------------------------------------------- shard lists
+    return Sink(url, compression, stall, defer)

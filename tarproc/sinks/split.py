@@ -5,10 +5,11 @@
 samples are never split.  Sizes are the shard's bytes exactly as
 :class:`~tarproc.tario.TarWriter` writes them (headers, padding and the
 1024-byte end-of-archive marker), before compression.  Every shard goes
-through :func:`~tarproc.urls.open_sink`, so a local shard appears under its
-final name only when it is complete.
+through :func:`~tarproc.urls.open_sink` and is committed (published under
+its final name) when it is closed, also inside a CLI's commit gate: a
+failure mid-stream leaves the shards committed before it and no partial one.
 
-After each shard is complete an optional ``post`` callback (see
+After each shard is committed an optional ``post`` callback (see
 :func:`post_command`) runs; its failure stops the split.
 
     for shard in split_samples(samples, "out-%06d.tar", max_count=1000):
@@ -247,7 +248,7 @@ def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxs
                     return
             if shard is None:
                 name = shard_name(pattern, index)
-                sink = open_sink(name, compression)
+                sink = open_sink(name, compression, defer=False)  # each shard commits when closed
                 writer = SampleWriter(sink, stats, **header_defaults)
                 shard = Shard(name, index)
             writer.write(sample)

@@ -86,6 +86,7 @@ class CommandRunner:
         self.fds = []
         self.running = set()
         self.closed = False
+        self.any_ok = False  # a sample succeeded: exit 127 is then the sample's own failure
 
     def start(self):
         """Make the run directory (mode 0700); ``close()`` removes it."""
@@ -118,8 +119,13 @@ class CommandRunner:
             outputs, why = self._collect(d, key, sample)
             if why:
                 return _Result(key, outputs, error=why, log=log)
+            if status == 127 and not self.any_ok:
+                last = log.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+                return _Result(key, error=f"command not found (exit status 127){': ' + last[0][:300] if last[0] else ''}",
+                               fatal=True)
             if status != 0:
                 return _Result(key, outputs, error="command " + ("failed with " if status > 0 else "") + describe_exit(status), log=log)
+            self.any_ok = True
             if self.add_log is not None:
                 for out in outputs:
                     out[self.add_log] = log

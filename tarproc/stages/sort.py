@@ -93,8 +93,15 @@ def key_function(sortkey="__key__", sorttype="text", seed=None):
 
 def cleanup_stale(tmpdir):
     """Remove run directories left by ``tarsort`` processes that were killed
-    (SIGKILL gives no chance to clean up).  Returns the paths removed."""
+    (SIGKILL gives no chance to clean up).  A live sort holds a lock on the
+    ``.lock`` file in its directory (see :mod:`tarproc.runtime.lease`), so a
+    sort in another PID namespace sharing the volume is never taken for dead.
+    Returns the paths removed."""
     import shutil
+    import stat
+    import time
+
+    from ..runtime.lease import FOREIGN_STALE_SECONDS, is_stale
 
     removed = []
     try:
@@ -105,11 +112,21 @@ def cleanup_stale(tmpdir):
         parts = name.split("-")
         if len(parts) < 3 or parts[0] != "tarsort" or not parts[1].isdigit():
             continue
-        pid = int(parts[1])
-        if pid == os.getpid() or pid_alive(pid):
-            continue
         path = os.path.join(tmpdir, name)
-        if os.path.isdir(path):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            continue
+        lock = os.path.join(path, ".lock")
+        if os.path.lexists(lock):
+            host = parts[2] if len(parts) > 3 and len(parts[2]) == 8 else None
+            stale = is_stale(lock, host)
+        else:  # being made this instant, or made by an older version: by age
+            stale = time.time() - st.st_mtime > float(os.environ.get("TARPROC_FOREIGN_STALE_SECONDS")
+                                                      or FOREIGN_STALE_SECONDS)
+        if stale:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
@@ -123,6 +140,7 @@ class _Runs:
 
         self.base = tmpdir or tempfile.gettempdir()
         self.dir = None
+        self.lockfd = None
         self.count = 0
 
     def new_path(self):
@@ -133,7 +151,10 @@ class _Runs:
                 raise UsageError(f"--tmpdir {self.base}: no such directory")
             cleanup_stale(self.base)
             try:
-                self.dir = tempfile.mkdtemp(prefix=f"tarsort-{os.getpid()}-", dir=self.base)
+                from ..runtime.lease import create_locked, host_id
+
+                self.dir = tempfile.mkdtemp(prefix=f"tarsort-{os.getpid()}-{host_id()}-", dir=self.base)
+                self.lockfd = create_locked(os.path.join(self.dir, ".lock"), 0o600)  # held while we live
             except OSError as e:
                 raise UsageError(f"--tmpdir {self.base}: cannot create a directory: {e.strerror}") from None
         self.count += 1
@@ -145,6 +166,9 @@ class _Runs:
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+        if self.lockfd is not None:
+            os.close(self.lockfd)
+            self.lockfd = None
 
 
 def _write_run(path, records, chunk_bytes):
