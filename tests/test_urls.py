@@ -249,13 +249,20 @@ def test_sigterm_leaves_no_output(tmp_path):
 
 
 def test_leftovers_of_dead_writers_are_cleaned(sh, shard, tmp_path):
-    dead = tmp_path / ".out.tar.999999999.tarproc-partial"
-    alive = tmp_path / f".out.tar.{os.getpid()}.tarproc-partial"
-    other = tmp_path / ".other.tar.999999999.tarproc-partial"
+    import fcntl
+
+    from tarproc.runtime.lease import host_id
+
+    # liveness is the writer's lock, never the PID in the name (issue 13.7)
+    dead = tmp_path / f".out.tar.{host_id()}-000000.{os.getpid()}.tarproc-partial"
+    alive = tmp_path / f".out.tar.{host_id()}-000001.999999999.tarproc-partial"
+    other = tmp_path / f".other.tar.{host_id()}-000000.999999999.tarproc-partial"
     for f in (dead, alive, other):
         f.write_bytes(b"junk")
-    sh("tarcat in.tar -o out.tar")
-    assert not dead.exists() and alive.exists() and other.exists()
+    with open(alive, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        sh("tarcat in.tar -o out.tar")
+        assert not dead.exists() and alive.exists() and other.exists()
     assert read_tar((tmp_path / "out.tar").read_bytes()) == MEMBERS
 
 
@@ -274,9 +281,10 @@ def test_missing_output_directory(sh, shard):
 
 def wait_for_partial(tmp_path, pid, name="out.tar"):
     """Wait until a writer's temporary file exists; return its path."""
-    partial = tmp_path / f".{name}.{pid}.tarproc-partial"
     deadline = time.monotonic() + 60
-    while not partial.exists():
+    while True:
+        found = list(tmp_path.glob(f".{name}.*.{pid}.tarproc-partial"))
+        if found:
+            return found[0]
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    return partial
