@@ -273,8 +273,10 @@ class _Client:
         self.err = tempfile.TemporaryFile()
         try:
             out = sys.stderr.fileno() if stdout is None else (None if stdout == "inherit" else stdout)
+            # its own process group, so that abort() kills the client even
+            # when the shell forked it (sh -c 'aws ...') rather than exec'd
             self.proc = subprocess.Popen(cmd, shell=True, stdin=stdin, stderr=self.err, preexec_fn=_pdeathsig,
-                                         stdout=out)
+                                         stdout=out, process_group=0)
         except OSError as e:
             self.err.close()
             raise OutputError(f"{url}: cannot start {cmd!r}: {e.strerror}") from None
@@ -307,8 +309,10 @@ class _Client:
             raise OutputError(f"{self.url}: {self.what} exited before reading all the output{_last_line(data)}")
 
     def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
+        """Kill the client and everything it started (its process group)."""
+        from ..runtime.procs import _killpg
+
+        _killpg(self.proc.pid)  # the group outlives its leader: kill it even after the shell exited
         self.proc.wait()
         try:
             self.err.close()
