@@ -31,7 +31,8 @@ def free_port():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", default="1GB")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--move-timeout", type=int, default=900)
     a = ap.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from tarproc.core.units import parse_size
@@ -68,23 +69,35 @@ with open({shard!r}, 'wb') as f:
 """], check=True)
         nbytes = os.path.getsize(shard)
         subprocess.run(["cat", shard], stdout=subprocess.DEVNULL, check=True)
-        runs = {
-            "spool (tarcat, default)": (["tarcat", shard, "-o", "s3://bench/spool.tar"], {"TARPROC_REMOTE_COMMIT": "spool"}),
-            "move (tarcat, TARPROC_REMOTE_COMMIT=move)": (["tarcat", shard, "-o", "s3://bench/move.tar"], {"TARPROC_REMOTE_COMMIT": "move"}),
-            "aws s3 cp FILE (client alone)": (["aws", "s3", "cp", "--quiet", shard, "s3://bench/ref.tar"], {}),
-            "cat FILE | aws s3 cp - (client alone)": (["sh", "-c", f"cat {shard} | aws s3 cp - s3://bench/ref2.tar"], {}),
-        }
-        times = {k: [] for k in runs}
+        print(f"shard: {nbytes / 1e9:.2f} GB; "
+              f"{subprocess.run(['aws', '--version'], capture_output=True, text=True).stdout.strip() or 'aws'}",
+              flush=True)
+
+        def timed(name, argv, extra=None, timeout=1800):
+            t0 = time.monotonic()
+            try:
+                p = subprocess.run(argv, env={**env, **(extra or {})}, capture_output=True, timeout=timeout)
+                ok = "ok" if p.returncode == 0 else f"FAILED (exit {p.returncode}: {p.stderr.decode().strip()[-200:]})"
+            except subprocess.TimeoutExpired:
+                ok = f"TIMED OUT after {timeout} s"
+            t = time.monotonic() - t0
+            print(f"{name:58s} {t:7.1f} s  {nbytes / t / 1e6:6.0f} MB/s  {ok}", flush=True)
+            return t
+
+        def clean():
+            subprocess.run(["aws", "s3", "rm", "--recursive", "--quiet", "s3://bench/"], env=env)
+
         for _ in range(a.rounds):
-            for name, (argv, extra) in runs.items():
-                t0 = time.monotonic()
-                subprocess.run(argv, env={**env, **extra}, check=True)
-                times[name].append(time.monotonic() - t0)
-                subprocess.run(["aws", "s3", "rm", "--recursive", "--quiet", "s3://bench/"], env=env, check=True)
-        print(f"shard: {nbytes / 1e9:.2f} GB, moto {subprocess.run([os.path.join(BIN, 'python'), '-c', 'import moto; print(moto.__version__)'], capture_output=True, text=True).stdout.strip()}, "
-              f"{subprocess.run(['aws', '--version'], capture_output=True, text=True).stdout.strip() or 'aws'}")
-        for name, ts in times.items():
-            print(f"{name:45s} " + " ".join(f"{t:6.1f} s" for t in ts) + f"   best {nbytes / min(ts) / 1e6:6.0f} MB/s")
+            timed("spool: tarcat -o s3:// (default)", ["tarcat", shard, "-o", "s3://bench/spool.tar"],
+                  {"TARPROC_REMOTE_COMMIT": "spool"})
+            clean()
+            timed("  its upload alone: aws s3 cp FILE s3://", ["aws", "s3", "cp", "--quiet", shard, "s3://bench/ref.tar"])
+            clean()
+            timed("move, phase 1: cat FILE | aws s3 cp - s3://tmp",
+                  ["sh", "-c", f"cat {shard} | aws s3 cp - s3://bench/.tmp.tar"])
+            timed("move, phase 2: aws s3 mv s3://tmp s3://final",
+                  ["aws", "s3", "mv", "--quiet", "s3://bench/.tmp.tar", "s3://bench/final.tar"], timeout=a.move_timeout)
+            clean()
     finally:
         moto.terminate()
         moto.wait()

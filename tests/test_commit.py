@@ -456,3 +456,26 @@ def test_gs_spool_move_and_kujob_done_if(sh, shard, tmp_path, gsutil):
     assert sorted(log.read_text().splitlines()) == ["-q cp - gs://b/d/x.tar", "-q stat gs://b/d/a.tar",
                                                     "-q stat gs://b/d/x.tar", "-q stat gs://b/d/x.tar"]
     assert read_tar((store / "b/d/x.tar").read_bytes()) == MEMBERS
+
+
+# ------------------------------------------------------------ the library's commit gate
+
+
+def test_library_commits_on_close_and_the_gate_holds_commits(tmp_path):
+    from tarproc.sinks.output import CommitGate, open_sink
+    from tarproc.sinks.write import write_samples
+
+    samples = [{"__key__": "a", "txt": b"x"}, {"__key__": "b", "txt": b"y"}]
+    write_samples(str(tmp_path / "lib.tar"), iter(samples))  # no gate: committed at close
+    assert [n for n, _ in read_tar((tmp_path / "lib.tar").read_bytes())] == ["a.txt", "b.txt"]
+    with CommitGate() as gate:
+        write_samples(str(tmp_path / "held.tar"), iter(samples))
+        with open_sink(str(tmp_path / "now.tar"), defer=False) as sink:
+            sink.write(tar_bytes([("c.txt", b"z")]))
+        assert not (tmp_path / "held.tar").exists() and len(partials(tmp_path)) == 1
+        assert (tmp_path / "now.tar").exists()
+        gate.commit()
+    assert (tmp_path / "held.tar").exists() and not partials(tmp_path)
+    with CommitGate():
+        write_samples(str(tmp_path / "dropped.tar"), iter(samples))
+    assert not (tmp_path / "dropped.tar").exists() and not partials(tmp_path)

@@ -19,8 +19,9 @@ tarsplit --fractions 'train=0.8,val=0.1,test=0.1' --seed 1 -o 'out/{split}-%06d.
 NOTES = """
 post commands (-p, -C): every %s is the shard's name; {shard} its name, {abspath},
 {basename} (train-000003.tar), {base} (train-000003), {ext} (.tar), {dirname}, {index} (3).
-A shard appears under its final name only when complete; killed at any moment,
-every file with a final name is a whole shard.
+Each shard is committed (appears under its final name) when it is closed; killed
+or failing at any moment, every file with a final name is a whole shard and the
+shard in progress is discarded. -p/-C run on committed shards only.
 exit status: 0 ok, 1 a shard could not be written or its post command failed,
 2 bad usage or unreadable input.
 """
@@ -170,7 +171,8 @@ def tarsplit_command(
 
             os.unlink(spooled)
         if args.manifest:
-            with open_sink(args.manifest, compression=None) as sink:
+            # the manifest lists the committed shards, also when the run fails
+            with open_sink(args.manifest, compression=None, defer=False) as sink:
                 sink.write((json.dumps([s.as_dict() for s in shards], indent=1) + "\n").encode())
     if args.fractions:
         _report_splits(rep, shards, args.quiet)

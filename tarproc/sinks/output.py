@@ -53,12 +53,12 @@ WRITE_COMMANDS = {
 #: Server-side moves (``TARPROC_REMOTE_COMMIT=move``); ``{src}`` is the temporary object.
 MOVE_COMMANDS = {
     "gs": "gsutil -q mv {src} {url}",
-    "s3": "aws s3 mv --quiet {endpoint}{src} {url}",
+    "s3": "aws s3 mv {endpoint}{src} {url}",
 }
 #: Removing an object (temporary objects of ``move``; ``tarcat --cleanup URL``).
 REMOVE_COMMANDS = {
     "gs": "gsutil -q rm {url}",
-    "s3": "aws s3 rm --quiet {endpoint}{url}",
+    "s3": "aws s3 rm {endpoint}{url}",
 }
 #: Listing the objects under a prefix (``tarcat --cleanup URL``), one per line.
 LIST_COMMANDS = {
