@@ -263,8 +263,8 @@ def test_s3_sigterm_while_writing_and_while_uploading(sh, shard, spool, s3, tmp_
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=60) == 143
     p.stdin.close()
-    # 2. while the client uploads (a 48 MB object to moto takes seconds)
-    big = tar_bytes([(f"b{i:03d}.bin", os.urandom(1 << 20)) for i in range(48)])
+    # 2. while the client uploads (a 24 MB object to moto takes seconds)
+    big = tar_bytes([(f"b{i:03d}.bin", os.urandom(1 << 20)) for i in range(24)])
     (tmp_path / "big.tar").write_bytes(big)
     p = subprocess.Popen(["tarcat", "big.tar", "-o", "s3://tarproc-test/term/big.tar"], cwd=tmp_path, env=env,
                          stderr=subprocess.PIPE)
@@ -277,7 +277,7 @@ def test_s3_sigterm_while_writing_and_while_uploading(sh, shard, spool, s3, tmp_
     assert p.wait(timeout=60) == 143
     for _ in range(2):  # and no orphaned client finishes the upload later
         assert s3_keys(sh, s3, "s3://tarproc-test/term/") == [] and os.listdir(spool) == []
-        time.sleep(5)
+        time.sleep(3)
 
 
 def test_s3_failing_client_is_one_loud_line(sh, shard, spool, s3):
