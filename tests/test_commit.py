@@ -352,6 +352,9 @@ class H(http.server.BaseHTTPRequestHandler):
         with open(os.path.join(store, os.path.basename(self.path)), "wb") as f:
             f.write(body)
         self.send_response(201); self.send_header("Content-Length", "0"); self.end_headers()
+    def do_HEAD(self):
+        there = os.path.isfile(os.path.join(store, os.path.basename(self.path)))
+        self.send_response(200 if there else 404); self.send_header("Content-Length", "0"); self.end_headers()
     def log_message(self, *a): pass
 http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[3])), H).serve_forever()
 '''
@@ -391,6 +394,12 @@ def test_http_put_commits_whole_and_fails_loudly(sh, shard, spool, put_server):
     url, store = put_server()
     p = sh(f"tarcat cut.tar -o {url}/c.tar", env=env, ok=False)
     assert p.returncode == 2 and os.listdir(store) == []
+    # kujob --done-if on http(s): HEAD decides
+    (store / "a.tar").write_bytes(b"done")
+    p = sh(f"kujob -v -s '{{a,b}}' --done-if '{url}/{{}}.tar' -- tarcat in.tar -o '{url}/{{}}.tar'", env=env,
+           stderr_ok=True)
+    assert "[a] skipped" in p.stderr.decode() and "[b] ok" in p.stderr.decode()
+    assert (store / "a.tar").read_bytes() == b"done" and read_tar((store / "b.tar").read_bytes()) == MEMBERS
 
 
 # ------------------------------------------------------------ gs (a recording stand-in gsutil)
