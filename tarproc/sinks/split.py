@@ -320,7 +320,7 @@ class _Rotator:
         from .output import open_sink
 
         name = shard_name(self.pattern, self.index)
-        self.sink = open_sink(name, self.compression)
+        self.sink = open_sink(name, self.compression, defer=False)  # each shard commits when closed
         self.writer = SampleWriter(self.sink, self.stats, **self.header_defaults)
         self.shard = IndexedShard(name, self.index, self.split)
         info = self.shard.info = self._ShardIndex(name)
