@@ -109,6 +109,15 @@ class _FdReader(io.RawIOBase):
             self._check_process()
         return n
 
+    def seekable(self):
+        return not self.pollable
+
+    def seek(self, pos, whence=0):
+        return os.lseek(self.fd, pos, whence)
+
+    def tell(self):
+        return os.lseek(self.fd, 0, 1)
+
     def _check_process(self):
         proc = self.proc
         if proc is None:
@@ -192,6 +201,9 @@ def open_source(url, decompress=True, stall=None):
     stream, codec = _wrap_compression(raw, "stdin" if name == "-" else name) if decompress else (io.BufferedReader(raw, BUFSIZE), None)
     stream.url = name
     stream.compression = codec
+    if codec is None and type(stream) is io.BufferedReader and stream.raw is raw and not raw.pollable:
+        # a plain regular file: large members become regions of it (no copy)
+        stream.region_source = (raw.fd, name if scheme == "file" else "stdin")
     return stream
 
 
