@@ -175,6 +175,19 @@ class Blob:
 
     __hash__ = None
 
+    def __getitem__(self, index):
+        """``blob[:n]``, ``blob[a:b]``: those bytes only (read from the
+        file); ``blob[i]``: one byte as an ``int``."""
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self.length)
+            if step != 1:
+                return self.read()[index]
+            return self._pread(max(0, stop - start), start) if stop > start else b""
+        i = index + self.length if index < 0 else index
+        if not 0 <= i < self.length:
+            raise IndexError("blob index out of range")
+        return self._pread(1, i)[0]
+
     def _fd(self):
         fd = self._file.fd
         if fd < 0:
@@ -255,18 +268,20 @@ class Blob:
             pos += n
         return pos
 
-    def link_or_copy_to(self, path):
-        """Make ``path`` (which must not exist) hold the bytes: a hard link
-        when the blob is a whole spool file on the same file system, else a
-        streamed copy.  The caller must not change a linked file."""
+    def link_or_copy_to(self, path, dir_fd=None):
+        """Make ``path`` (which must not exist; relative to ``dir_fd`` if
+        given) hold the bytes: a hard link when the blob is a whole spool
+        file on the same file system, else a streamed copy.  A linked file
+        shares the spool file's bytes: whoever changes it in place changes
+        this blob too."""
         if self._file.owned and self.offset == 0 and self._file.path is not None:
             try:
                 if os.fstat(self._fd()).st_size == self.length:
-                    os.link(self._file.path, path)
+                    os.link(self._file.path, path, dst_dir_fd=dir_fd)
                     return
             except OSError:
                 pass
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
         try:
             self.copy_to(fd)
         finally:
@@ -335,10 +350,8 @@ class Spooler:
 
         return self.tmpdir or tempfile.gettempdir()
 
-    def new_file(self):
-        """Create a new spool file: ``(fd open for writing, path)``."""
+    def _name(self):
         global _atexit_done
-        import fcntl
         import secrets
 
         if not _atexit_done:
@@ -346,9 +359,23 @@ class Spooler:
 
             atexit.register(_remove_live)
             _atexit_done = True
-        d = self.directory()
+        return os.path.join(self.directory(), f"{SPOOL_PREFIX}{os.getpid()}.{secrets.token_hex(6)}")
+
+    def _own(self, fd, path):
+        """Register and lock a spool file (see :func:`stale_spools`)."""
+        import fcntl
+
+        _live.add(path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            pass
+
+    def new_file(self):
+        """Create a new spool file: ``(fd open for writing, path)``; the
+        caller owns it (remove it, or wrap it in a blob)."""
         while True:
-            path = os.path.join(d, f"{SPOOL_PREFIX}{os.getpid()}.{secrets.token_hex(6)}")
+            path = self._name()
             try:
                 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
                 break
@@ -357,13 +384,37 @@ class Spooler:
             except OSError as e:
                 from ..errors import UsageError
 
-                raise UsageError(f"cannot create a spool file in {d}: {e.strerror} (use --tmpdir)") from None
-        _live.add(path)
+                raise UsageError(f"cannot create a spool file in {self.directory()}: {e.strerror} "
+                                 f"(use --tmpdir)") from None
+        self._own(fd, path)
+        return fd, path
+
+    def adopt(self, name, dir_fd=None):
+        """A spool-file blob with the bytes of the existing regular file
+        ``name`` (relative to ``dir_fd``): a hard link when both are on one
+        file system, else a streamed copy.  The file itself is left alone."""
+        path = self._name()
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.link(name, path, src_dir_fd=dir_fd, follow_symlinks=False)
         except OSError:
             pass
-        return fd, path
+        else:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            self._own(fd, path)
+            return Blob(_File(fd, path, True), 0, os.fstat(fd).st_size)
+        src = _File(os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd), None, False)
+        try:
+            fd, path = self.new_file()
+            f = _File(fd, path, True)
+            size = os.fstat(src.fd).st_size
+            try:
+                Blob(src, 0, size).copy_to(fd)
+            except BaseException:
+                f.close()
+                raise
+            return Blob(f, 0, size)
+        finally:
+            src.close()
 
     def spool(self, read_into, size, fail):
         """Copy ``size`` bytes from ``read_into(memoryview) -> n`` to a new
