@@ -287,6 +287,31 @@ class Blob:
         finally:
             os.close(fd)
 
+    def persist(self, directory):
+        """Hand the bytes over as a new file in ``directory`` and return its
+        path: the spool file itself, renamed (the blob no longer removes it),
+        when it is whole and on the same file system, else a streamed copy.
+        For spilling blobs by reference (``tarsort`` run files)."""
+        import secrets
+
+        f = self._file
+        path = os.path.join(directory, f"blob-{secrets.token_hex(8)}")
+        if f.owned and self.offset == 0 and f.path is not None and f.fd >= 0:
+            try:
+                if os.fstat(f.fd).st_size == self.length:
+                    os.rename(f.path, path)
+                    _live.discard(f.path)
+                    f.path, f.owned = path, False
+                    return path
+            except OSError:
+                pass
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            self.copy_to(fd)
+        finally:
+            os.close(fd)
+        return path
+
     def sha256(self):
         import hashlib
 
