@@ -229,6 +229,10 @@ class Blob:
         """Write the bytes to ``out``: a file descriptor, or an object with
         ``write`` (flushed first and bypassed with ``os.sendfile`` when it
         is a plain file or pipe).  Returns the number of bytes written."""
+        hook = getattr(out, "write_blob", None)
+        if hook is not None:  # the writer keeps the blob itself (e.g. to hand it to another process)
+            hook(self)
+            return self.length
         fd = _target_fd(out)
         if fd is not None:
             done = self._sendfile(fd)
@@ -486,6 +490,27 @@ def region(fd, path, offset, length, shared=None):
         if shared is not None:
             shared["file"] = f
     return Blob(f, offset, length)
+
+
+def handover(blob):
+    """A picklable reference that gives ``blob`` to another process (see
+    :func:`take`).  A spool file is no longer removed by this process: the
+    receiver owns it."""
+    f = blob._file
+    owned = f.owned
+    if owned:
+        _live.discard(f.path)
+        f.owned = False
+    return ("blob", f.path, blob.offset, blob.length, owned)
+
+
+def take(ref):
+    """The :class:`Blob` of a :func:`handover` reference."""
+    _, path, offset, length, owned = ref
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    if owned:
+        Spooler._own(None, fd, path)
+    return Blob(_File(fd, path, owned), offset, length)
 
 
 def is_blob(value):
