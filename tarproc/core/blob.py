@@ -151,6 +151,17 @@ class Blob:
         """The file holding the bytes (with ``offset``), or ``None``."""
         return self._file.path
 
+    def __reduce__(self):
+        # pickled (to a --map worker, by copy): a reference that opens the
+        # same bytes and owns nothing; the sender keeps its spool file
+        return (_reopen, (self._ref_path(), self.offset, self.length))
+
+    def _ref_path(self):
+        f = self._file
+        if f.path is not None:
+            return os.path.abspath(f.path)
+        return f"/proc/{os.getpid()}/fd/{self._fd()}"
+
     @property
     def is_spool(self):
         return self._file.owned
@@ -492,6 +503,10 @@ def region(fd, path, offset, length, shared=None):
     return Blob(f, offset, length)
 
 
+def _reopen(path, offset, length):
+    return Blob(_File(os.open(path, os.O_RDONLY), path, False), offset, length)
+
+
 def handover(blob):
     """A picklable reference that gives ``blob`` to another process (see
     :func:`take`).  A spool file is no longer removed by this process: the
@@ -501,7 +516,7 @@ def handover(blob):
     if owned:
         _live.discard(f.path)
         f.owned = False
-    return ("blob", f.path, blob.offset, blob.length, owned)
+    return ("blob", blob._ref_path(), blob.offset, blob.length, owned)
 
 
 def take(ref):
@@ -522,3 +537,35 @@ def as_bytes(value):
     if type(value) is Blob:
         return value.read()
     return value
+
+
+class Skipped:
+    """The stand-in for a large member's data that was read past (see
+    :class:`SizesOnly`): it has a length and nothing else."""
+
+    __slots__ = ("length",)
+
+    def __init__(self, length):
+        self.length = length
+
+    def __len__(self):
+        return self.length
+
+    def __repr__(self):
+        return f"Skipped({self.length} bytes)"
+
+
+class SizesOnly(Spooler):
+    """A spooler for readers that need only sizes (``tarcheck``): large
+    members are read through a small buffer and dropped, never stored."""
+
+    def spool(self, read_into, size, fail):
+        buf = bytearray(min(size, CHUNK))
+        view = memoryview(buf)
+        got = 0
+        while got < size:
+            n = read_into(view[: min(len(buf), size - got)])
+            if not n:
+                fail(got)
+            got += n
+        return Skipped(size)

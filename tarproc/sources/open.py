@@ -203,7 +203,7 @@ def open_source(url, decompress=True, stall=None):
     stream.compression = codec
     if codec is None and type(stream) is io.BufferedReader and stream.raw is raw and not raw.pollable:
         # a plain regular file: large members become regions of it (no copy)
-        stream.region_source = (raw.fd, name if scheme == "file" else "stdin")
+        stream.region_source = (raw.fd, name if scheme == "file" else None)
     return stream
 
 
