@@ -388,7 +388,7 @@ class Spooler:
     def directory(self):
         import tempfile
 
-        return self.tmpdir or tempfile.gettempdir()
+        return self.tmpdir or os.environ.get("TMPDIR") or tempfile.gettempdir()
 
     def _name(self):
         global _atexit_done
