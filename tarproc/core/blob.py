@@ -371,9 +371,13 @@ class Spooler:
 
     ``threshold``: members of at least this many bytes become blobs (``None``:
     ``TARPROC_BLOB_THRESHOLD`` or 4 MiB; ``0`` or less: never).  ``tmpdir``:
-    the directory for spool files (``None``: ``TMPDIR`` or ``/tmp``)."""
+    the directory for spool files (``None``: ``TMPDIR`` or ``/tmp``).
+    ``region_threshold``: from this size on, a member of a plain input file
+    becomes a region blob (no copy at all; default: ``threshold``).  Commands
+    that only pass samples through (``tarcat``, ``tarsplit``) set it low, so
+    their output is sent with ``sendfile`` from the input file."""
 
-    def __init__(self, threshold=None, tmpdir=None):
+    def __init__(self, threshold=None, tmpdir=None, region_threshold=None):
         if threshold is None:
             env = os.environ.get("TARPROC_BLOB_THRESHOLD")
             if env:
@@ -384,6 +388,7 @@ class Spooler:
                 threshold = DEFAULT_THRESHOLD
         self.threshold = threshold if threshold and threshold > 0 else float("inf")
         self.tmpdir = tmpdir
+        self.region_threshold = min(self.threshold, region_threshold) if region_threshold else self.threshold
 
     def directory(self):
         import tempfile

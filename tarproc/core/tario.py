@@ -218,6 +218,7 @@ class TarReader:
         self.spooler = spooler if spooler is not None else Spooler()
         self._region = getattr(stream, "region_source", None)
         self._shared = {}
+        self._blob_from = self.spooler.region_threshold if self._region is not None else self.spooler.threshold
 
     def __iter__(self):
         return self.members()
@@ -237,6 +238,8 @@ class TarReader:
             if os.fstat(fd).st_size >= pos + size + pad:
                 stream.seek(size + pad, 1)
                 return region(fd, path, pos, size, self._shared)
+            if size < self.spooler.threshold:
+                return None  # the file is too short: read it as bytes, for the usual error
 
         def fail(got):
             self._fail(offset, f"input ends inside member data of {name!r} ({got} of {size} bytes)")
@@ -254,8 +257,10 @@ class TarReader:
         return blob
 
     def _read_data(self, size, offset, name, what="member data"):
-        if size >= self.spooler.threshold and what == "member data":
-            return self._read_blob(size, offset, name)
+        if size >= self._blob_from and what == "member data":
+            blob = self._read_blob(size, offset, name)
+            if blob is not None:
+                return blob
         read = self.stream.read
         if size >= _LARGE_MEMBER and not _malloc_tuned:
             _tune_malloc()
