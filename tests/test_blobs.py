@@ -44,7 +44,7 @@ def members_sha(sh, cmd):
 @pytest.mark.parametrize("cmd", [
     "tarcat {i}", "tarcat < big.tar", "cat big.tar | tarcat", "tarcat -f 'bin txt' {i}", "tarcat -f bin {i}",
     "cat big.tar | tarsort -r --memory 2MB", "tarsort -r --memory 2MB {i}",
-    "tarpcat -w 2 {i} {i}", "tarpcat -w 2 -c 5 {i} {i}",
+    "tarpcat -w 2 {i} {i}", "tarpcat -w 2 -c 5 {i} {i}", "tarpcat -w 2 -c 3 'pipe:cat {i}' 'pipe:cat {i}'",
     "tarproc -p 2 -c 'sha256sum sample.bin > sample.sha; cat sample.bin > sample.out' {i}",
     "cat big.tar | tarproc -p 1 -c 'sha256sum sample.bin > sample.sha'",
 ])
@@ -228,3 +228,22 @@ def test_one_gib_member_in_flat_memory(tmp_path):
         rss = int((tmp_path / "rss").read_text().split()[-1])
         assert rss < 200_000, (cmd, rss)
         assert spools(spool) == []
+
+
+def test_docs_examples_run(tmp_path, monkeypatch):
+    """The Python examples about blobs in README.md and docs/blobs.md run as written."""
+    import re
+
+    import tarproc
+
+    monkeypatch.chdir(tmp_path)
+    sp = tarproc.Spooler(threshold=1, tmpdir=str(tmp_path))
+    tarproc.write_samples("videos.tar", [{"__key__": f"clip{i}", "mp4": sp.blob_from_bytes(bytes(3 << 20)),
+                                          "json": b"{}"} for i in range(2)])
+    ran = 0
+    for doc in ("README.md", "docs/blobs.md"):
+        for block in re.findall(r"```python\n(.*?)```", open(os.path.join(ROOT, doc)).read(), re.S):
+            if "videos.tar" in block:
+                exec(compile(block, doc, "exec"), {})
+                ran += 1
+    assert ran == 2

@@ -80,6 +80,21 @@ def stale_spools(directory):
     return out
 
 
+def remove_spools_of(pid, directory=None):
+    """Remove the spool files a dead process ``pid`` left in ``directory``
+    (default: the default spooler's) and that nobody holds any more.  For
+    parents that kill their workers (tarpcat)."""
+    if directory is None:
+        directory = Spooler().directory()
+    prefix = f"{SPOOL_PREFIX}{pid}."
+    for path in stale_spools(directory):
+        if os.path.basename(path).startswith(prefix):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
 class _File:
     """An open file shared by blobs; closed (and unlinked if owned) when the
     last blob referring to it goes away."""
