@@ -2,7 +2,7 @@
 
 from typing import Annotated, Optional
 
-from .base import (BraceExpand, Args, FileList, Fields, Inputs, Output, ProgressFlag, Quiet, Seed, Skip,
+from .base import (BlobThreshold, TmpDir, spooler_of, BraceExpand, Args, FileList, Fields, Inputs, Output, ProgressFlag, Quiet, Seed, Skip,
                    Slice, Strict, Verbose, command, nonneg, open_inputs, opt, progress_stage, read_inputs,
                    run, Reporter, selection_stages)
 
@@ -48,12 +48,14 @@ def tarcat_command(
                             help="drop the samples whose keys are listed in FILE (one per line, '-' for "
                                  "stdin)")] = None,
     strict: Strict = False,
+    blob_threshold: BlobThreshold = None,
+    tmpdir: TmpDir = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
     progress: ProgressFlag = None,
     cleanup: Annotated[Optional[str], opt("--cleanup", metavar="DIR",
-                       help="remove the temporary files (.NAME.PID.tarproc-partial) that killed writers "
-                            "left in DIR, and exit")] = None,
+                       help="remove the temporary files (.NAME.PID.tarproc-partial, .tarproc-spool.PID.*) "
+                            "that killed commands left in DIR, and exit")] = None,
     braceexpand: BraceExpand = False,
     maxout: Annotated[Optional[int], opt("--maxout", metavar="N", parser=nonneg(), hidden=True,
                       help="the original tarcat's name for -c")] = None,
@@ -78,8 +80,16 @@ def tarcat_command(
 
         if not os.path.isdir(args.cleanup):
             raise UsageError(f"--cleanup {args.cleanup}: not a directory")
+        from ..core.blob import stale_spools
+
         for path in cleanup_partials(args.cleanup, all_names=True):
             rep.info(f"removed {path}")
+        for path in stale_spools(args.cleanup):  # spool files of large members (.tarproc-spool.PID.*)
+            try:
+                os.unlink(path)
+                rep.info(f"removed {path}")
+            except OSError:
+                pass
         return 0
     stats = S.Stats()
     urls = open_inputs(args)
@@ -106,7 +116,7 @@ def tarcat_command(
 
     with open_sink(args.output, stall=rep.stall) as sink:
         writer = S.SampleWriter(sink, stats)
-        for sample in S.pipeline(read_inputs(args, rep, stats, urls), *stages):
+        for sample in S.pipeline(read_inputs(args, rep, stats, urls, pass_through=True), *stages):
             writer.write(sample)
         writer.close()
     rep.done(stats)
