@@ -101,10 +101,14 @@ def key_function(sortkey="__key__", sorttype="text", seed=None):
     if sorttype == "text":
         def text(sample):
             try:
-                return sample[field]
+                value = sample[field]
             except KeyError:
                 raise BadSample(sample.get("__key__"), f"has no field {field!r} to sort by",
                                 sample.get("__source__")) from None
+            if type(value) is Blob:  # a large field: not a sort key
+                raise BadSample(sample.get("__key__"), f"field {field!r} is {len(value)} bytes, too large "
+                                f"to sort by (see --blob-threshold)", sample.get("__source__"))
+            return value
 
         return text
     convert = int if sorttype == "int" else float
