@@ -11,6 +11,7 @@ The library API (see README.md, "Python API")::
 """
 
 from .core.grouping import SampleWriter, group
+from .core.blob import Blob, Spooler
 from .core.rules import split_name
 from .core.stats import Stats
 from .core.tario import Member, TarReader, TarWriter, read_members
@@ -51,5 +52,5 @@ __all__ = list(_LAZY) + [
     "SampleWriter", "Stats", "group", "iter_samples", "parse_fields", "pipeline", "rekey",
     "rename_fields", "select_fields", "shuffle", "skip", "slice_samples", "split_name", "take",
     "write_samples", "Member", "TarReader", "TarWriter", "read_members", "Sink", "expand_urls",
-    "open_sink", "open_source",
+    "open_sink", "open_source", "Blob", "Spooler",
 ]

@@ -95,6 +95,16 @@ StartMethod = Annotated[Optional[Literal["fork", "spawn", "forkserver"]], opt(
                                            help="how worker processes start (default: fork; spawn and "
                                                 "forkserver start clean interpreters, as on macOS)")]
 
+# large members (docs/blobs.md): where and from what size they go to spool files
+BlobThreshold = Annotated[Optional[str], opt("--blob-threshold", metavar="SIZE",
+                          help="members of this size or more are kept in a spool file, not in memory: 4MiB, "
+                               "1GB, 0 for never (default: $TARPROC_BLOB_THRESHOLD or 4MiB)")]
+TmpDir = Annotated[Optional[str], opt("--tmpdir", metavar="DIR",
+                   help="directory for spool files of large members (default: $TMPDIR or /tmp)")]
+#: Commands that only pass samples through take members of plain input files
+#: from this size on as regions of the file, sent with sendfile (Spooler).
+PASS_THROUGH_REGION = 64 << 10
+
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -487,7 +497,20 @@ def _sizes(urls):
     return sizes
 
 
-def read_inputs(args, rep, stats, urls=None):
+def spooler_of(args, pass_through=False):
+    """The :class:`~tarproc.core.blob.Spooler` of ``--blob-threshold`` and
+    ``--tmpdir`` (``pass_through``: for commands that never look at field bytes)."""
+    from ..core.blob import Spooler
+
+    threshold = getattr(args, "blob_threshold", None)
+    tmpdir = getattr(args, "tmpdir", None)
+    if tmpdir is not None and not os.path.isdir(tmpdir):
+        raise UsageError(f"--tmpdir {tmpdir}: no such directory")
+    return Spooler(parse_size(threshold) if threshold is not None else None, tmpdir,
+                   PASS_THROUGH_REGION if pass_through else None)
+
+
+def read_inputs(args, rep, stats, urls=None, pass_through=False):
     """The samples of every input in turn (``-v`` names each one).  When
     the progress line is on and every input is a local uncompressed file,
     its total is their size and the position is estimated from the members
@@ -499,9 +522,11 @@ def read_inputs(args, rep, stats, urls=None):
     if sizes is not None:
         rep.bar.total, rep.bar.unit, rep.position = sum(sizes), "B", 0
     base = 0
+    spooler = spooler_of(args, pass_through)
     for n, url in enumerate(urls):
         rep.info(f"reading {'stdin' if url == '-' else url}")
-        samples = iter_samples([url], stats, strict=args.strict, warn=rep.warn, stall=rep.stall)
+        samples = iter_samples([url], stats, strict=args.strict, warn=rep.warn, stall=rep.stall,
+                               spooler=spooler)
         if sizes is None:
             yield from samples
             continue

@@ -2,7 +2,7 @@
 
 from typing import Annotated, Literal, Optional
 
-from .base import (Args, BraceExpand, Count, FileList, Inputs, Strict, command, nonneg, opt, read_inputs, run,
+from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FileList, Inputs, Strict, command, nonneg, opt, read_inputs, run,
                    Reporter, selection_stages)
 
 EXAMPLES = """
@@ -41,6 +41,8 @@ def tar2tsv_command(
     format: Annotated[Literal["tsv", "csv", "jsonl"], opt("--format",
                       help="output format (default tsv)")] = "tsv",
     strict: Strict = False,
+    blob_threshold: BlobThreshold = None,
+    tmpdir: TmpDir = None,
     verbose: Annotated[bool, opt("-v", "--verbose", help="report inputs and a summary on stderr")] = False,
     quiet: Annotated[bool, opt("-q", "--quiet", help="no warnings")] = False,
     braceexpand: BraceExpand = False,

@@ -2,7 +2,7 @@
 
 from typing import Annotated, Optional
 
-from .base import (BraceExpand, Args, FileList, Fields, Inputs, Output, ProgressFlag, Quiet, Seed, Skip,
+from .base import (BlobThreshold, TmpDir, spooler_of, BraceExpand, Args, FileList, Fields, Inputs, Output, ProgressFlag, Quiet, Seed, Skip,
                    Slice, Strict, Verbose, command, nonneg, open_inputs, opt, progress_stage, read_inputs,
                    run, Reporter, selection_stages)
 
@@ -49,11 +49,13 @@ def tarcat_command(
                             help="drop the samples whose keys are listed in FILE (one per line, '-' for "
                                  "stdin)")] = None,
     strict: Strict = False,
+    blob_threshold: BlobThreshold = None,
+    tmpdir: TmpDir = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
     progress: ProgressFlag = None,
     cleanup: Annotated[Optional[str], opt("--cleanup", metavar="DIR|URL",
-                       help="remove the temporary files (.NAME.HOST-RANDOM.PID.tarproc-partial) that killed "
+                       help="remove the temporary files (.NAME.HOST-RANDOM.PID.tarproc-partial, .tarproc-spool.PID.*) that killed "
                             "writers left in DIR (a live writer's, in any PID namespace, are kept: they are "
                             "locked), or the temporary objects under an s3:// or gs:// prefix, and exit")] = None,
     braceexpand: BraceExpand = False,
@@ -89,6 +91,15 @@ def tarcat_command(
             rep.info(f"removed {path}")
         for path in kept:
             rep.info(f"kept {path} (its writer is alive)")
+        if scheme_of(args.cleanup) == "file":
+            from ..core.blob import stale_spools
+
+            for path in stale_spools(args.cleanup):  # spool files of large members (.tarproc-spool.PID.*)
+                try:
+                    os.unlink(path)
+                    rep.info(f"removed {path}")
+                except OSError:
+                    pass
         return 0
     stats = S.Stats()
     urls = open_inputs(args)
@@ -115,7 +126,7 @@ def tarcat_command(
 
     with open_sink(args.output, stall=rep.stall) as sink:
         writer = S.SampleWriter(sink, stats)
-        for sample in S.pipeline(read_inputs(args, rep, stats, urls), *stages):
+        for sample in S.pipeline(read_inputs(args, rep, stats, urls, pass_through=True), *stages):
             writer.write(sample)
         writer.close()
     rep.done(stats)

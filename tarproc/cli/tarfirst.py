@@ -2,7 +2,7 @@
 
 from typing import Annotated, Optional
 
-from .base import (Args, BraceExpand, FileList, Inputs, Strict, command, nonneg, open_inputs, opt, positive, run,
+from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, FileList, Inputs, Strict, command, nonneg, open_inputs, opt, positive, run,
                    Reporter)
 
 from ..show import DEFAULT_FIRST_FIELDS as DEFAULT_FIELDS
@@ -37,6 +37,8 @@ def tarfirst_command(
     output: Annotated[str, opt("-o", "--output", metavar="FILE",
                       help="write to FILE (appears complete or not at all) instead of stdout")] = "-",
     strict: Strict = False,
+    blob_threshold: BlobThreshold = None,
+    tmpdir: TmpDir = None,
     verbose: Annotated[bool, opt("-v", "--verbose", help="name the member written on stderr")] = False,
     quiet: Annotated[bool, opt("-q", "--quiet", help="no warnings")] = False,
     braceexpand: BraceExpand = False,
@@ -53,7 +55,7 @@ def main(args, prog="tarfirst"):
 
     rep = Reporter(prog, args.verbose, args.quiet, False)
     urls = open_inputs(args)
-    samples = S.iter_samples(urls, strict=args.strict, warn=rep.warn)
+    samples = S.iter_samples(urls, strict=args.strict, warn=rep.warn, spooler=spooler_of(args))
     source = S.skip(args.skip)(samples) if args.skip else samples
     try:
         found = find_match(source, args.field, args.select, args.nth)
@@ -66,13 +68,16 @@ def main(args, prog="tarfirst"):
     rep.info(f"{key}.{field} ({len(data)} bytes)")
     if args.output == "-":
         out = sys.stdout.buffer
-        out.write(data)
+        if hasattr(data, "copy_to"):  # a large field (Blob): streamed
+            data.copy_to(out)
+        else:
+            out.write(data)
         out.flush()
     else:
         from ..urls import open_sink
 
         with open_sink(args.output, compression=None) as sink:
-            sink.write(data)
+            data.copy_to(sink) if hasattr(data, "copy_to") else sink.write(data)
     return 0
 
 

@@ -3,7 +3,7 @@
 import os
 from typing import Annotated, Optional
 
-from .base import (Args, BraceExpand, Count, FileList, Inputs, Output, ProgressFlag, Quiet, Seed, StartMethod,
+from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FileList, Inputs, Output, ProgressFlag, Quiet, Seed, StartMethod,
                    Strict, Verbose,
                    command, nonneg, open_inputs, opt, positive, run, Reporter)
 
@@ -42,13 +42,15 @@ def tarpcat_command(
                                   "of failing with exit 2")] = False,
     start_method: StartMethod = None,
     strict: Strict = False,
+    blob_threshold: BlobThreshold = None,
+    tmpdir: TmpDir = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
     progress: ProgressFlag = None,
     braceexpand: BraceExpand = False,
 ):
     from .. import samples as S
-    from ..pcat import parallel_encoded, parallel_encoded_batches
+    from ..sources.pcat import parallel_encoded, parallel_encoded_batches, write_pieces
     from ..tario import BLOCK
     from ..urls import open_sink
 
@@ -56,6 +58,11 @@ def tarpcat_command(
     if args.workers_p is not None:
         args.workers = args.workers_p
     rep = Reporter("tarpcat", args.verbose, args.quiet, args.progress)
+    spooler = spooler_of(args)  # the workers inherit it through the environment
+    if args.blob_threshold is not None:
+        os.environ["TARPROC_BLOB_THRESHOLD"] = str(spooler.threshold if spooler.threshold != float("inf") else 0)
+    if args.tmpdir is not None:
+        os.environ["TMPDIR"] = os.path.abspath(args.tmpdir)
     stats = S.Stats()
     failed = []
     urls = open_inputs(args) if args.count != 0 else []
@@ -74,12 +81,19 @@ def tarpcat_command(
             write = sink.write
             if batches is not None:
                 for lengths, data in batches:
+                    if lengths is None:  # one sample with large fields
+                        write_pieces(sink, data)
+                        written += 1
+                        continue
                     write(data)
                     written += len(lengths)
                     rep.tick(stats, written)
             elif args.count != 0:
                 for blob in source:
-                    write(blob)
+                    if type(blob) is list:  # a sample with large fields
+                        write_pieces(sink, blob)
+                    else:
+                        write(blob)
                     written += 1
                     rep.tick(stats, written)
                     if written == args.count:

@@ -4,7 +4,7 @@ from typing import Annotated, List, Literal, Optional
 
 import typer
 
-from .base import (Args, FileList, Output, ProgressFlag, Quiet, StartMethod, Strict, Verbose, command, nonneg, open_inputs, opt,
+from .base import (BlobThreshold, TmpDir, spooler_of, Args, FileList, Output, ProgressFlag, Quiet, StartMethod, Strict, Verbose, command, nonneg, open_inputs, opt,
                    positive, progress_stage, read_inputs, run, Reporter)
 
 EXAMPLES = """
@@ -86,7 +86,12 @@ def tarproc_command(
     batch: Annotated[int, opt("--batch", metavar="N", parser=positive(),
                      help="--map: samples sent to a worker at once (default: 32)")] = 32,
     start_method: StartMethod = None,
+    map_blobs: Annotated[Literal["bytes", "blob"], opt("--map-blobs", metavar="bytes|blob",
+                         help="--map: give large fields (docs/blobs.md) to the function as bytes "
+                              "(loaded in the worker) or as tarproc.Blob objects to stream from")] = "bytes",
     strict: Strict = False,
+    blob_threshold: BlobThreshold = None,
+    tmpdir: TmpDir = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
     silent: Annotated[bool, opt("--silent", hidden=True, help="the original's -q")] = False,
@@ -134,7 +139,7 @@ def main(args, prog="tarproc"):
         results = proc.map_function(inputs, args.map, parallel, error_handling=args.error_handling,
                                     ordered=not args.unordered, batch=args.batch, stats=stats,
                                     on_error=rep.say, prog=prog, start_method=args.start_method,
-                                    stall=rep.stall)
+                                    stall=rep.stall, blobs=args.map_blobs)
     else:
         results = proc.map_command(inputs, args.command, parallel, script=args.script,
                                    interpreter=args.interpreter, base=args.base,
@@ -142,7 +147,7 @@ def main(args, prog="tarproc"):
                                    multi=args.multi, ordered=not args.unordered, timeout=args.timeout,
                                    workdir=args.workdir, keepdir=args.keepdir, add_log=args.add_log,
                                    stats=stats, on_error=rep.say, quiet=args.quiet, prog=prog,
-                                   stall=rep.stall)
+                                   stall=rep.stall, spooler=spooler_of(args))
     try:
         with open_sink(args.output, stall=rep.stall) as sink:  # committed by the CLI only on exit 0
             writer = S.SampleWriter(sink, stats)

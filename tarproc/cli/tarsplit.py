@@ -2,7 +2,7 @@
 
 from typing import Annotated, Optional
 
-from .base import (Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Verbose, command, nonneg,
+from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Verbose, command, nonneg,
                    opt, parse_size, positive, progress_stage, read_inputs, run, Reporter)
 
 EXAMPLES = """
@@ -72,6 +72,8 @@ def tarsplit_command(
                      help="write a tarindex index (JSON, and offsets for uncompressed shards) of the shards "
                           "written")] = None,
     strict: Strict = False,
+    blob_threshold: BlobThreshold = None,
+    tmpdir: TmpDir = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
     progress: ProgressFlag = None,
@@ -144,7 +146,7 @@ def tarsplit_command(
         elif args.fractions:
             mode = {"fractions": args.fractions, "seed": args.seed}
         recorder = None
-        samples = progress_stage(rep, stats)(read_inputs(args, rep, stats, urls))
+        samples = progress_stage(rep, stats)(read_inputs(args, rep, stats, urls, pass_through=True))
         if args.index and not (exact or args.fractions):
             from ..sinks.index import IndexRecorder
 

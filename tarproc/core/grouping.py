@@ -5,6 +5,7 @@ see :mod:`tarproc.core.rules` for keys, fields and metadata.  Consecutive
 members with the same key form one sample (the WebDataset convention)."""
 
 from ..errors import BadArchive, BadSample
+from .blob import Blob
 from .rules import is_meta, split_name, unsafe_name
 from .stats import Stats
 from .tario import REGULAR, TYPE_NAMES, TarWriter
@@ -61,8 +62,8 @@ def sample_members(sample):
         value = sample[field]
         if isinstance(value, str):
             value = value.encode("utf-8")
-        elif not isinstance(value, (bytes, bytearray, memoryview)):
-            raise BadSample(key, f"field {field!r} is {type(value).__name__}, not bytes or str")
+        elif not isinstance(value, (bytes, bytearray, memoryview, Blob)):
+            raise BadSample(key, f"field {field!r} is {type(value).__name__}, not bytes, str or Blob")
         if not field or "/" in field:
             raise BadSample(key, f"bad field name {field!r}")
         out.append((key + "." + field, value))

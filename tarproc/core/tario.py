@@ -15,6 +15,7 @@ and fixed, so a direct codec is short and several times faster.
 """
 
 from ..errors import BadArchive
+from .blob import Blob, Spooler, region
 
 BLOCK = 512
 ZERO_BLOCK = bytes(BLOCK)
@@ -48,10 +49,11 @@ class Member:
     ``name`` is a ``str`` (bytes that are not UTF-8 are kept with
     ``surrogateescape``, so they round-trip); ``type`` is ``"0"`` for regular
     files, otherwise the tar type flag; ``data`` is the member's bytes for
-    regular files and ``None`` otherwise; ``offset`` is where its header starts;
-    ``start`` is where its first header block starts, counting the long-name
-    and pax headers before it (the byte range of a member in an uncompressed
-    tar is ``start`` to ``offset + 512 + size`` rounded up to 512).
+    regular files (a :class:`~tarproc.core.blob.Blob` from the reader's
+    spooler threshold on) and ``None`` otherwise; ``offset`` is where its
+    header starts; ``start`` is where its first header block starts, counting
+    the long-name and pax headers before it (the byte range of a member in an
+    uncompressed tar is ``start`` to ``offset + 512 + size`` rounded up to 512).
     """
 
     __slots__ = ("name", "data", "type", "mode", "mtime", "linkname", "offset", "start")
@@ -197,15 +199,26 @@ class TarReader:
     end-of-archive blocks is an error; otherwise ``truncated`` is set and
     ``warn(message)`` is called.  Data after an end-of-archive marker is read
     on (like ``tar -i``), so ``cat a.tar b.tar`` reads as one archive.
+
+    Members of at least ``spooler.threshold`` bytes (a
+    :class:`~tarproc.core.blob.Spooler`; ``None``: the default, 4 MiB or
+    ``TARPROC_BLOB_THRESHOLD``) come as a :class:`~tarproc.core.blob.Blob`:
+    a region of the input file when the stream offers one (``region_source``,
+    a plain file opened by :func:`~tarproc.sources.open.open_source`), else
+    a spool file written while the data arrives.
     """
 
-    def __init__(self, stream, source="-", strict=False, warn=None):
+    def __init__(self, stream, source="-", strict=False, warn=None, spooler=None):
         self.stream = stream
         self.source = source
         self.strict = strict
         self.warn = warn
         self.offset = 0
         self.truncated = False
+        self.spooler = spooler if spooler is not None else Spooler()
+        self._region = getattr(stream, "region_source", None)
+        self._shared = {}
+        self._blob_from = self.spooler.region_threshold if self._region is not None else self.spooler.threshold
 
     def __iter__(self):
         return self.members()
@@ -213,7 +226,41 @@ class TarReader:
     def _fail(self, offset, problem):
         raise BadArchive(self.source, offset, problem)
 
+    def _read_blob(self, size, offset, name):
+        """The data of a large member as a :class:`Blob` (see the class doc)."""
+        stream = self.stream
+        pad = -size % BLOCK
+        if self._region is not None:
+            fd, path = self._region
+            import os
+
+            pos = stream.tell()
+            if os.fstat(fd).st_size >= pos + size + pad:
+                stream.seek(size + pad, 1)
+                return region(fd, path, pos, size, self._shared)
+            if size < self.spooler.threshold:
+                return None  # the file is too short: read it as bytes, for the usual error
+
+        def fail(got):
+            self._fail(offset, f"input ends inside member data of {name!r} ({got} of {size} bytes)")
+
+        readinto = getattr(stream, "readinto", None)
+        if readinto is None:
+            def readinto(view, read=stream.read):
+                data = read(len(view))
+                view[: len(data)] = data
+                return len(data)
+        blob = self.spooler.spool(readinto, size, fail)
+        if pad and len(stream.read(pad)) < pad:
+            blob.close()
+            self._fail(offset, f"input ends inside the padding after {name!r}")
+        return blob
+
     def _read_data(self, size, offset, name, what="member data"):
+        if size >= self._blob_from and what == "member data":
+            blob = self._read_blob(size, offset, name)
+            if blob is not None:
+                return blob
         read = self.stream.read
         if size >= _LARGE_MEMBER and not _malloc_tuned:
             _tune_malloc()
@@ -435,7 +482,8 @@ class TarWriter:
         ))
 
     def write(self, name, data):
-        """Write one regular-file member named ``name`` (``str``) holding ``data``."""
+        """Write one regular-file member named ``name`` (``str``) holding ``data``
+        (``bytes``, or a :class:`~tarproc.core.blob.Blob`, copied in chunks)."""
         nameb = name.encode("utf-8", "surrogateescape")
         size = len(data)
         w = self.stream.write
@@ -444,7 +492,10 @@ class TarWriter:
         else:
             header = self._slow_header(nameb, size)
         w(header)
-        w(data)
+        if type(data) is Blob:
+            data.copy_to(self.stream)
+        else:
+            w(data)
         pad = -size % BLOCK
         if pad:
             w(self._zeros[:pad])

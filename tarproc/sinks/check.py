@@ -22,6 +22,7 @@ Damage (bad checksums, input ending inside a member) raises
 :class:`~tarproc.errors.BadArchive`, as everywhere else.
 """
 
+from ..core.blob import SizesOnly
 from ..core.rules import split_name, unsafe_name
 from ..core.tario import TYPE_NAMES, REGULAR, DIRECTORY, TarReader
 
@@ -97,7 +98,8 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
     stream = open_source(url)
     name_of = "stdin" if url == "-" else url
     try:
-        reader = TarReader(stream, name_of, strict=strict, warn=warnings.append)
+        # only sizes are needed: large members are read past, never stored
+        reader = TarReader(stream, name_of, strict=strict, warn=warnings.append, spooler=SizesOnly())
         for m in reader.members():
             members += 1
             name = m.name

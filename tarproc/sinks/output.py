@@ -327,6 +327,15 @@ class Sink:
         except OSError as e:
             raise OutputError(f"{self.url}: write failed: {e.strerror or e}") from None
 
+    def blob_fd(self):
+        """For :meth:`Blob.copy_to <tarproc.core.blob.Blob.copy_to>`: flush and
+        give the descriptor to ``sendfile`` into, or ``None`` when the output
+        is compressed."""
+        if self.compression is not None:
+            return None
+        self.flush()
+        return self.fd
+
     def flush(self):
         try:
             self.stream.flush()

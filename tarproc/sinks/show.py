@@ -19,6 +19,12 @@ module is cheap.
 import io
 import json
 import re
+from ..core.blob import Blob
+
+#: How much of a spooled (large) field a preview reads.
+PREFIX = 1 << 16
+#: Larger spooled fields are not decoded as images.
+MAX_IMAGE_BLOB = 64 << 20
 
 from ..errors import UsageError
 
@@ -108,6 +114,8 @@ def _clip(text, width, escape=True):
 def preview(field, data, width=64):
     """A one-line, plain-text preview of a field's bytes."""
     n = len(data)
+    if type(data) is Blob:
+        data = data[:PREFIX]  # a spooled field: look at its start only
     if looks_like_image(field, data):
         info = image_info(data)
         if info:
@@ -246,6 +254,10 @@ def to_image(field, data, normalize=False, cmap=None, max_size=None):
     when the field is neither.  Single-channel images go through ``cmap``
     when one is given; ``normalize`` stretches values to their full range.
     ``max_size`` (w, h) lets JPEG decode at a reduced scale."""
+    if type(data) is Blob:
+        if len(data) > MAX_IMAGE_BLOB:
+            return None
+        data = data.read()
     if ext_of(field) == "npy" or bytes(data[:6]) == b"\x93NUMPY":
         try:
             import numpy as np

@@ -12,6 +12,8 @@ indices); a missing field is an empty cell (``null`` in JSON lines).
 
 import json
 
+from ..core.blob import Blob
+
 from ..errors import UsageError
 from ..core.rules import is_extra_meta
 
@@ -94,6 +96,8 @@ def lookup(sample, path):
         field = ".".join(parts[:i])
         if field in sample:
             data = sample[field]
+            if type(data) is Blob:
+                return None  # a spooled field is too large to parse as JSON
             try:
                 obj = json.loads(bytes(data).decode("utf-8"))
             except (UnicodeDecodeError, ValueError):
@@ -113,6 +117,10 @@ def cell(sample, column, hash=False, native=False):
         if found is None:
             continue
         field, value = found
+        if type(value) is Blob:  # large: its size (or hash), never loaded
+            if hash:
+                return value.sha256().hexdigest()
+            return len(value) if native else str(len(value))
         if isinstance(value, (bytes, bytearray, memoryview)):
             if _is_binary(field, value):
                 if hash:

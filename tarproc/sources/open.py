@@ -32,6 +32,8 @@ from ..runtime.procs import _pdeathsig
 
 
 BUFSIZE = 1 << 20
+#: Read-ahead for plain files, whose large members are seeked over.
+REGION_BUFSIZE = 32 << 10
 READ_COMMANDS = {
     "http": "curl -sSfL --retry 3 {url}",
     "https": "curl -sSfL --retry 3 {url}",
@@ -108,6 +110,15 @@ class _FdReader(io.RawIOBase):
             self.eof = True
             self._check_process()
         return n
+
+    def seekable(self):
+        return not self.pollable
+
+    def seek(self, pos, whence=0):
+        return os.lseek(self.fd, pos, whence)
+
+    def tell(self):
+        return os.lseek(self.fd, 0, 1)
 
     def _check_process(self):
         proc = self.proc
@@ -192,6 +203,17 @@ def open_source(url, decompress=True, stall=None):
     stream, codec = _wrap_compression(raw, "stdin" if name == "-" else name) if decompress else (io.BufferedReader(raw, BUFSIZE), None)
     stream.url = name
     stream.compression = codec
+    if codec is None and type(stream) is io.BufferedReader and stream.raw is raw and not raw.pollable:
+        # A plain regular file: large members become regions of it (no copy),
+        # which the reader seeks over.  A small buffer, so that a seek wastes
+        # little of what was read ahead.
+        pos = stream.tell()
+        stream.detach()
+        raw.seek(pos)
+        stream = io.BufferedReader(raw, REGION_BUFSIZE)
+        stream.url = name
+        stream.compression = None
+        stream.region_source = (raw.fd, name if scheme == "file" else None)
     return stream
 
 

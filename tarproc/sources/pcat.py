@@ -48,7 +48,10 @@ _PIPE_SIZE = 1 << 20
 #   _TAR:     ``count`` native uint64 sample lengths, then the samples'
 #             tar members back to back.
 _HEADER = struct.Struct("<BQ")
-_CONTROL, _SAMPLES, _TAR = 1, 2, 3
+#   _PIECES:  one sample holding large fields: a pickled list of its tar
+#             pieces, ``bytes`` or a blob reference (core.blob.handover), so
+#             a blob crosses as its spool file's name, never its bytes.
+_CONTROL, _SAMPLES, _TAR, _PIECES = 1, 2, 3, 4
 
 
 class _Out:
@@ -70,6 +73,12 @@ class _Out:
     def samples(self, batch):
         self.send(self.fd, [_HEADER.pack(_SAMPLES, len(batch)), self.dumps(batch, protocol=5)])
 
+    def pieces(self, pieces):
+        from ..core.blob import Blob, handover
+
+        refs = [handover(p) if type(p) is Blob else bytes(p) for p in pieces]
+        self.send(self.fd, [_HEADER.pack(_PIECES, 1), self.dumps(refs, protocol=5)])
+
     def tar(self, lengths, pieces, size):
         pieces[0] = _HEADER.pack(_TAR, len(lengths)) + array("Q", lengths).tobytes()
         self.send(self.fd, pieces)
@@ -79,11 +88,11 @@ class _Collect:
     """A write-only stream that keeps what is written, as a list of pieces
     (the first one reserved for the frame header)."""
 
-    __slots__ = ("pieces", "write")
+    __slots__ = ("pieces", "write", "write_blob")
 
     def __init__(self):
         self.pieces = [b""]
-        self.write = self.pieces.append
+        self.write = self.write_blob = self.pieces.append
 
 
 def _worker(conn, urls, mode, strict, header_defaults):
@@ -92,6 +101,7 @@ def _worker(conn, urls, mode, strict, header_defaults):
     in order, send batches."""
     from ..core.grouping import SampleWriter
     from .samples import iter_samples
+    from ..core.blob import Blob
 
     out = _Out(conn)
     send = out.control
@@ -136,6 +146,12 @@ def _worker(conn, urls, mode, strict, header_defaults):
                 if tar:
                     before = tw.bytes_written
                     for sample in iter_samples([url], stats, strict=strict, warn=warn):
+                        if Blob in map(type, sample.values()):  # large fields: sent alone, by reference
+                            flush()
+                            one = _Collect()
+                            SampleWriter(one, **header_defaults).write(sample)
+                            out.pieces(one.pieces[1:])
+                            continue
                         writer.write(sample)
                         after = tw.bytes_written
                         lengths.append(after - before)
@@ -145,6 +161,10 @@ def _worker(conn, urls, mode, strict, header_defaults):
                             flush()
                 else:
                     for sample in iter_samples([url], stats, strict=strict, warn=warn):
+                        if Blob in map(type, sample.values()):  # large fields cross as references to their files
+                            from ..core.blob import handover
+
+                            sample = {k: _Ref(handover(v)) if type(v) is Blob else v for k, v in sample.items()}
                         batch.append(sample)
                         size += sum(len(v) for k, v in sample.items() if type(v) is bytes)
                         if size >= BATCH_BYTES or len(batch) >= BATCH_SAMPLES:
@@ -166,6 +186,21 @@ def _worker(conn, urls, mode, strict, header_defaults):
         pass  # the parent stopped reading (--count, an error): just end
     finally:
         conn.close()
+        from ..core.blob import _remove_live
+
+        _remove_live()  # a process pool ends its workers with os._exit: no atexit
+
+
+class _Ref:
+    """A blob in a pickled sample (see :func:`tarproc.core.blob.handover`)."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref):
+        self.ref = ref
+
+    def __reduce__(self):
+        return (_Ref, (self.ref,))
 
 
 def _add_stats(stats, d):
@@ -215,6 +250,13 @@ def _stop(procs, readers, conns):
         r.close()
     for c in conns:
         c.close()
+    # spool files a worker was still writing (killed, or ended by os._exit
+    # without atexit); those handed over to us are locked by us and stay
+    from ..core.blob import remove_spools_of
+
+    for p in procs:
+        if p.pid is not None:
+            remove_spools_of(p.pid)
 
 
 def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, stats, failed):
@@ -251,9 +293,24 @@ def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, st
                     del data  # so that the buffer can be reused
                     turn += 1
                     break
+                if kind == _PIECES:
+                    from ..core.blob import take
+
+                    pieces = [take(p) if type(p) is tuple else p for p in loads(view)]
+                    view.release()
+                    stats.read += 1
+                    yield None, pieces
+                    turn += 1
+                    break
                 if kind == _SAMPLES:
                     batch = loads(view)
                     view.release()
+                    for sample in batch:
+                        for k, v in sample.items():
+                            if type(v) is _Ref:
+                                from ..core.blob import take
+
+                                sample[k] = take(v.ref)
                     stats.read += len(batch)
                     yield batch
                     turn += 1
@@ -307,7 +364,9 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     """Yield the samples of ``urls``, read by ``workers`` processes (default:
     the number of cores), each as the ``bytes`` of its tar members (as
     :class:`~tarproc.samples.SampleWriter` writes them, so concatenating them
-    and two zero blocks is a valid tar).  With ``shuffle`` > 0 the shard list
+    and two zero blocks is a valid tar); a sample with large fields comes as a
+    list of pieces, ``bytes`` and :class:`~tarproc.core.blob.Blob` (see
+    :func:`write_pieces`).  With ``shuffle`` > 0 the shard list
     is shuffled and the samples are mixed through a buffer of ``shuffle``
     samples, reproducibly with ``seed``.  ``urls`` is a pattern string or a
     list; ``start_method``: ``fork`` (default), ``spawn`` or ``forkserver``."""
@@ -323,6 +382,9 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     def blobs():
         try:
             for lengths, data in batches:
+                if lengths is None:  # one sample with large fields: a list of pieces (bytes, Blob)
+                    yield data
+                    continue
                 pos = 0
                 if shuffle > 0:  # copies: a buffered view would pin its whole batch in memory
                     for n in lengths:
@@ -345,11 +407,23 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     return blobs()
 
 
+def write_pieces(out, pieces):
+    """Write an encoded sample given as a list of pieces (``bytes`` or
+    :class:`~tarproc.core.blob.Blob`, copied in chunks) to ``out``."""
+    for p in pieces:
+        if hasattr(p, "copy_to"):
+            p.copy_to(out)
+        else:
+            out.write(p)
+
+
 def parallel_encoded_batches(urls, workers=None, strict=False, ignore_errors=False, warn=None, info=None,
                              stats=None, failed=None, start_method=None, **header_defaults):
     """Like :func:`parallel_encoded` without shuffling, but yields
     ``(lengths, data)`` batches: ``data`` holds ``len(lengths)`` encoded
-    samples back to back (the fastest way to copy everything)."""
+    samples back to back (the fastest way to copy everything).  A sample with
+    large fields comes alone as ``(None, pieces)``: a list of ``bytes`` and
+    :class:`~tarproc.core.blob.Blob` to write in turn (:func:`write_pieces`)."""
     return _parallel(url_list(urls), workers, "tar", strict, ignore_errors, warn, info, stats, failed,
                      header_defaults, start_method)
 

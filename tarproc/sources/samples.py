@@ -5,7 +5,7 @@ from ..core.stats import Stats
 from ..core.tario import TarReader
 
 
-def iter_samples(urls, stats=None, strict=False, warn=None, stall=None):
+def iter_samples(urls, stats=None, strict=False, warn=None, stall=None, spooler=None):
     """Yield the samples of one URL or a list of URLs, in order.
 
     Each sample gets ``__source__`` (its URL; ``stdin`` for ``-``).  ``warn(message)`` receives
@@ -14,7 +14,10 @@ def iter_samples(urls, stats=None, strict=False, warn=None, stall=None):
     sample before it has been yielded.  ``urls`` is a pattern string
     (``"shard-{0000..0009}.tar"``) or a list of URLs.  ``stall`` (a
     :class:`~tarproc.runtime.stall.Stall`) is called before a read that
-    would block on an empty pipe."""
+    would block on an empty pipe.  Members from ``spooler.threshold`` bytes
+    on come as :class:`~tarproc.core.blob.Blob` (``spooler``: a
+    :class:`~tarproc.core.blob.Spooler`, default 4 MiB or
+    ``TARPROC_BLOB_THRESHOLD``, spool files in ``TMPDIR``)."""
     from .fragment import iter_fragment
     from .shardlist import expand_urls
     from .open import open_source
@@ -32,7 +35,7 @@ def iter_samples(urls, stats=None, strict=False, warn=None, stall=None):
         stats.inputs += 1
         name = "stdin" if url == "-" else url
         try:
-            reader = TarReader(stream, name, strict=strict, warn=warn)
+            reader = TarReader(stream, name, strict=strict, warn=warn, spooler=spooler)
             yield from group(reader.members(), name, stats)
         finally:
             stream.close()

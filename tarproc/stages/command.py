@@ -33,6 +33,7 @@ import os
 import threading
 
 from ..errors import UsageError, describe_exit
+from ..core.blob import Blob, Spooler
 from ..core.rules import bad_field_name, bad_key, is_extra_meta, is_meta
 from ..runtime.engine import _Result, _ThreadPool, _check_mode, _engine, _handler, _stderr_echo, _stderr_report, default_parallel
 from ..runtime.procs import _killpg, _wait_exit, _wait_nowait
@@ -45,7 +46,7 @@ class CommandRunner:
     running command's process group and removes the run directory."""
 
     def __init__(self, command=None, script=None, interpreter="bash", base="sample", subdirs=False,
-                 multi=False, timeout=None, workdir=None, keepdir=False, add_log=None):
+                 multi=False, timeout=None, workdir=None, keepdir=False, add_log=None, spooler=None):
         import tempfile
 
         if (command is None) == (script is None):
@@ -76,6 +77,7 @@ class CommandRunner:
         self.timeout = timeout
         self.keepdir = keepdir
         self.add_log = add_log
+        self.spooler = spooler if spooler is not None else Spooler()
         self.parent = workdir or tempfile.gettempdir()
         if not os.path.isdir(self.parent):
             raise UsageError(f"working directory base {self.parent!r} does not exist")
@@ -209,6 +211,9 @@ class CommandRunner:
                 return why
             if isinstance(value, str):
                 value = value.encode("utf-8", "surrogateescape")  # keys keep non-UTF-8 bytes
+            elif type(value) is Blob:  # large: a hard link to its spool file, or a streamed copy
+                value.link_or_copy_to(f"{self.base}.{field}", dfd)
+                continue
             elif not isinstance(value, (bytes, bytearray, memoryview)):
                 return f"field {field!r} is {type(value).__name__}, not bytes or str"
             fd = os.open(f"{self.base}.{field}", flags, 0o644, dir_fd=dfd)
@@ -280,7 +285,7 @@ class CommandRunner:
                     except OSError:
                         continue
                     try:
-                        files, why = _read_files(sub, self.base + ".")
+                        files, why = _read_files(sub, self.base + ".", self.spooler)
                     finally:
                         os.close(sub)
                     if why:
@@ -288,7 +293,7 @@ class CommandRunner:
                     if files:
                         outputs.append(self._make_sample(files, f"{key}/{name}", meta))
             elif self.multi:
-                files, problem = _read_files(dfd, self.base + "-")
+                files, problem = _read_files(dfd, self.base + "-", self.spooler)
                 per = {}
                 for field, data in files.items():
                     n, dot, rest = field.partition(".")
@@ -297,7 +302,7 @@ class CommandRunner:
                     per.setdefault(n, {})[rest] = data
                 outputs = [self._make_sample(per[n], f"{key}-{n}", meta) for n in sorted(per, key=_natural)]
             else:
-                files, problem = _read_files(dfd, self.base + ".")
+                files, problem = _read_files(dfd, self.base + ".", self.spooler)
                 outputs = [self._make_sample(files, key, meta)] if files else []
         finally:
             os.close(dfd)
@@ -368,9 +373,10 @@ def _entries(dfd):
                 continue
 
 
-def _read_files(dfd, prefix):
+def _read_files(dfd, prefix, spooler=None):
     """``{suffix: bytes}`` of the regular files named ``prefix + suffix`` in a
-    directory; ``(files, problem)``.  A symlink is a problem (the other files
+    directory; ``(files, problem)``.  Files of ``spooler.threshold`` bytes
+    or more become blobs (hard-linked into a spool file when possible).  A symlink is a problem (the other files
     are still read), never followed;
     FIFOs, directories and other special files are ignored."""
     import stat
@@ -397,6 +403,9 @@ def _read_files(dfd, prefix):
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
+                continue
+            if spooler is not None and st.st_size >= spooler.threshold:
+                files[name[len(prefix):]] = spooler.adopt(name, dfd)
                 continue
             chunks = []
             while True:
@@ -435,7 +444,7 @@ def _remove_tree(path):
 def map_command(samples, command=None, parallel=None, *, script=None, interpreter="bash", base="sample",
                 error_handling="skip", subdirs=False, multi=False, ordered=True, timeout=None,
                 workdir=None, keepdir=False, add_log=None, stats=None, on_error=None, echo=None,
-                quiet=False, prog="tarproc", stall=None):
+                quiet=False, prog="tarproc", stall=None, spooler=None):
     """Run ``command`` (a shell command line, or ``script=FILE``) on every
     sample; yield the output samples (see the module documentation).
 
@@ -445,12 +454,17 @@ def map_command(samples, command=None, parallel=None, *, script=None, interprete
     Closing the iterator (or an exception in the consumer) kills running
     commands and removes the working directories.  ``stall`` (a
     :class:`~tarproc.runtime.stall.Stall`) is told when no result is ready.
-    Works from any thread."""
+    Works from any thread.
+
+    A large field (:class:`~tarproc.core.blob.Blob`) is hard-linked (or
+    streamed) into the working directory; output files of
+    ``spooler.threshold`` bytes or more come back as blobs."""
     _check_mode(error_handling)
     parallel = parallel or default_parallel()
     if parallel < 1:
         raise UsageError("parallel must be >= 1")
-    runner = CommandRunner(command, script, interpreter, base, subdirs, multi, timeout, workdir, keepdir, add_log)
+    runner = CommandRunner(command, script, interpreter, base, subdirs, multi, timeout, workdir, keepdir, add_log,
+                           spooler)
     return _run_commands(samples, runner, parallel, error_handling, ordered, stats,
                          on_error or _stderr_report(prog), echo or _stderr_echo, quiet or add_log is not None, stall)
 

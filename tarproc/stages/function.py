@@ -21,6 +21,7 @@ import sys
 import threading
 
 from ..errors import SampleFailed, UsageError
+from ..core.blob import Blob
 from ..core.rules import bad_field_name, is_meta
 from ..runtime.engine import _Result, _check_mode, _engine, _handler, _stderr_report, default_parallel
 
@@ -86,13 +87,29 @@ def _normalize(result, sample):
                 value = value.encode("utf-8")
             elif isinstance(value, (bytearray, memoryview)):
                 value = bytes(value)
-            elif not isinstance(value, bytes):
-                raise TypeError(f"field {field!r} is {type(value).__name__}, not bytes or str")
+            elif not isinstance(value, (bytes, Blob)):
+                raise TypeError(f"field {field!r} is {type(value).__name__}, not bytes, str or Blob")
             clean[field] = value
         if "__key__" not in clean:
             clean["__key__"] = sample.get("__key__")
         out.append(clean)
     return out
+
+
+class _BytesFields:
+    """Wraps the function: large fields (blobs) are loaded into ``bytes``
+    before it sees the sample (the default of ``map_function``)."""
+
+    def __init__(self, fn):
+        self.spec = fn
+        self.fn = None
+
+    def __call__(self, sample):
+        if self.fn is None:
+            self.fn = load_function(self.spec)
+        if Blob in map(type, sample.values()):
+            sample = {k: v.read() if type(v) is Blob else v for k, v in sample.items()}
+        return self.fn(sample)
 
 
 def _apply(fn, sample):
@@ -131,7 +148,7 @@ def _worker_setup(spec):
 
 
 def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=True, batch=32, stats=None,
-                 on_error=None, prog="tarproc", start_method=None, stall=None):
+                 on_error=None, prog="tarproc", start_method=None, stall=None, blobs="bytes"):
     """Apply ``fn`` (a callable -- lambdas and closures too --,
     ``"module:function"`` or ``"path/file.py:function"``) to every sample in
     ``parallel`` worker processes; yield the samples it returns, in input
@@ -140,7 +157,21 @@ def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=T
     ``"spawn"`` or ``"forkserver"``.  ``parallel=1`` inside a daemon process
     (a DataLoader worker) runs ``fn`` in this process.  ``stall`` (a
     :class:`~tarproc.runtime.stall.Stall`) sends partial batches when the
-    input is about to block.  Works from any thread."""
+    input is about to block.  Works from any thread.
+
+    Large fields (:class:`~tarproc.core.blob.Blob`) cross to the workers as
+    references to their files.  With ``blobs="bytes"`` (the default) the
+    worker loads them, so ``fn`` sees only ``bytes``: a 3 GB member costs
+    3 GB in that worker.  With ``blobs="blob"`` ``fn`` gets the blob itself
+    (``len``, ``open()``, ``copy_to``, ``path``/``offset``, ``read(n)``) and
+    can stream; it may also return blobs."""
+    if blobs not in ("bytes", "blob"):
+        raise UsageError(f"blobs must be 'bytes' or 'blob', not {blobs!r}")
+    if blobs == "bytes":
+        if not callable(fn):
+            load_function(fn)
+        fn = _BytesFields(fn)
+
     _check_mode(error_handling)
     parallel = parallel or default_parallel()
     if parallel < 1:

@@ -31,6 +31,7 @@ Sort types: ``text`` (bytes order of the field, code-point order of
 import os
 import sys
 
+from ..core.blob import Blob
 from ..errors import BadSample, UsageError
 from ..core.rules import is_extra_meta
 from ..runtime.procs import pid_alive
@@ -40,6 +41,9 @@ FANIN = 64
 SORTTYPES = ("text", "int", "float", "shuffle")
 _TUPLE = sys.getsizeof((0, 0))
 _SLOT = 8
+#: What a large field (a :class:`~tarproc.core.blob.Blob`, whose bytes are in
+#: a file) counts against the memory budget: it bounds the open files.
+BLOB_COST = 1 << 20
 
 
 def sample_cost(sample, getsizeof=sys.getsizeof):
@@ -51,8 +55,37 @@ def sample_cost(sample, getsizeof=sys.getsizeof):
         total += getsizeof(k)
         if is_extra_meta(k):
             continue
-        total += getsizeof(v)
+        total += BLOB_COST if type(v) is Blob else getsizeof(v)
     return total
+
+
+def _blob_pickler(f, proto, directory):
+    """A pickler that writes a blob as a reference to a file of its bytes in
+    ``directory`` (moved or copied there, never loaded)."""
+    import pickle
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, obj):
+            if type(obj) is Blob:
+                return ("blob", os.path.basename(obj.persist(directory)), len(obj))
+            return None
+
+    return Pickler(f, proto)
+
+
+def _unpickler(f):
+    import pickle
+
+    directory = os.path.dirname(f.name)
+
+    class Unpickler(pickle.Unpickler):
+        def persistent_load(self, pid):
+            kind, name, length = pid
+            if kind != "blob" or "/" in name:
+                raise pickle.UnpicklingError(f"bad reference {pid!r} in a sort run")
+            return Blob.from_path(os.path.join(directory, name), owned=True)
+
+    return Unpickler(f)
 
 
 def key_function(sortkey="__key__", sorttype="text", seed=None):
@@ -68,10 +101,14 @@ def key_function(sortkey="__key__", sorttype="text", seed=None):
     if sorttype == "text":
         def text(sample):
             try:
-                return sample[field]
+                value = sample[field]
             except KeyError:
                 raise BadSample(sample.get("__key__"), f"has no field {field!r} to sort by",
                                 sample.get("__source__")) from None
+            if type(value) is Blob:  # a large field: not a sort key
+                raise BadSample(sample.get("__key__"), f"field {field!r} is {len(value)} bytes, too large "
+                                f"to sort by (see --blob-threshold)", sample.get("__source__"))
+            return value
 
         return text
     convert = int if sorttype == "int" else float
@@ -171,9 +208,10 @@ class _Runs:
             self.lockfd = None
 
 
-def _write_run(path, records, chunk_bytes):
+def _write_run(path, records, chunk_bytes, blobs=False):
     """Write ``(sortkey, sample, cost)`` records as pickled chunks of about
-    ``chunk_bytes`` (counted in memory) each."""
+    ``chunk_bytes`` (counted in memory) each.  With ``blobs``, large fields
+    become files next to the run (see :func:`_blob_pickler`)."""
     import pickle
 
     from ..errors import OutputError
@@ -187,11 +225,12 @@ def _write_run(path, records, chunk_bytes):
                 chunk.append((key, sample))
                 size += cost
                 if size >= chunk_bytes:
-                    pickle.dump(chunk, f, proto)  # a fresh memo per chunk: chunks load alone
+                    # a fresh memo per chunk: chunks load alone
+                    _blob_pickler(f, proto, os.path.dirname(path)).dump(chunk) if blobs else pickle.dump(chunk, f, proto)
                     chunk = []
                     size = 0
             if chunk:
-                pickle.dump(chunk, f, proto)
+                _blob_pickler(f, proto, os.path.dirname(path)).dump(chunk) if blobs else pickle.dump(chunk, f, proto)
     except OSError as e:
         raise OutputError(f"{path}: cannot write a sort run: {e.strerror}") from None
 
@@ -203,7 +242,7 @@ def _read_run(path, bufsize):
     with open(path, "rb", buffering=bufsize) as f:
         while True:
             try:
-                chunk = pickle.load(f)
+                chunk = _unpickler(f).load()
             except EOFError:
                 break
             yield from chunk
@@ -273,6 +312,7 @@ def _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique=False):
     getsizeof = sys.getsizeof
     per_record = _TUPLE + 8 + _SLOT
     chunk_bytes = max(64 << 10, memory // (4 * FANIN))
+    blobs = False
     try:
         records = []
         used = 0
@@ -281,12 +321,14 @@ def _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique=False):
             cost = sample_cost(sample, getsizeof) + per_record
             if k is not sample.get("__key__"):
                 cost += getsizeof(k)
+            if cost >= BLOB_COST and not blobs:
+                blobs = any(type(v) is Blob for v in sample.values())
             records.append((k, sample, cost))
             used += cost
             if used >= memory:
                 records.sort(key=itemgetter(0), reverse=reverse)
                 path = runs.new_path()
-                _write_run(path, records, chunk_bytes)
+                _write_run(path, records, chunk_bytes, blobs)
                 paths.append(path)
                 records = []
                 used = 0
@@ -302,7 +344,7 @@ def _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique=False):
             return
         if records:
             path = runs.new_path()
-            _write_run(path, records, chunk_bytes)
+            _write_run(path, records, chunk_bytes, blobs)
             paths.append(path)
         records = None
         # Merge passes until at most FANIN runs remain, then the final merge.
@@ -317,7 +359,7 @@ def _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique=False):
                 out = runs.new_path()
                 merged_records = ((k, s, sample_cost(s) + per_record)
                                   for k, s in _merge([_read_run(p, bufsize) for p in group], reverse))
-                _write_run(out, merged_records, chunk_bytes)
+                _write_run(out, merged_records, chunk_bytes, blobs)
                 merged.append(out)
             paths = merged
         bufsize = max(16 << 10, min(1 << 20, memory // (8 * len(paths))))
