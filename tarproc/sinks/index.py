@@ -99,7 +99,7 @@ def scan_shard(url, stats=None, strict=False, warn=None):
                     last[1] = m.offset + BLOCK + size + (-size % BLOCK)
                 yield m
 
-        n = 0
+        n = nxt = 0
         for sample in group(tracked(reader.members()), name, stats):
             if plain:
                 # the sample just completed began where the previous one ended;

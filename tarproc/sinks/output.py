@@ -334,7 +334,7 @@ class Sink:
         if self.compression is not None:
             return None
         self.flush()
-        return self.fd
+        return self._raw.fileno()
 
     def flush(self):
         try:
