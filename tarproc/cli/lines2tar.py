@@ -56,9 +56,9 @@ def main(args, prog="lines2tar"):
     urls = expand_urls(args.inputs or [])
     note_terminal(prog, urls)
     stats = S.Stats()
-    with open_sink(args.output) as sink:
+    with open_sink(args.output, stall=rep.stall) as sink:
         writer = S.SampleWriter(sink, stats)
-        for sample in iter_line_samples(urls, keys, sep, args.keyformat, stats):
+        for sample in iter_line_samples(urls, keys, sep, args.keyformat, stats, stall=rep.stall):
             writer.write(sample)
         writer.close()
     rep.done(stats)

@@ -49,7 +49,7 @@ def check_keyformat(keyformat):
 
 
 def iter_line_samples(urls="-", keys=("txt",), separator="\t", keyformat="{:09d}", stats=None,
-                      max_line=MAX_LINE):
+                      max_line=MAX_LINE, stall=None):
     """Samples from the lines of text inputs, one per line.
 
     Each line (without its ``\\n``) is split on ``separator`` into exactly as
@@ -57,7 +57,9 @@ def iter_line_samples(urls="-", keys=("txt",), separator="\t", keyformat="{:09d}
     an error naming the input and the line number.  Values are the bytes of
     the line as they are (no decoding, a ``\\r`` stays).  The key is
     ``keyformat.format(index)`` (index from 0 over all inputs), or the value
-    of the ``__key__`` column when ``keys`` has one."""
+    of the ``__key__`` column when ``keys`` has one.  ``stall`` (a
+    :class:`~tarproc.runtime.stall.Stall`) is called before a read that would
+    block, so that output keeps pace with slow input."""
     from .open import open_source
     from .shardlist import expand_urls
 
@@ -71,7 +73,7 @@ def iter_line_samples(urls="-", keys=("txt",), separator="\t", keyformat="{:09d}
     index = 0
     for url in urls:
         source = "stdin" if url == "-" else url
-        stream = open_source(url)
+        stream = open_source(url, stall=stall)
         if stats is not None:
             stats.inputs += 1
         try:
