@@ -32,10 +32,12 @@ class BadArchive(BadInput):
     """
 
     def __init__(self, source, offset, problem):
+        from .core.limits import shorten
+
         self.source = source
         self.offset = offset
         self.problem = problem
-        where = f"{source}: offset {offset}" if offset is not None else f"{source}"
+        where = f"{shorten(source)}: offset {offset}" if offset is not None else f"{shorten(source)}"
         super().__init__(f"{where}: {problem}")
 
 
@@ -43,10 +45,12 @@ class BadSample(BadInput):
     """A sample breaks the sample rules (duplicate field, unwritable key)."""
 
     def __init__(self, key, problem, source=None):
+        from .core.limits import quote, shorten
+
         self.key = key
         self.source = source
-        prefix = f"{source}: " if source else ""
-        super().__init__(f"{prefix}sample {key!r}: {problem}")
+        prefix = f"{shorten(source)}: " if source else ""
+        super().__init__(f"{prefix}sample {quote(key)}: {problem}")
 
 
 class OutputError(TarprocError):

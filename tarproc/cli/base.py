@@ -286,17 +286,17 @@ class Reporter:
     def warn(self, message):
         if not self.quiet:
             self.bar.clear()
-            print(f"{self.prog}: warning: {message}", file=sys.stderr, flush=True)
+            print(f"{self.prog}: warning: {_clip(message)}", file=sys.stderr, flush=True)
 
     def say(self, message):
         """A line on stderr whatever the verbosity (failures, summaries)."""
         self.bar.clear()
-        print(f"{self.prog}: {message}", file=sys.stderr, flush=True)
+        print(f"{self.prog}: {_clip(message)}", file=sys.stderr, flush=True)
 
     def info(self, message):
         if self.verbose:
             self.bar.clear()
-            print(f"{self.prog}: {message}", file=sys.stderr, flush=True)
+            print(f"{self.prog}: {_clip(message)}", file=sys.stderr, flush=True)
 
     def tick(self, stats, done=None):
         if not self.bar.enabled:
@@ -333,6 +333,9 @@ class Terminated(BaseException):
 
 
 def _on_sigterm(signum, frame):
+    # a second SIGTERM (a supervisor repeating itself) must not cut the
+    # cleanup short; SIGKILL remains for a cleanup that cannot finish
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise Terminated()
 
 
@@ -373,6 +376,7 @@ def run(prog, cmd, argv=None):
             code = get_command(cmd.app).main(argv, prog_name=prog, standalone_mode=False)
             code = code if isinstance(code, int) else 0
             if code == 130:
+                _drop_stdout()
                 print(f"{prog}: interrupted", file=sys.stderr)
             sys.stdout.flush()
             if code == 0:
@@ -385,7 +389,8 @@ def run(prog, cmd, argv=None):
         else:
             print(f"{prog}: error: {e.format_message()}", file=sys.stderr)
         code = EXIT_USAGE
-    except typer.Abort:
+    except typer.Abort:  # Ctrl-C, as click reports it
+        _drop_stdout()
         print(f"{prog}: interrupted", file=sys.stderr)
         code = 130
     except TarprocError as e:
@@ -393,12 +398,14 @@ def run(prog, cmd, argv=None):
             import traceback
 
             traceback.print_exc()
-        print(f"{prog}: {e}", file=sys.stderr)
+        print(f"{prog}: {_clip(str(e))}", file=sys.stderr)
         code = e.exit_code
     except KeyboardInterrupt:
+        _drop_stdout()
         print(f"{prog}: interrupted", file=sys.stderr)
         code = 130
     except Terminated:
+        _drop_stdout()
         code = 143
     except MemoryError:
         print(f"{prog}: out of memory", file=sys.stderr)
@@ -409,14 +416,14 @@ def run(prog, cmd, argv=None):
 
             traceback.print_exc()
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-        print(f"{prog}: {where}{e.strerror or e}", file=sys.stderr)
+        print(f"{prog}: {_clip(where + str(e.strerror or e))}", file=sys.stderr)
         code = EXIT_USAGE
     except Exception as e:  # a bug: still one line, traceback on request
         if debug:
             import traceback
 
             traceback.print_exc()
-        print(f"{prog}: internal error: {type(e).__name__}: {e} (run with --debug for the traceback)",
+        print(f"{prog}: internal error: {type(e).__name__}: {_clip(str(e))} (run with --debug for the traceback)",
               file=sys.stderr)
         code = EXIT_USAGE
     try:
@@ -424,6 +431,23 @@ def run(prog, cmd, argv=None):
     except BrokenPipeError:
         _quiet_sigpipe()
     sys.exit(code)
+
+
+def _drop_stdout():
+    """After a signal: what is still buffered for stdout is dropped (stdout
+    now goes to /dev/null), so the exit cannot block on a pipe nobody reads."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass
+
+
+def _clip(message):
+    from ..core.limits import clip_lines
+
+    return clip_lines(message)
 
 
 def _quiet_sigpipe():
@@ -451,18 +475,28 @@ def refuse_terminal(prog, urls, what="a tar archive"):
                          f"one in (see {prog} --help)")
 
 
+#: Up to this many input URLs are expanded ahead (a list); beyond, the rest
+#: stays lazy (an iterator), so a pattern naming 10^8 URLs costs nothing.
+URLS_AHEAD = 1000
+
+
 def open_inputs(args, prog=None, tar=True):
-    """The list of input URLs from positional arguments and ``-T`` (stdin
-    when none is given; for tar input, refused when stdin is a terminal;
-    for text, a note says where the text is read from)."""
+    """The input URLs from positional arguments and ``-T`` (stdin when none
+    is given; for tar input, refused when stdin is a terminal; for text, a
+    note says where the text is read from).  A list when there are at most
+    :data:`URLS_AHEAD` of them, else an iterator that expands brace patterns
+    and reads the file list as the inputs are used."""
+    import itertools
+
     from ..urls import expand_urls
 
-    urls = expand_urls(args.inputs or [], args.filelist)
+    lazy = expand_urls(args.inputs or [], args.filelist)
+    urls = list(itertools.islice(lazy, URLS_AHEAD + 1))
     if tar:
         refuse_terminal(prog or _PROG[0], urls)
     else:
         note_terminal(prog or _PROG[0], urls)
-    return urls
+    return urls if len(urls) <= URLS_AHEAD else itertools.chain(urls, lazy)
 
 
 def note_terminal(prog, urls, what="text"):
@@ -476,7 +510,7 @@ def note_terminal(prog, urls, what="text"):
 def _sizes(urls):
     """The total size of local, uncompressed input files (progress in
     bytes), or ``None`` when any input is not such a file."""
-    if len(urls) > 10000:
+    if not isinstance(urls, list) or len(urls) > 10000:
         return None
     total = 0
     sizes = []

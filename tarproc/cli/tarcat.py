@@ -102,9 +102,11 @@ def tarcat_command(
                     pass
         return 0
     stats = S.Stats()
-    urls = open_inputs(args)
-    if args.shuffle > 0 and len(urls) > 1:
+    urls = open_inputs(args)  # lazy: the first input opens before the rest is expanded
+    if args.shuffle > 0:
         import random
+
+        urls = list(urls)
 
         random.Random(args.seed).shuffle(urls)
 

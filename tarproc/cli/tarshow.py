@@ -132,8 +132,7 @@ def main(args, prog="tarshow"):
             for name in names:
                 if name not in sample:
                     continue
-                img = show.to_image(name, sample[name], args.normalize, args.cmap,
-                                    max_size=(2 * columns, 4 * term.lines))
+                img = _image(show, rep, sample, name, args, (2 * columns, 4 * term.lines))
                 if img is None:
                     continue
                 lines = show.ansi_image(img, columns, max(4, term.lines - 2))
@@ -160,6 +159,17 @@ def _original_lines(sample, names=None):
     return out
 
 
+def _image(show, rep, sample, name, args, max_size):
+    """The field as an image, or None; one over the pixel budget is a warning."""
+    from ..core import limits
+
+    try:
+        return show.to_image(name, sample[name], args.normalize, args.cmap, max_size=max_size)
+    except limits.OverBudget as e:
+        rep.warn(f"sample {limits.quote(sample.get('__key__'))}: {name}: not drawn: {e}")
+        return None
+
+
 def _grid(args, samples, wanted, rep):
     from .. import show
     from ..samples import is_meta
@@ -173,8 +183,7 @@ def _grid(args, samples, wanted, rep):
             for name in names:
                 if name in sample and (wanted or show.looks_like_image(name, sample[name])
                                        or show.ext_of(name) == "npy"):
-                    img = show.to_image(name, sample[name], args.normalize, args.cmap,
-                                        max_size=(args.thumb, args.thumb))
+                    img = _image(show, rep, sample, name, args, (args.thumb, args.thumb))
                     if img is not None:
                         items.append((sample["__key__"], img))
                         break

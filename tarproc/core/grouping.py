@@ -6,7 +6,7 @@ members with the same key form one sample (the WebDataset convention)."""
 
 from ..errors import BadArchive, BadSample
 from .blob import Blob
-from .rules import is_meta, split_name, unsafe_name
+from .rules import bad_field_name, bad_key, is_meta, split_name, unsafe_name
 from .stats import Stats
 from .tario import REGULAR, TYPE_NAMES, TarWriter
 
@@ -53,8 +53,9 @@ def sample_members(sample):
     key = sample.get("__key__")
     if not isinstance(key, str) or not key:
         raise BadSample(key, "sample has no __key__")
-    if key.endswith("/") or "." in key[key.rfind("/") + 1 :]:
-        raise BadSample(key, "key has a dot in its file name or ends in '/': it would not read back as one sample")
+    why = bad_key(key)
+    if why:
+        raise BadSample(key, f"not written: {why}: it would not read back")
     out = []
     for field in sorted(sample):
         if is_meta(field):
@@ -64,8 +65,9 @@ def sample_members(sample):
             value = value.encode("utf-8")
         elif not isinstance(value, (bytes, bytearray, memoryview, Blob)):
             raise BadSample(key, f"field {field!r} is {type(value).__name__}, not bytes, str or Blob")
-        if not field or "/" in field:
-            raise BadSample(key, f"bad field name {field!r}")
+        why = bad_field_name(field)
+        if why:
+            raise BadSample(key, f"not written, bad field name: {why}: it would not read back")
         out.append((key + "." + field, value))
     return out
 
@@ -81,13 +83,14 @@ class SampleWriter:
     def write(self, sample):
         key = sample.get("__key__")
         write = self.tar.write
-        if isinstance(key, str) and key and "." not in key[key.rfind("/") + 1 :] and not key.endswith("/"):
+        if (isinstance(key, str) and key and "." not in key[key.rfind("/") + 1 :] and not key.endswith("/")
+                and unsafe_name(key) is None):
             # fast path for well-formed samples
             for field in sorted(sample):
                 if is_meta(field):
                     continue
                 value = sample[field]
-                if type(value) is not bytes or "/" in field or not field:
+                if type(value) is not bytes or "/" in field or not field.isprintable():
                     break
             else:
                 for field in sorted(sample):

@@ -1,12 +1,15 @@
 """The sample rules, in one place: how a member name splits into key and field,
 which entries are metadata, and which names, keys and fields may be read or
-written.
+written (one rule, :func:`unsafe_name`, for readers and writers alike).
 
 The key of a member is its directory plus the part of its file name before the
 first dot; the field is the rest (``train/n0142.jpg`` -> ``train/n0142``,
 ``jpg``; ``a.b/c.seg.png`` -> ``a.b/c``, ``seg.png``).  Entries whose names
 start and end with ``__`` (``__source__``) are metadata: they travel with the
 sample and are never written as members."""
+
+from .limits import quote
+
 
 def is_meta(name):
     """Whether an entry of a sample is metadata (``__key__``, ``__source__``, ...)."""
@@ -28,40 +31,64 @@ def split_name(name):
     return name[:dot], name[dot + 1 :]
 
 
+def _controls(text):
+    """Whether ``text`` has control characters (C0, DEL or C1: tab, newline,
+    ESC, CSI, ...).  Names are checked with this, on reading and on writing."""
+    if text.isprintable():
+        return False
+    return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
+
+
 def unsafe_name(name):
     """Why a member name is refused, or ``None`` when it is acceptable.
 
-    Absolute names, ``..`` components, empty names and control characters
+    THE name rule, used by readers (grouping, ``tarcheck``) and by every
+    writer (:class:`~tarproc.core.grouping.SampleWriter`, ``tarcreate``), so
+    that what the toolkit writes it can read back.  Absolute names, ``..``
+    components, empty names and control characters (tab, newline, ESC, C1)
     are refused: they are the ways a name can escape a directory or break a
-    line-oriented tool downstream."""
+    line-oriented tool or a terminal downstream."""
     if not name:
         return "empty member name"
     if name.startswith("/"):
-        return f"absolute member name {name!r}"
+        return f"absolute member name {quote(name)}"
     if ".." in name and ".." in name.split("/"):
-        return f"member name {name!r} has a '..' component"
-    if not name.isprintable() and any(ord(c) < 32 or ord(c) == 127 for c in name):
-        return f"member name {name!r} has control characters"
+        return f"member name {quote(name)} has a '..' component"
+    if _controls(name):
+        return f"member name {quote(name)} has control characters"
     return None
 
 
 def bad_field_name(field):
-    """Why ``field`` cannot be a file name suffix (``None`` if it can)."""
+    """Why ``field`` cannot be a field (a member name suffix), ``None`` if it can."""
     if not isinstance(field, str) or not field:
         return "empty field name"
     if "/" in field or "\0" in field:
-        return f"field name {field!r} contains '/' or NUL"
+        return f"field name {quote(field)} contains '/' or NUL"
     if field in (".", ".."):
-        return f"field name {field!r}"
+        return f"field name {quote(field)}"
+    if _controls(field):
+        return f"field name {quote(field)} has control characters"
     return None
 
 
 def bad_key(key):
-    """Why ``key`` cannot be written as a sample key (``None`` if it can)."""
+    """Why ``key`` cannot be written as a sample key (``None`` if it can):
+    it would not read back as this key (:func:`unsafe_name`, a dot in its
+    file name, a trailing ``/``)."""
     if not isinstance(key, str) or not key:
         return "empty key"
-    if "\0" in key or key.startswith("/") or ".." in key.split("/"):
-        return f"unsafe key {key!r}"
+    if "\0" in key:
+        return f"unsafe key {quote(key)}"
+    why = unsafe_name(key)
+    if why:
+        return "unsafe key: " + why.replace("member name ", "")
     if key.endswith("/") or "." in key[key.rfind("/") + 1 :]:
-        return f"key {key!r} has a dot in its file name or ends in '/'"
+        return f"key {quote(key)} has a dot in its file name or ends in '/'"
     return None
+
+
+def bad_member(key, field):
+    """Why the member ``KEY.FIELD`` cannot be written (``None`` if it can):
+    the check of every writer."""
+    return bad_key(key) or bad_field_name(field)

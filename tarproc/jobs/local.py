@@ -290,14 +290,16 @@ class Runner:
     def _exec(self, argv, env, shard_id):
         prefix = f"[{shard_id}] ".encode("utf-8", "surrogateescape")
         try:
+            # its own process group: stop() ends the whole pipeline a shell
+            # command starts, not only the shell
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, env=env)
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
         except OSError as e:
             return None, f"cannot run {argv[0]}: {e.strerror or e}"
         with self._lock:
             self._procs.add(proc)
             if self._stop.is_set():  # stop() ran while this one was starting
-                proc.terminate()
+                _signal_group(proc, "SIGTERM")
         try:
             while True:
                 # whole lines, each prefixed; a line over 64 KiB is cut into
@@ -352,16 +354,25 @@ class Runner:
         with self._lock:
             procs = list(self._procs)
         for p in procs:
-            try:
-                p.terminate()
-            except OSError:
-                pass
+            _signal_group(p, "SIGTERM")
         deadline = time.monotonic() + 5
         for p in procs:
             try:
                 p.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                p.kill()
+                pass
+            _signal_group(p, "SIGKILL")  # what is left of its group
+
+
+def _signal_group(proc, name):
+    """Signal the process group of a job (the leader not yet reaped, so the
+    group id is still its own)."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, getattr(signal, name))
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _shell_line(argv):

@@ -6,6 +6,7 @@ import os
 import sys
 import threading
 
+from ..core.limits import quote
 from ..errors import SampleFailed, UsageError
 
 
@@ -27,8 +28,10 @@ def default_parallel():
 
 def _stderr_report(prog):
     def report(message):
+        from ..core.limits import clip_lines
+
         sys.stderr.flush()
-        print(f"{prog}: {message}", file=sys.stderr, flush=True)
+        print(f"{prog}: {clip_lines(message)}", file=sys.stderr, flush=True)
 
     return report
 
@@ -45,7 +48,11 @@ def _stderr_echo(data):
 
 
 def _tail(data, n=TAIL_LINES):
-    text = data.decode("utf-8", "replace").rstrip("\n")
+    """The last ``n`` lines of a command's output for a message; at most
+    :data:`~tarproc.core.limits.TAIL_BYTES` of it are looked at."""
+    from ..core.limits import TAIL_BYTES
+
+    text = bytes(data[-TAIL_BYTES:]).decode("utf-8", "replace").rstrip("\n")
     if not text:
         return ""
     lines = text.splitlines()[-n:]
@@ -196,7 +203,7 @@ def _handler(error_handling, stats, on_error, echo, quiet_log):
                 raise SampleFailed(f"sample {result.key!r}: {result.error}: stopped")
             what = "aborting" if error_handling == "abort" else (
                 "kept what it produced" if error_handling == "ignore" else "skipped")
-            message = f"sample {result.key!r}: {result.error} ({what}){tail}"
+            message = f"sample {quote(result.key)}: {result.error} ({what}){tail}"
             if error_handling == "abort":
                 raise SampleFailed(message)
             on_error(message)

@@ -23,6 +23,7 @@ Damage (bad checksums, input ending inside a member) raises
 """
 
 from ..core.blob import SizesOnly
+from ..core.limits import shorten
 from ..core.rules import split_name, unsafe_name
 from ..core.tario import TYPE_NAMES, REGULAR, DIRECTORY, TarReader
 
@@ -45,8 +46,10 @@ class _Problems:
         if p is None:
             p = self.items[kind] = {"kind": kind, "message": message, "count": 0, "examples": []}
         p["count"] += n
-        if example is not None:
-            example = printable(example)
+        if example is not None and len(p["examples"]) < EXAMPLES:
+            example = shorten(printable(example))
+        else:
+            example = None
         if example is not None and len(p["examples"]) < EXAMPLES and example not in p["examples"]:
             p["examples"].append(example)
 
@@ -76,6 +79,7 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
     fields = {}
     skipped = {}
     signatures = {}  # frozenset of fields -> [count, example key]
+    have = {}  # field -> number of samples that have it
     seen = set()
     members = samples = 0
     key = None
@@ -88,6 +92,8 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
         if current is None:
             return
         samples += 1
+        for f in current:
+            have[f] = have.get(f, 0) + 1
         sig = frozenset(current)
         entry = signatures.get(sig)
         if entry is None:
@@ -166,11 +172,18 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
     if samples == 0:
         probs.add("no_samples", "the shard has no samples")
     # fields most samples have, missing in some
-    for field, info in sorted(fields.items()):
-        have = sum(n for sig, (n, _) in signatures.items() if field in sig)
-        if majority * samples < have < samples:
-            missing = samples - have
-            examples = [ex for sig, (n, ex) in signatures.items() if field not in sig][:EXAMPLES]
+    # (linear: a field's examples are found by walking the signatures until
+    # EXAMPLES lack it; the ones passed have it, at most have[field] of them)
+    for field in sorted(fields):
+        n_have = have.get(field, 0)
+        if majority * samples < n_have < samples:
+            missing = samples - n_have
+            examples = []
+            for sig, (_, ex) in signatures.items():
+                if field not in sig:
+                    examples.append(ex)
+                    if len(examples) == EXAMPLES:
+                        break
             for ex in examples:
                 probs.add("missing_fields", "missing fields (that most samples have)",
                           f"{ex} (no {field})", n=0)

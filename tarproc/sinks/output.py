@@ -459,7 +459,11 @@ class Sink:
         if self.client is not None and not keep_clients:
             self.client.kill()
             self.client = None
-        for f in (self.stream, self._raw):
+        # after a signal (KeyboardInterrupt, SIGTERM's Terminated: not an
+        # Exception) the raw file is closed first, so closing the buffered
+        # stream cannot flush and block again on a pipe nobody reads
+        signalled = not isinstance(sys.exc_info()[1], (Exception, type(None)))
+        for f in (self._raw, self.stream) if signalled else (self.stream, self._raw):
             try:
                 f.close()
             except Exception:

@@ -26,6 +26,7 @@ PREFIX = 1 << 16
 #: Larger spooled fields are not decoded as images.
 MAX_IMAGE_BLOB = 64 << 20
 
+from ..core import limits
 from ..errors import UsageError
 
 #: Field extensions that are images (the last part of the field name).
@@ -55,7 +56,7 @@ def ext_of(field):
 def looks_like_image(field, data):
     if ext_of(field) in IMAGE_EXTS:
         return True
-    head = bytes(data[:12])
+    head = limits.head(data, 12)
     return head.startswith(_IMAGE_MAGIC) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
 
 
@@ -65,7 +66,7 @@ def image_info(data):
     try:
         from PIL import Image
 
-        with Image.open(io.BytesIO(data)) as img:
+        with Image.open(io.BytesIO(limits.head(data) if not isinstance(data, bytes) else data)) as img:
             fmt = _FORMAT_NAMES.get(img.format or "", (img.format or "image").lower())
             return fmt, img.width, img.height, img.mode
     except Exception:
@@ -74,12 +75,12 @@ def image_info(data):
 
 def npy_info(data):
     """``(dtype, shape)`` from a ``.npy`` header, or ``None`` (header only)."""
-    if not bytes(data[:6]) == b"\x93NUMPY":
+    if not limits.head(data, 6) == b"\x93NUMPY":
         return None
     try:
         import numpy.lib.format as fmt
 
-        f = io.BytesIO(data)
+        f = io.BytesIO(limits.head(data, 1 << 16))
         major, minor = fmt.read_magic(f)
         if (major, minor) == (1, 0):
             shape, _, dtype = fmt.read_array_header_1_0(f)
@@ -92,11 +93,16 @@ def npy_info(data):
 
 def as_text(data):
     """The value as text if it is UTF-8 without NUL or other control
-    characters (tab, newline and carriage return allowed), else ``None``."""
+    characters (tab, newline and carriage return allowed), else ``None``.
+    Only the first :data:`~tarproc.core.limits.PREVIEW_BYTES` are looked at
+    (a character cut at the end of that prefix is dropped)."""
+    data = limits.head(data)
     try:
-        text = bytes(data).decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(data) - 3:
+            return None
+        text = data[: e.start].decode("utf-8")
     if any((ord(c) < 32 and c not in "\t\n\r") or ord(c) == 127 for c in text[:4096]):
         return None
     return text
@@ -112,16 +118,15 @@ def _clip(text, width, escape=True):
 
 
 def preview(field, data, width=64):
-    """A one-line, plain-text preview of a field's bytes."""
-    n = len(data)
-    if type(data) is Blob:
-        data = data[:PREFIX]  # a spooled field: look at its start only
+    """A one-line, plain-text preview of a field's bytes (only a bounded
+    prefix is read, :data:`~tarproc.core.limits.PREVIEW_BYTES`)."""
+    n = limits.size_of(data)
     if looks_like_image(field, data):
         info = image_info(data)
         if info:
             fmt, w, h, mode = info
             return f"<{fmt} {w}x{h} {mode}, {human_size(n)}>"
-    if ext_of(field) == "npy" or bytes(data[:6]) == b"\x93NUMPY":
+    if ext_of(field) == "npy" or limits.head(data, 6) == b"\x93NUMPY":
         info = npy_info(data)
         if info:
             dtype, shape = info
@@ -134,14 +139,14 @@ def preview(field, data, width=64):
         if _NUMBER.match(text):
             return text.strip()
         stripped = text.strip()
-        if ext_of(field) == "json" or stripped[:1] in ("{", "["):
+        if (ext_of(field) == "json" or stripped[:1] in ("{", "[")) and n <= limits.PREVIEW_BYTES:
             try:
-                obj = json.loads(text)
-                return _clip(json.dumps(obj, ensure_ascii=False, separators=(", ", ": ")), width, False)
+                obj = limits.json_loads(text)
+                return _clip(limits.json_dumps(obj, ensure_ascii=False, separators=(", ", ": ")), width, False)
             except ValueError:
                 pass
         return _clip(text, width)
-    head = bytes(data[:16]).hex(" ")
+    head = limits.head(data, 16).hex(" ")
     return f"<{human_size(n)} binary: {head}{' …' if n > 16 else ''}>"
 
 
@@ -151,18 +156,19 @@ def format_sample(sample, fields=None, width=64):
     orders the fields shown; missing ones are shown as ``<missing>``."""
     from ..core.rules import is_meta
 
-    lines = [f"{sample.get('__key__')}"]
+    lines = [limits.shorten(f"{sample.get('__key__')}")]  # a preview: long names are shortened
     names = fields if fields is not None else sorted(k for k in sample if not is_meta(k))
     if not names:
         lines.append("    (no fields)")
         return lines
-    wide = max(len(k) for k in names)
+    wide = min(max(len(k) for k in names), limits.NAME_CHARS)
     for k in names:
+        shown = limits.shorten(k)
         if k not in sample:
-            lines.append(f"    {k:<{wide}}  {'':>8}  <missing>")
+            lines.append(f"    {shown:<{wide}}  {'':>8}  <missing>")
             continue
         v = sample[k]
-        lines.append(f"    {k:<{wide}}  {human_size(len(v)):>8}  {preview(k, v, width)}")
+        lines.append(f"    {shown:<{wide}}  {human_size(limits.size_of(v)):>8}  {preview(k, v, width)}")
     return lines
 
 
@@ -253,12 +259,21 @@ def to_image(field, data, normalize=False, cmap=None, max_size=None):
     """Decode an image or ``.npy`` field to an RGB Pillow image, or ``None``
     when the field is neither.  Single-channel images go through ``cmap``
     when one is given; ``normalize`` stretches values to their full range.
-    ``max_size`` (w, h) lets JPEG decode at a reduced scale."""
+    ``max_size`` (w, h) lets JPEG decode at a reduced scale.  Images and
+    arrays over the pixel budget (:data:`~tarproc.core.limits.MAX_PIXELS`)
+    are not decoded: :class:`~tarproc.core.limits.OverBudget` says so."""
     if type(data) is Blob:
         if len(data) > MAX_IMAGE_BLOB:
             return None
         data = data.read()
-    if ext_of(field) == "npy" or bytes(data[:6]) == b"\x93NUMPY":
+    if ext_of(field) == "npy" or limits.head(data, 6) == b"\x93NUMPY":
+        info = npy_info(data)
+        if info is not None:
+            import math
+
+            shape = info[1]
+            if math.prod(shape) > 4 * limits.MAX_PIXELS:
+                raise limits.OverBudget(f"array of shape {shape} is over the pixel budget (TARPROC_MAX_PIXELS)")
         try:
             import numpy as np
 
@@ -269,9 +284,12 @@ def to_image(field, data, normalize=False, cmap=None, max_size=None):
     if not looks_like_image(field, data):
         return None
     try:
-        from PIL import Image
-
-        img = Image.open(io.BytesIO(data))
+        img = limits.open_image(data)
+    except limits.OverBudget:
+        raise
+    except Exception:
+        return None
+    try:
         if max_size and img.format == "JPEG":
             img.draft("RGB", max_size)
         img.load()
@@ -386,7 +404,7 @@ class Value(bytes):
 
     @property
     def json(self):
-        return json.loads(bytes(self).decode("utf-8"))
+        return limits.json_loads(bytes(self))
 
 
 class SampleView:

@@ -163,7 +163,8 @@ def post_command(template, delete=False, env=None):
     def post(shard):
         cmd = fill_command(template, shard.name, shard.index)
         try:
-            rc = subprocess.call(cmd, shell=True, stdout=sys.stderr.fileno(), env=env)
+            # stdin is /dev/null: the post command must not eat tarsplit's input
+            rc = subprocess.call(cmd, shell=True, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), env=env)
         except OSError as e:
             raise OutputError(f"{shard.name}: cannot run post command {cmd!r}: {e.strerror}") from None
         if rc != 0:

@@ -14,6 +14,7 @@ import json
 
 from ..core.blob import Blob
 
+from ..core import limits
 from ..errors import UsageError
 from ..core.rules import is_extra_meta
 
@@ -57,14 +58,19 @@ def parse_columns(spec):
 
 
 def _is_binary(field, data):
+    """Whether a field is shown as size/hash: by its extension, or when its
+    first :data:`~tarproc.core.limits.PREVIEW_BYTES` have a NUL or are not
+    UTF-8 (a character cut at the end of the prefix is allowed)."""
     if field.rsplit(".", 1)[-1].lower() in BINARY_EXTS:
         return True
-    if b"\0" in data[:8192]:
+    prefix = limits.head(data)
+    if b"\0" in prefix:
         return True
     try:
-        bytes(data).decode("utf-8")
-    except UnicodeDecodeError:
-        return True
+        prefix.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(prefix) - 3 or len(prefix) == limits.size_of(data):
+            return True
     return False
 
 
@@ -99,8 +105,8 @@ def lookup(sample, path):
             if type(data) is Blob:
                 return None  # a spooled field is too large to parse as JSON
             try:
-                obj = json.loads(bytes(data).decode("utf-8"))
-            except (UnicodeDecodeError, ValueError):
+                obj = limits.json_loads(bytes(data))
+            except ValueError:  # also UnicodeDecodeError, and JSON nested too deeply
                 return None
             value = _walk(obj, parts[i:])
             return None if value is _MISSING else (field, value)
@@ -128,12 +134,12 @@ def cell(sample, column, hash=False, native=False):
 
                     return hashlib.sha256(value).hexdigest()
                 return len(value) if native else str(len(value))
-            return bytes(value).decode("utf-8")
+            return bytes(value).decode("utf-8", "replace")
         if native:
             return value
         if isinstance(value, str):
             return value
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+        return limits.json_dumps(value, ensure_ascii=False, separators=(",", ":"))
     return None
 
 
@@ -171,7 +177,7 @@ def format_row(values, fmt, names=None):
             out.append(s)
         return ",".join(out) + "\n"
     if fmt == "jsonl":
-        return json.dumps(dict(zip(names, values)), ensure_ascii=False) + "\n"
+        return limits.json_dumps(dict(zip(names, values)), ensure_ascii=False) + "\n"
     raise UsageError(f"unknown format {fmt!r} (tsv, csv or jsonl)")
 
 

@@ -86,7 +86,9 @@ class _ZstdDecompressed(io.RawIOBase):
             )
         except FileNotFoundError:
             raise BadInput(f"{url}: input is zstd-compressed but the zstd program is not installed") from None
-        self.proc._tarproc_stderr = self.proc.stderr
+        from .open import _drain_stderr
+
+        _drain_stderr(self.proc)
         self.reader = _FdReader(self.proc.stdout.fileno(), url, self.proc, closefd=False, what="zstd", stall=stall)
         self.feed_error = None
 

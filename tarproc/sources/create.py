@@ -250,13 +250,18 @@ def item_bytes(item, basedir=None):
         except OSError as e:
             raise BadInput(f"{item.where}: cannot read {item.value!r}: {e.strerror}") from None
     import subprocess
+    import tempfile
 
-    p = subprocess.run(item.value, shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, cwd=basedir or None)
-    if p.returncode != 0:
-        err = p.stderr.decode("utf-8", "replace").strip().splitlines()
-        tail = f": {err[-1]}" if err else ""
-        raise SampleFailed(f"{item.where}: command {item.value!r} failed with exit status {p.returncode}{tail}")
+    from ..core.limits import quote, shorten, tail_of_fd
+
+    with tempfile.TemporaryFile() as errf:  # stderr: only its tail is ever read
+        p = subprocess.run(item.value, shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=errf, cwd=basedir or None)
+        if p.returncode != 0:
+            err = tail_of_fd(errf.fileno())[0].decode("utf-8", "replace").strip().splitlines()
+            tail = f": {shorten(err[-1])}" if err else ""
+            raise SampleFailed(f"{item.where}: command {quote(item.value)} failed with exit status "
+                               f"{p.returncode}{tail}")
     return p.stdout
 
 

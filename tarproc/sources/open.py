@@ -144,18 +144,25 @@ class _FdReader(io.RawIOBase):
             super().close()
 
 
+def _drain_stderr(proc):
+    """Read a child's stderr as it comes, keeping only its tail (bounded,
+    :data:`~tarproc.core.limits.TAIL_BYTES`): a chatty child never blocks on
+    a full pipe and never fills our memory."""
+    from ..core.limits import drain_tail
+
+    proc._tarproc_stderr = drain_tail(proc.stderr)
+
+
 def _tail_of_stderr(proc):
-    stream = getattr(proc, "_tarproc_stderr", None)
-    if stream is None:
+    """The last line of a finished child's stderr (at most 300 characters)."""
+    thread = getattr(proc, "_tarproc_stderr", None)
+    if thread is None:
         return ""
-    try:
-        text = stream.read().decode("utf-8", "replace").strip()
-        stream.close()
-    except (OSError, ValueError):
-        return ""
+    thread.join(5)
+    text = thread.tail.getvalue().decode("utf-8", "replace").strip()
     if not text:
         return ""
-    return ": " + text.splitlines()[-1][:300]
+    return ": " + text.splitlines()[-1][-300:]
 
 
 def open_source(url, decompress=True, stall=None):
@@ -194,7 +201,7 @@ def open_source(url, decompress=True, stall=None):
             )
         except OSError as e:
             raise BadInput(f"{url}: cannot start {cmd!r}: {e.strerror}") from None
-        proc._tarproc_stderr = proc.stderr
+        _drain_stderr(proc)
         raw = _FdReader(proc.stdout.fileno(), url, proc, closefd=False, what=what, stall=stall)
         raw._keep = proc.stdout
         name = url

@@ -1,37 +1,168 @@
-"""Shard lists: brace patterns and file lists to URLs."""
+"""Shard lists: brace patterns and file lists to URLs, lazily."""
 
 from ..errors import UsageError
-from .open import open_source
 
 
 def expand_urls(args=(), filelist=None):
-    """Expand brace patterns (``shard-{0000..0146}.tar``) in every argument and
-    in every line of the file list ``filelist`` (a URL, ``-`` for stdin).
-    With neither, the input is stdin (``["-"]``).  An argument with a sample
-    range (``PATTERN#START,END``, see :mod:`.fragment`) stays one item."""
-    urls = []
-    patterns = list(args)
+    """Yield the URLs of brace patterns (``shard-{0000..0146}.tar``) in every
+    argument and in every line of the file list ``filelist`` (a URL, ``-`` for
+    stdin; blank lines and ``#`` comments skipped).  With neither, the input
+    is stdin (``"-"``).  ``args`` may be one string (a pattern) or a list.
+    An argument with a sample range (``PATTERN#START,END``, see
+    :mod:`.fragment`) stays one item.
+
+    Nothing is expanded ahead: a pattern that names 10^8 URLs costs nothing
+    until they are read, the first input opens at once, and a file list is
+    read line by line as the URLs are used.  Use ``list(...)`` for a list."""
+    if isinstance(args, (str, bytes)):
+        args = [args]
+    args = [a.decode("utf-8", "surrogateescape") if isinstance(a, bytes) else a for a in args]
+    if not args and filelist is None:
+        yield "-"
+        return
+    for pattern in args:
+        yield from _expand(pattern)
     if filelist is not None:
-        stream = open_source(filelist, decompress=False)
-        try:
-            text = stream.read().decode("utf-8", "surrogateescape")
-        finally:
-            stream.close()
-        patterns += [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+        for line in _lines(filelist):
+            yield from _expand(line)
+
+
+def _lines(filelist):
+    """The URL lines of a file list, read as they are used."""
+    from .open import open_source
+
+    stream = open_source(filelist, decompress=False)
+    try:
+        for raw in stream:
+            line = raw.decode("utf-8", "surrogateescape").strip()
+            if line and not line.startswith("#"):
+                yield line
+    finally:
+        stream.close()
+
+
+def _expand(pattern):
     from .fragment import split_fragment
 
-    for pattern in patterns:
-        if split_fragment(pattern) is not None:  # 'PATTERN#START,END' is read as one unit
-            urls.append(pattern)
-        elif "{" in pattern and not pattern.startswith("pipe:"):
-            import braceexpand
+    if "{" not in pattern or pattern.startswith("pipe:") or split_fragment(pattern) is not None:
+        yield pattern  # 'PATTERN#START,END' (a sample range, see .fragment) is read as one unit
+        return
+    import braceexpand
 
-            try:
-                urls.extend(braceexpand.braceexpand(pattern))
-            except Exception as e:
-                raise UsageError(f"bad brace pattern {pattern!r}: {e}") from None
+    from ..core.limits import quote
+
+    try:
+        factories = _parts(pattern, 0)
+    except (braceexpand.UnbalancedBracesError, ValueError) as e:
+        raise UsageError(f"bad brace pattern {quote(pattern)}: {e}") from None
+    unescape = braceexpand.escape_re
+    for url in _product(factories):
+        yield unescape.sub(r"\1", url)
+
+
+#: Deepest nesting of braces in a pattern.
+_MAX_NESTING = 50
+
+
+def _parts(pattern, depth):
+    """A pattern as a list of factories, each returning a fresh iterator of
+    the strings of one part (a literal, a range, a sequence).  Unlike
+    ``braceexpand.braceexpand`` (whose ``itertools.product`` turns every range
+    into a tuple first: ``{00000000..99999999}`` would be 10^8 strings in
+    memory), nothing is expanded ahead; the grammar and the order of the
+    URLs are braceexpand's, whose range parsers are used."""
+    import braceexpand
+
+    if depth > _MAX_NESTING:
+        raise ValueError(f"braces nested deeper than {_MAX_NESTING}")
+    parts = []
+    start = pos = level = 0
+    while pos < len(pattern):
+        c = pattern[pos]
+        if c == "\\":
+            pos += 2
+            continue
+        if c == "{":
+            if level == 0 and pos > start:
+                parts.append(_const(pattern[start:pos]))
+                start = pos
+            level += 1
+        elif c == "}":
+            level -= 1
+            if level == 0:
+                parts.extend(_group(pattern[start + 1 : pos], depth))
+                start = pos + 1
+        pos += 1
+    if level != 0:
+        raise braceexpand.UnbalancedBracesError(f"Unbalanced braces: '{pattern}'")
+    if start < len(pattern):
+        parts.append(_const(pattern[start:]))
+    return parts
+
+
+def _const(text):
+    return lambda: iter((text,))
+
+
+def _group(expr, depth):
+    """The factories of one ``{...}``: a range, a sequence, or a literal
+    ``{...}`` around whatever its content expands to (as braceexpand)."""
+    import braceexpand
+
+    m = braceexpand.int_range_re.match(expr)
+    if m:
+        groups = m.groups()
+        return [lambda: braceexpand.make_int_range(*groups)]
+    m = braceexpand.char_range_re.match(expr)
+    if m:
+        groups = m.groups()
+        return [lambda: iter(braceexpand.make_char_range(*groups))]
+    items = []
+    start = pos = level = 0
+    while pos < len(expr):
+        c = expr[pos]
+        if c == "\\":
+            pos += 2
+            continue
+        if c == "{":
+            level += 1
+        elif c == "}":
+            level -= 1
+        elif c == "," and level == 0:
+            items.append(_parts(expr[start:pos], depth + 1))
+            start = pos + 1
+        pos += 1
+    if level != 0 or not items:
+        return [_const("{")] + _parts(expr, depth + 1) + [_const("}")]
+    items.append(_parts(expr[start:], depth + 1))
+
+    def sequence():
+        for item in items:
+            yield from _product(item)
+
+    return [sequence]
+
+
+def _product(factories):
+    """The concatenations of one string from each factory, the first
+    varying slowest (``itertools.product`` order), without recursion and
+    without holding any part's strings."""
+    n = len(factories)
+    if n == 0:
+        yield ""
+        return
+    iters = [None] * n
+    values = [""] * n
+    iters[0] = factories[0]()
+    i = 0
+    while i >= 0:
+        try:
+            values[i] = next(iters[i])
+        except StopIteration:
+            i -= 1
+            continue
+        if i == n - 1:
+            yield "".join(values)
         else:
-            urls.append(pattern)
-    if not urls and filelist is None:
-        urls = ["-"]
-    return urls
+            i += 1
+            iters[i] = factories[i]()

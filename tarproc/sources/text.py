@@ -26,24 +26,38 @@ def iter_text_samples(urls, mode="lines", stats=None, field="txt", stall=None):
         if stats is not None:
             stats.inputs += 1
         try:
-            rest = b""
-            chunk = True
-            while chunk:
-                chunk = stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16)
-                if chunk:
-                    pieces = (rest + chunk).split(sep)
-                    rest = pieces.pop()
-                else:  # the end: what is left, unless it is a trailing blank page
-                    pieces = [rest] if rest and not (mode == "pages" and not rest.strip(b"\n")) else []
-                for piece in pieces:
-                    sample = _text_sample(piece, mode, index, field, url)
-                    if sample is not None:
-                        index += 1
-                        if stats is not None:
-                            stats.read += 1
-                        yield sample
+            for piece in _pieces(stream, sep, mode):
+                sample = _text_sample(piece, mode, index, field, url)
+                if sample is not None:
+                    index += 1
+                    if stats is not None:
+                        stats.read += 1
+                    yield sample
         finally:
             stream.close()
+
+
+def _pieces(stream, sep, mode):
+    """The pieces of a stream between separators, in time linear in its
+    length however long one piece is (the bytes of a piece that spans reads
+    are collected in a list and joined once)."""
+    parts = []  # the start of the current piece, read so far
+    while True:
+        chunk = stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16)
+        if not chunk:
+            break
+        pieces = chunk.split(sep)
+        if len(pieces) == 1:
+            parts.append(chunk)
+            continue
+        parts.append(pieces[0])
+        yield b"".join(parts) if len(parts) > 1 else parts[0]
+        yield from pieces[1:-1]
+        parts = [pieces[-1]] if pieces[-1] else []
+    rest = b"".join(parts)
+    # the end: what is left, unless it is a trailing blank page
+    if rest and not (mode == "pages" and not rest.strip(b"\n")):
+        yield rest
 
 
 def _text_sample(piece, mode, index, field, url):

@@ -8,7 +8,13 @@ directory (mode 0700) is made under one run directory (``workdir``, default
 passed to ``echo`` (default: our stderr) or stored in a field (``add_log``).
 Each command starts in its own session, so the whole process group can be
 killed: on ``timeout``, when the command exits (no stray background
-processes survive it), and when the iterator is closed.  Afterwards the
+processes survive it), and when the iterator is closed.  Every sample gets a
+fresh directory with an unpredictable name and a fresh log, never reused, so
+a process that escapes its group (``setsid``) cannot write into another
+sample.  Directories are removed through descriptors (``unlinkat``), without
+following symbolic links and without recursion, whatever the command left
+(a symlink in place of its directory, a tree thousands of levels deep,
+directories without permissions).  Afterwards the
 regular files ``sample.*`` form the output sample with the same key (or the
 content of ``sample.__key__``); symbolic links are refused and never
 followed, FIFOs and other special files are ignored.  With ``subdirs`` every
@@ -30,13 +36,16 @@ of output, and counted in ``stats.failed``.
 """
 
 import os
+import sys
 import threading
 
 from ..errors import UsageError, describe_exit
 from ..core.blob import Blob, Spooler
+from ..core.limits import quote
 from ..core.rules import bad_field_name, bad_key, is_extra_meta, is_meta
 from ..runtime.engine import _Result, _ThreadPool, _check_mode, _engine, _handler, _stderr_echo, _stderr_report, default_parallel
 from ..runtime.procs import _killpg, _wait_exit, _wait_nowait
+from ..runtime.workdir import _remove_entry, _remove_root
 
 
 class CommandRunner:
@@ -82,19 +91,20 @@ class CommandRunner:
         if not os.path.isdir(self.parent):
             raise UsageError(f"working directory base {self.parent!r} does not exist")
         self.root = None
+        self.rootfd = None
         self.devnull = None
         self.lock = threading.Lock()
-        self.local = threading.local()
-        self.fds = []
         self.running = set()
         self.closed = False
         self.any_ok = False  # a sample succeeded: exit 127 is then the sample's own failure
+        self.keep_log = True  # False: a successful command's output is not wanted
 
     def start(self):
         """Make the run directory (mode 0700); ``close()`` removes it."""
         import tempfile
 
         self.root = tempfile.mkdtemp(prefix="tarproc-", dir=self.parent)
+        self.rootfd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         self.devnull = os.open(os.devnull, os.O_RDONLY)
 
     # -- one sample
@@ -103,103 +113,73 @@ class CommandRunner:
         key = sample.get("__key__")
         if not isinstance(key, str) or not key:
             return _Result(key, error="sample has no __key__")
-        d = dfd = None
+        name = dfd = log = None
         try:
-            d, logfd = self._slot(index)
-            dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            name, dfd, log = self._slot(index)
             why = self._write_fields(dfd, sample)
             if why:
                 return _Result(key, error=why)
-            os.close(dfd)
-            dfd = None
-            status = self._execute(d, logfd)
-            log = self._read_log(logfd)
+            status = self._execute(dfd, name, log.fd)
             if status == "closed":
-                return _Result(key, error="stopped", log=log)
+                return _Result(key, error="stopped", log=log.tail())
             if status == "timeout":
-                return _Result(key, error=f"timed out after {self.timeout:g} s (process group killed)", log=log)
-            outputs, why = self._collect(d, key, sample)
+                return _Result(key, error=f"timed out after {self.timeout:g} s (process group killed)",
+                               log=log.tail())
+            outputs, why = self._collect(dfd, key, sample)
             if why:
-                return _Result(key, outputs, error=why, log=log)
+                return _Result(key, outputs, error=why, log=log.tail())
             if status == 127 and not self.any_ok:
-                last = log.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+                last = log.tail().decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
                 return _Result(key, error=f"command not found (exit status 127){': ' + last[0][:300] if last[0] else ''}",
                                fatal=True)
             if status != 0:
-                return _Result(key, outputs, error="command " + ("failed with " if status > 0 else "") + describe_exit(status), log=log)
+                return _Result(key, outputs, error="command " + ("failed with " if status > 0 else "")
+                               + describe_exit(status), log=log.tail())
             self.any_ok = True
             if self.add_log is not None:
+                text = log.read()
                 for out in outputs:
-                    out[self.add_log] = log
-            return _Result(key, outputs, log=log)
+                    out[self.add_log] = text
+                return _Result(key, outputs)
+            if not self.keep_log or log.size() == 0:
+                return _Result(key, outputs)
+            result, log = _Result(key, outputs, log=log), None  # the main thread copies and closes it
+            return result
         except OSError as e:
             return _Result(key, error=f"working directory: {e.strerror or e}")
         finally:
+            if log is not None:
+                log.close()
             if dfd is not None:
                 os.close(dfd)
-            if d is not None and not self.keepdir:
-                self._clear(d)
+            if name is not None and not self.keepdir:
+                _remove_entry(self.rootfd, name)
 
     def _slot(self, index):
-        """The working directory and log descriptor for a sample.  Each
-        worker thread reuses one directory, emptied after every sample
-        (creating and removing a directory per sample costs milliseconds on
-        a journaling file system); ``keepdir`` gives every sample its own."""
-        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-        if self.keepdir:
-            d = os.path.join(self.root, f"{index:06d}")
-            os.mkdir(d, 0o700)
-            logfd = os.open(d + ".log", flags, 0o600)
-            with self.lock:
-                self.fds.append(logfd)
-            return d, logfd
-        local = self.local
-        d = getattr(local, "dir", None)
-        if d is None:
-            with self.lock:
-                n = len(self.fds)
-                d = os.path.join(self.root, f"w{n}")
-                logfd = os.open(d + ".log", flags, 0o600)
-                self.fds.append(logfd)
-            os.mkdir(d, 0o700)
-            local.dir, local.logfd = d, logfd
-        else:
-            logfd = local.logfd
-            os.ftruncate(logfd, 0)
-            os.lseek(logfd, 0, os.SEEK_SET)
-        return d, logfd
+        """A fresh working directory for a sample (name, descriptor) and a
+        fresh log.  The name is unpredictable and never reused, so nothing
+        left running by an earlier sample can write into this one's files;
+        everything is made relative to the run directory's descriptor."""
+        import secrets
 
-    def _clear(self, d):
-        """Empty a reused working directory (or make it anew if the command
-        replaced it or changed its mode)."""
-        import stat
-
+        while True:
+            name = f"{index:06d}-{secrets.token_hex(4)}"
+            try:
+                os.mkdir(name, 0o700, dir_fd=self.rootfd)
+                break
+            except FileExistsError:
+                continue
+        dfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self.rootfd)
         try:
-            dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except OSError:
-            dfd = None
-        try:
-            if dfd is not None:
-                st = os.fstat(dfd)
-                if stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid():
-                    with os.scandir(dfd) as it:
-                        names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
-                    for name, is_dir in names:
-                        if is_dir:
-                            _remove_tree(os.path.join(d, name))
-                        else:
-                            os.unlink(name, dir_fd=dfd)
-                    return
-        except OSError:
-            pass
-        finally:
-            if dfd is not None:
-                os.close(dfd)
-        _remove_tree(d)
-        try:
-            os.mkdir(d, 0o700)
-        except OSError:
-            pass
+            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            logname = name + ".log"
+            fd = os.open(logname, flags, 0o600, dir_fd=self.rootfd)
+            if not self.keepdir:
+                os.unlink(logname, dir_fd=self.rootfd)
+        except BaseException:
+            os.close(dfd)
+            raise
+        return name, dfd, _Log(fd)
 
     def _write_fields(self, dfd, sample):
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
@@ -226,13 +206,16 @@ class CommandRunner:
                 os.close(fd)
         return None
 
-    def _execute(self, d, logfd):
+    def _execute(self, dfd, name, logfd):
         import subprocess
 
+        # the command starts in the directory we hold open, not in whatever
+        # a path names by then (the child changes to it before exec)
+        cwd = f"/proc/self/fd/{dfd}" if os.path.isdir("/proc/self/fd") else os.path.join(self.root, name)
         with self.lock:
             if self.closed:
                 return "closed"
-            proc = subprocess.Popen(self.argv, cwd=d, stdin=self.devnull, stdout=logfd, stderr=logfd,
+            proc = subprocess.Popen(self.argv, cwd=cwd, stdin=self.devnull, stdout=logfd, stderr=logfd,
                                     close_fds=True, start_new_session=True)
             self.running.add(proc)
         timed_out = False
@@ -253,23 +236,10 @@ class CommandRunner:
             return "closed"
         return "timeout" if timed_out else rc
 
-    def _read_log(self, logfd):
-        os.lseek(logfd, 0, os.SEEK_SET)
-        chunks = []
-        while True:
-            b = os.read(logfd, 1 << 20)
-            if not b:
-                break
-            chunks.append(b)
-        return b"".join(chunks)
-
-    def _collect(self, d, key, sample):
+    def _collect(self, d, key, sample):  # d: the directory's descriptor
         """The output samples of a finished command, and an error or None."""
         meta = {k: v for k, v in sample.items() if is_extra_meta(k)}
-        try:
-            dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except OSError as e:
-            return [], f"working directory vanished: {e.strerror}"
+        dfd = os.dup(d)
         problem = None
         try:
             if self.subdirs:
@@ -313,8 +283,13 @@ class CommandRunner:
             if why:
                 return [], f"output {why}"
             if k in seen:
-                return [], f"two outputs have the same key {k!r}"
+                return [], f"two outputs have the same key {quote(k)}"
             seen.add(k)
+            for field in out:
+                if not (field[:2] == "__" and field[-2:] == "__"):
+                    why = bad_field_name(field)
+                    if why:
+                        return [], f"output {why}: it would not read back"
         # an output with no fields besides its key is no output
         outputs = [o for o in outputs if any(not is_meta(f) for f in o)]
         return outputs, problem
@@ -347,15 +322,11 @@ class CommandRunner:
         if self.devnull is not None:
             os.close(self.devnull)
             self.devnull = None
-        with self.lock:
-            fds, self.fds = self.fds, []
-        for fd in fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        if self.root is not None and not self.keepdir:
-            _remove_tree(self.root)
+        if self.rootfd is not None:
+            if not self.keepdir:
+                _remove_root(self.root, self.rootfd)
+            os.close(self.rootfd)
+            self.rootfd = None
 
 
 def _natural(s):
@@ -419,26 +390,59 @@ def _read_files(dfd, prefix, spooler=None):
     return files, problem
 
 
-def _remove_tree(path):
-    """Remove a directory tree, also one whose modes the command changed."""
-    import shutil
+class _Log:
+    """A command's captured output: a file (unlinked) given by descriptor.
+    Error messages take its :meth:`tail` (bounded, see
+    :data:`~tarproc.core.limits.TAIL_BYTES`); the echo of a successful
+    command copies it in chunks (:meth:`copy_to`), never whole in memory."""
 
-    if not os.path.lexists(path):
-        return
-    try:
-        shutil.rmtree(path)
-        return
-    except OSError:
-        pass
-    for top, dirs, _ in os.walk(path):
-        for name in dirs:
-            p = os.path.join(top, name)
-            try:
-                if not os.path.islink(p):
-                    os.chmod(p, 0o700)
-            except OSError:
-                pass
-    shutil.rmtree(path, ignore_errors=True)
+    def __init__(self, fd):
+        self.fd = fd
+
+    def size(self):
+        return os.fstat(self.fd).st_size
+
+    def __len__(self):
+        return self.size() if self.fd is not None else 0
+
+    def __bool__(self):
+        return self.fd is not None and self.size() > 0
+
+    def tail(self):
+        from ..core.limits import tail_of_fd
+
+        return tail_of_fd(self.fd)[0]
+
+    def read(self):
+        chunks = []
+        pos = 0
+        while True:
+            b = os.pread(self.fd, 1 << 20, pos)
+            if not b:
+                break
+            chunks.append(b)
+            pos += len(b)
+        return b"".join(chunks)
+
+    def copy_to(self, write):
+        """Pass the output to ``write(bytes)`` in chunks, then close."""
+        try:
+            pos = 0
+            while True:
+                b = os.pread(self.fd, 1 << 16, pos)
+                if not b:
+                    break
+                write(b)
+                pos += len(b)
+        finally:
+            self.close()
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    __del__ = close
 
 
 def map_command(samples, command=None, parallel=None, *, script=None, interpreter="bash", base="sample",
@@ -465,8 +469,32 @@ def map_command(samples, command=None, parallel=None, *, script=None, interprete
         raise UsageError("parallel must be >= 1")
     runner = CommandRunner(command, script, interpreter, base, subdirs, multi, timeout, workdir, keepdir, add_log,
                            spooler)
+    runner.keep_log = not (quiet or add_log is not None)
     return _run_commands(samples, runner, parallel, error_handling, ordered, stats,
-                         on_error or _stderr_report(prog), echo or _stderr_echo, quiet or add_log is not None, stall)
+                         on_error or _stderr_report(prog), _log_echo(echo), quiet or add_log is not None, stall)
+
+
+def _log_echo(echo):
+    """The echo of a command's output: the default copies it to stderr in
+    chunks; a caller's ``echo(bytes)`` gets it whole."""
+    def copy(log):
+        if isinstance(log, _Log):
+            if echo is None:
+                sys.stderr.flush()
+                out = getattr(sys.stderr, "buffer", None)
+                if out is None:
+                    log.copy_to(lambda b: sys.stderr.write(b.decode("utf-8", "replace")))
+                else:
+                    log.copy_to(out.write)
+                    out.flush()
+            else:
+                data = log.read()
+                log.close()
+                echo(data)
+        else:
+            (echo or _stderr_echo)(log)
+
+    return copy
 
 
 def _run_commands(samples, runner, parallel, error_handling, ordered, stats, on_error, echo, quiet_log, stall=None):

@@ -203,6 +203,21 @@ def _ok(samples, **kw):
     return d
 
 
+def png_header_bomb(width, height):
+    """A valid grey PNG of ``width x height`` pixels, small on disk (zeros)."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    comp = zlib.compressobj(9)
+    row = bytes(width + 1)
+    idat = b"".join(comp.compress(row) for _ in range(height)) + comp.flush()
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+
+
 def _compress(codec, data):
     if codec == "gzip":
         return gzip.compress(data, mtime=0)
@@ -321,6 +336,13 @@ def cases(big=True):
                         ("carriage-return", b"x\r.jpg"), ("escape", b"\x1b[2Jx.jpg"), ("del", b"x\x7f.jpg")]:
         add(f"name-{label}", good + member(name, b"data") + EOA,
             _err(r"absolute|'\.\.' component|control characters"))
+    # round 2: tab, C1 control (CSI), and an 800 KB name that messages must shorten
+    for label, name in [("tab", b"a\tb.jpg"), ("c1-csi", "x\u009b2J.jpg".encode()),
+                        ("escape-in-field", b"k.j\x1b]0;title\x07pg")]:
+        add(f"name-{label}", good + member(name, b"data") + EOA, _err(r"control characters"))
+    add("name-800kb-absolute", paxed(pax_record("path", b"/" + b"n" * 800000 + b".txt")), _err(r"absolute"))
+    add("name-800kb-dotdot-longname", special(b"L", b"../" * 270000 + b"x.txt\0") + member(b"x", b"data") + EOA,
+        _err(r"'\.\.' component"))
     add("name-dotdot-longname", special(b"L", b"../../../escape.txt\0") + member(b"x", b"data") + EOA,
         _err(r"'\.\.' component"))
     add("name-dotdot-pax", paxed(pax_record("path", b"../evil.txt")), _err(r"'\.\.' component"))
@@ -329,6 +351,8 @@ def cases(big=True):
     add("name-non-utf8", member(b"caf\xe9.txt", b"latin") + member(b"caf\xe9.cls", b"1")
         + member(b"\xff\xfe/k.bin", b"x") + EOA,
         _ok(2, names=[b"caf\xe9.cls", b"caf\xe9.txt", b"\xff\xfe/k.bin"]))
+    add("json-nested-100k", member(b"k.json", b"[" * 100000 + b"]" * 100000) + member(b"k.txt", b"x") + EOA, _ok(1))
+    add("png-9000x9000", member(b"k.png", png_header_bomb(9000, 9000)) + EOA, _ok(1))
     add("name-no-extension", member(b"README", b"x") + good + EOA, _ok(1, skipped=["names without an extension"]))
     add("name-dots-ok", member(b"a..b.txt", b"x") + member(b"..hidden", b"y") + good + EOA, _ok(2))
 

@@ -1,0 +1,266 @@
+"""Bounds on every input-controlled size the toolkit reads into memory, in one place.
+
+A shard is input an attacker (or an unlucky day) controls.  Whatever it holds, a
+command reads only bounded amounts of it into memory for looking at it:
+
+==========================  ==================  ===========================================
+bound                       default             environment variable
+==========================  ==================  ===========================================
+preview prefix              64 KiB              ``TARPROC_PREVIEW_BYTES``
+image pixels                32 Mpixels          ``TARPROC_MAX_PIXELS``
+JSON nesting depth          200                 ``TARPROC_JSON_DEPTH``
+captured output tail        8 KiB               ``TARPROC_TAIL_BYTES``
+name length in messages     200 characters      ``TARPROC_NAME_CHARS``
+==========================  ==================  ===========================================
+
+- :func:`head` is the bounded prefix of a field that previews, tables and
+  sniffers look at (``tarshow``, ``tar2tsv``'s text/binary decision).
+- :func:`check_pixels` refuses an image whose header claims more pixels than
+  the budget, *before* any pixel is decoded (Pillow's own
+  ``Image.MAX_IMAGE_PIXELS`` is set to the same budget as a second fence).
+- :func:`json_loads` refuses JSON nested deeper than the depth bound with a
+  ``ValueError`` (never a ``RecursionError``), in linear time.
+- :class:`Tail` keeps the last bytes of a stream (a failed command's output,
+  a download tool's stderr): messages quote at most that much.
+- :func:`shorten` cuts a name (key, member name, URL) for a one-line message:
+  the beginning and the end, with the number of characters left out.
+
+The values are read from the environment when the module is first imported
+(so a user or a test can change them for one run); a library caller may also
+assign the module attributes (``tarproc.core.limits.PREVIEW_BYTES = 1 << 20``).
+"""
+
+import os
+
+
+def _env_int(name, default):
+    text = os.environ.get(name)
+    if not text:
+        return default
+    try:
+        value = int(float(text))
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+#: Bytes of a field that a preview or a text/binary decision looks at.
+PREVIEW_BYTES = _env_int("TARPROC_PREVIEW_BYTES", 64 << 10)
+#: Most pixels (width x height) of an image that is decoded.
+MAX_PIXELS = _env_int("TARPROC_MAX_PIXELS", 32 << 20)
+#: Deepest nesting of JSON arrays/objects that is parsed.
+JSON_DEPTH = _env_int("TARPROC_JSON_DEPTH", 200)
+#: Bytes of a child's captured output kept for an error message.
+TAIL_BYTES = _env_int("TARPROC_TAIL_BYTES", 8 << 10)
+#: Characters of a name (key, member name, URL) quoted in a message.
+NAME_CHARS = _env_int("TARPROC_NAME_CHARS", 200)
+
+
+def head(value, n=None):
+    """The first ``n`` bytes (default :data:`PREVIEW_BYTES`) of a field as
+    ``bytes``, reading no more than that: works on ``bytes``-like values and
+    on any object with ``read_head(n)`` or ``head(n)`` (spooled blobs)."""
+    n = PREVIEW_BYTES if n is None else n
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value[:n])
+    if isinstance(value, memoryview):
+        return value[:n].tobytes()
+    if isinstance(value, str):
+        return value[:n].encode("utf-8", "surrogateescape")[:n]
+    for attr in ("read_head", "head"):
+        fn = getattr(value, attr, None)
+        if callable(fn):
+            return bytes(fn(n))
+    try:
+        return bytes(value[:n])  # a Blob (core/blob.py) reads a slice from its spool file
+    except TypeError:
+        return bytes(memoryview(value)[:n])
+
+
+def size_of(value):
+    """The length of a field's bytes without reading them."""
+    try:
+        return len(value)
+    except TypeError:
+        return getattr(value, "size", 0)
+
+
+class OverBudget(ValueError):
+    """An image or array is larger than the pixel budget."""
+
+
+def check_pixels(width, height, limit=None):
+    """Raise :class:`OverBudget` when ``width x height`` is over the pixel budget."""
+    limit = MAX_PIXELS if limit is None else limit
+    if width * height > limit:
+        raise OverBudget(f"image of {width}x{height} pixels is over the {limit} pixel budget "
+                         f"(TARPROC_MAX_PIXELS)")
+
+
+def open_image(data):
+    """A Pillow image opened (header only, no pixels decoded) from ``data``
+    (bytes), refused with :class:`OverBudget` when its size is over the pixel
+    budget.  Pillow's own fence (``Image.MAX_IMAGE_PIXELS``) is set to the
+    budget too, so a frame that claims more later is refused as well."""
+    import io
+    import warnings
+
+    from PIL import Image
+
+    Image.MAX_IMAGE_PIXELS = max(1, MAX_PIXELS // 2)  # Pillow refuses at twice this
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        try:
+            img = Image.open(io.BytesIO(data))
+        except Image.DecompressionBombError as e:
+            raise OverBudget(f"image over the {MAX_PIXELS} pixel budget (TARPROC_MAX_PIXELS)") from None
+    try:
+        check_pixels(img.width, img.height)
+    except OverBudget:
+        img.close()
+        raise
+    return img
+
+
+def json_depth(text, limit=None):
+    """Whether ``text`` (str) nests arrays/objects deeper than ``limit``
+    (default :data:`JSON_DEPTH`); linear in the length of ``text``."""
+    limit = JSON_DEPTH if limit is None else limit
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    import re
+
+    depth = 0
+    for m in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif c in "]}":
+            depth -= 1
+    return False
+
+
+def json_loads(data, limit=None):
+    """``json.loads`` of bytes or text that raises ``ValueError`` (never a
+    ``RecursionError``) for JSON nested deeper than ``limit``."""
+    import json
+
+    text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+    limit = JSON_DEPTH if limit is None else limit
+    if json_depth(text, limit):
+        raise ValueError(f"JSON nested deeper than {limit} levels (TARPROC_JSON_DEPTH)")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def json_dumps(obj, **kw):
+    """``json.dumps`` that raises ``ValueError`` instead of ``RecursionError``."""
+    import json
+
+    try:
+        return json.dumps(obj, **kw)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def shorten(name, limit=None):
+    """``name`` (any object; ``str`` or ``bytes`` usually) as text of at most
+    about ``limit`` characters (default :data:`NAME_CHARS`) for a message:
+    the beginning and the end with ``…[N chars]…`` between."""
+    limit = NAME_CHARS if limit is None else limit
+    if not isinstance(name, str):
+        name = repr(name) if not isinstance(name, bytes) else name.decode("utf-8", "backslashreplace")
+    if len(name) <= limit:
+        return name
+    keep = max(2, limit - 20)
+    front = keep * 2 // 3
+    back = keep - front
+    return f"{name[:front]}…[{len(name) - front - back} chars]…{name[len(name) - back:]}"
+
+
+def quote(name, limit=None):
+    """``repr`` of a shortened name: for ``sample 'KEY'`` in messages."""
+    if isinstance(name, str) and len(name) <= (NAME_CHARS if limit is None else limit):
+        return repr(name)
+    if not isinstance(name, str):
+        return shorten(repr(name), limit)
+    return repr(shorten(name, limit))
+
+
+def clip_lines(text, limit=None):
+    """Every line of a message cut to at most about ``limit`` characters
+    (default four times :data:`NAME_CHARS`): the last fence, used where the
+    CLI prints a message, for names that reached it unshortened."""
+    limit = 4 * NAME_CHARS if limit is None else limit
+    if len(text) <= limit:
+        return text
+    return "\n".join(shorten(line, limit) for line in text.split("\n"))
+
+
+class Tail:
+    """The last ``limit`` bytes (default :data:`TAIL_BYTES`) of what is
+    written to it; ``dropped`` counts the bytes before them."""
+
+    def __init__(self, limit=None):
+        self.limit = TAIL_BYTES if limit is None else limit
+        self.buf = bytearray()
+        self.dropped = 0
+
+    def write(self, data):
+        self.buf += data
+        over = len(self.buf) - self.limit
+        if over > 0:
+            del self.buf[:over]
+            self.dropped += over
+        return len(data)
+
+    def getvalue(self):
+        return bytes(self.buf)
+
+
+def tail_of_fd(fd, limit=None):
+    """The last ``limit`` bytes of a regular file given by descriptor (read
+    from its end), and how many bytes came before them."""
+    limit = TAIL_BYTES if limit is None else limit
+    size = os.fstat(fd).st_size
+    start = max(0, size - limit)
+    chunks = []
+    pos = start
+    while True:
+        b = os.pread(fd, 1 << 16, pos)
+        if not b:
+            break
+        chunks.append(b)
+        pos += len(b)
+        if pos - start >= limit:
+            break
+    data = b"".join(chunks)[:limit]
+    return data, start
+
+
+def drain_tail(stream, limit=None):
+    """Read a binary stream to its end in a daemon thread, keeping only its
+    last bytes (a child's stderr pipe: it never fills up and blocks the
+    child).  Returns the thread; ``thread.tail`` is the :class:`Tail`."""
+    import threading
+
+    tail = Tail(limit)
+
+    def drain():
+        try:
+            while True:
+                b = stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16)
+                if not b:
+                    break
+                tail.write(b)
+        except (OSError, ValueError):
+            pass
+
+    t = threading.Thread(target=drain, name="tarproc-stderr", daemon=True)
+    t.tail = tail
+    t.start()
+    return t
