@@ -490,7 +490,7 @@ def open_inputs(args, prog=None, tar=True):
 
     from ..urls import expand_urls
 
-    lazy = expand_urls(args.inputs or [], args.filelist)
+    lazy = expand_urls(args.inputs or [], getattr(args, "filelist", None))
     urls = list(itertools.islice(lazy, URLS_AHEAD + 1))
     if tar:
         refuse_terminal(prog or _PROG[0], urls)

@@ -46,15 +46,14 @@ def lines2tar_command(
 def main(args, prog="lines2tar"):
     from .. import samples as S
     from ..sources.lines import check_keyformat, check_keys, iter_line_samples
-    from ..urls import expand_urls, open_sink
-    from .base import note_terminal
+    from ..urls import open_sink
+    from .base import open_inputs
 
     rep = Reporter(prog, args.verbose, args.quiet, False)
     sep = {"\\t": "\t", "tab": "\t", "TAB": "\t"}.get(args.separator, args.separator)
     keys = check_keys(args.keys)
     check_keyformat(args.keyformat)
-    urls = expand_urls(args.inputs or [])
-    note_terminal(prog, urls)
+    urls = open_inputs(args, prog, tar=False)  # a list, or lazy when long (expand_urls is a generator)
     stats = S.Stats()
     with open_sink(args.output, stall=rep.stall) as sink:
         writer = S.SampleWriter(sink, stats)

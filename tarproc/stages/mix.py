@@ -261,7 +261,7 @@ def _source(spec, rng, stats, strict, warn):
     from ..sources.shardlist import expand_urls
     from .basic import shuffle as shuffle_stage
 
-    urls = expand_urls([spec["shards"]])
+    urls = list(expand_urls([spec["shards"]]))  # repeated: a list, not the lazy generator
 
     def repeated():
         for _ in range(spec["nrepeats"]):
