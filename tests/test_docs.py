@@ -134,6 +134,13 @@ def workspace(tmp_path_factory):
     for i in range(100):
         data = (linked / f"train-{i:03d}.tar").read_bytes()
         (linked / f"train-{i:03d}.tar.gz").write_bytes(gzip.compress(data, mtime=0))
+    _tar(copied / "all.tar", [s for i in range(147) for s in _tiny_samples(f"shard{i}")])
+    (copied / "out").mkdir()  # an output directory, as examples assume
+    (copied / "val-keys.txt").write_text("sshard3_0\nsshard7_1\n")
+    # an index of the shard-NNNN.tar shards (made by tarindex, as the docs do)
+    subprocess.run(["tarindex", "shard-{0000..0146}.tar", "-o", "index.json"], cwd=linked, check=True,
+                   capture_output=True, timeout=TIMEOUT)
+    shutil.move(linked / "index.json", copied / "index.json")
     (copied / "shards.txt").write_text("".join(f"shard-{i:04d}.tar\n" for i in range(3)))
     # images and plans for tarcreate
     for d in ("img", "images"):
