@@ -237,3 +237,9 @@ def test_map_function_chained_into_map_command(tmp_path):
     mapped = tarproc.map_function(tarproc.iter_samples(str(tmp_path / "in.tar")), tag, parallel=2)
     out = list(tarproc.map_command(mapped, "cp sample.tag sample.tag2", parallel=2))
     assert [s["tag2"] for s in out] == [b"x", b"x"]
+
+
+def test_a_tar_cut_inside_its_first_header_is_not_called_text(sh, tmp_path):
+    (tmp_path / "cut.tar").write_bytes(small_tar()[:100])
+    p = sh("tarcat < cut.tar > /dev/null", ok=False)
+    assert p.returncode == 2 and b"input ends inside a header (100 of 512 bytes)" in p.stderr

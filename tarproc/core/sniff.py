@@ -43,10 +43,10 @@ def describe(head):
         return "WebP image data"
     if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
         return "WAV audio data"
-    if b"\0" in head.rstrip(b"\0"):
+    if b"\0" in head:  # text has no NUL bytes; a tar header cut short has
         return None
     try:
-        text = head.rstrip(b"\0").decode("utf-8")
+        text = head.decode("utf-8")
     except UnicodeDecodeError as e:
         if e.start < len(head) - 4:  # not just a character cut at the end of the block
             return None
