@@ -223,9 +223,8 @@ def test_readme_gm_mogrify_form_resizes_and_the_note_is_true(sh, tmp_path):
 # ---------------------------------------------------------------- found by the docs harness
 
 
-@pytest.mark.xfail(strict=True, reason="map_function's fork pool sets signal handlers, which fails when "
-                                       "map_command's engine pulls it from a reader thread (runtime, issue 14)")
 def test_map_function_chained_into_map_command(tmp_path):
+    # the README's Python example: failed before the runtime rewrite (the pool was started from a thread)
     import tarproc
 
     (tmp_path / "in.tar").write_bytes(small_tar(2))
@@ -243,3 +242,43 @@ def test_a_tar_cut_inside_its_first_header_is_not_called_text(sh, tmp_path):
     (tmp_path / "cut.tar").write_bytes(small_tar()[:100])
     p = sh("tarcat < cut.tar > /dev/null", ok=False)
     assert p.returncode == 2 and b"input ends inside a header (100 of 512 bytes)" in p.stderr
+
+
+# ---------------------------------------------------------------- tarpcat on a slow input
+
+
+def _slow_parts(tmp_path, name, n=6, cut=3):
+    data = tar_bytes([(f"{name}{i}.txt", b"x" * 10) for i in range(n)])
+    (tmp_path / f"{name}1").write_bytes(data[: cut * 1024])  # one 1 KiB member per sample
+    (tmp_path / f"{name}2").write_bytes(data[cut * 1024:])
+    (tmp_path / f"{name}.tar").write_bytes(data)
+
+
+def test_tarpcat_passes_samples_on_while_its_input_stalls(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    _slow_parts(tmp_path, "s")
+    # 3 samples arrive, then the input is silent for 20 s: the first sample must come out at once
+    cmd = """tarpcat -w 1 'pipe:sh -c "cat s1; sleep 20; cat s2"' | tarcat -c 1 -o out.tar"""
+    start = time.monotonic()
+    p = subprocess.Popen(["bash", "-c", cmd], cwd=tmp_path, start_new_session=True, stderr=subprocess.PIPE)
+    try:
+        while not (tmp_path / "out.tar").exists() and time.monotonic() - start < 15:
+            time.sleep(0.05)
+        took = time.monotonic() - start
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    assert took < 15, "no output while the input stalled"
+    assert [n for n, _ in read_tar((tmp_path / "out.tar").read_bytes())] == ["s0.txt"]
+
+
+def test_tarpcat_early_batches_keep_the_order_and_bytes(sh, tmp_path):
+    _slow_parts(tmp_path, "a")
+    _slow_parts(tmp_path, "b", n=5, cut=2)
+    fast = sh("tarpcat -w 2 a.tar b.tar").stdout
+    slow = sh("""tarpcat -w 2 'pipe:sh -c "cat a1; sleep 0.5; cat a2"' 'pipe:sh -c "cat b1; sleep 0.3; cat b2"'""").stdout
+    assert slow == fast and len(read_tar(slow)) == 11

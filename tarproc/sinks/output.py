@@ -384,6 +384,9 @@ class Sink:
                 client, self.client = self.client, None
                 client.wait()
             self.state = "finished"
+        except BrokenPipeError:  # the reader went away (raised by _broken_pipe): quiet, as for a write
+            self.abort()
+            raise
         except OSError as e:
             self.abort()
             raise OutputError(f"{self.url}: write failed: {e.strerror or e}") from None
