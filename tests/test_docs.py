@@ -141,6 +141,9 @@ def workspace(tmp_path_factory):
     subprocess.run(["tarindex", "shard-{0000..0146}.tar", "-o", "index.json"], cwd=linked, check=True,
                    capture_output=True, timeout=TIMEOUT)
     shutil.move(linked / "index.json", copied / "index.json")
+    # a member larger than the blob threshold the examples use (1 MiB)
+    _tar(linked / "videos.tar", [("v0", {"mp4": bytes(range(256)) * 6000, "txt": b"big"}),
+                                 ("v1", {"mp4": b"\0\0\0\x18ftypmp42", "txt": b"small"})])
     (copied / "shards.txt").write_text("".join(f"shard-{i:04d}.tar\n" for i in range(3)))
     # images and plans for tarcreate
     for d in ("img", "images"):

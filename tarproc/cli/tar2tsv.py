@@ -2,8 +2,9 @@
 
 from typing import Annotated, Literal, Optional
 
-from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FieldCheck, FileList, Inputs, Strict,
+from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FileList, Inputs, Strict,
                    command, nonneg, opt, positive, read_inputs, run, Reporter, selection_stages)
+from .fieldcheck import FieldCheck
 
 EXAMPLES = """
 tar2tsv -f cls small.tar                      # __key__ and cls, with a header row

@@ -2,10 +2,11 @@
 
 from typing import Annotated, Optional
 
-from .base import (BlobThreshold, TmpDir, spooler_of, BraceExpand, Args, FieldCheck, FileList, Fields, Inputs, Output,
+from .base import (BlobThreshold, TmpDir, spooler_of, BraceExpand, Args, FileList, Fields, Inputs, Output,
                    ProgressFlag, Quiet, Seed, Skip,
                    Slice, Strict, Verbose, command, nonneg, open_inputs, opt, progress_stage, read_inputs,
                    run, Reporter, selection_stages)
+from .fieldcheck import FieldCheck
 
 EXAMPLES = """
 tarcat -c 10 big.tar > small.tar                 # the first 10 samples

@@ -2,8 +2,9 @@
 
 from typing import Annotated, Optional
 
-from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, FieldCheck, FileList, Inputs, Strict, command,
+from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, FileList, Inputs, Strict, command,
                    nonneg, open_inputs, opt, positive, run, Reporter)
+from .fieldcheck import FieldCheck
 
 from ..show import DEFAULT_FIRST_FIELDS as DEFAULT_FIELDS
 

@@ -2,10 +2,9 @@
 
 from typing import Annotated, Literal, Optional
 
-
-from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FieldCheck, FileList, Inputs, Skip, Slice,
-                   Strict, command, opt, positive,
-                   read_inputs, run, Reporter, selection_stages)
+from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FileList, Inputs, Skip,
+                   Slice, Strict, command, opt, positive, read_inputs, run, Reporter, selection_stages)
+from .fieldcheck import FieldCheck
 
 EXAMPLES = """
 tarshow -c 2 small.tar                        # the first two samples, every field
