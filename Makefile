@@ -6,7 +6,7 @@ PY := $(BIN)/python
 PYTHON ?= python3
 export PATH := $(BIN):$(PATH)
 # Debian packages the tests drive as real, independent tools (command:package).
-SYSTOOLS := zsh:zsh fish:fish bsdtar:libarchive-tools gm:graphicsmagick zstd:zstd tmux:tmux curl:curl xz:xz-utils bzip2:bzip2 gzip:gzip script:bsdutils /usr/bin/time:time
+SYSTOOLS := zsh:zsh jq:jq fish:fish bsdtar:libarchive-tools gm:graphicsmagick zstd:zstd tmux:tmux curl:curl xz:xz-utils bzip2:bzip2 gzip:gzip script:bsdutils /usr/bin/time:time
 
 .PHONY: all install demo test test-fast bench fuzz sysdeps clean
 # a single-node Slurm cluster for kujob --slurm (tests/slurm_cluster.py)

@@ -11,10 +11,6 @@ from conftest import ROOT, require
 from test_contract import BUILT, ENTRY_POINTS
 
 DOC_OF = {"tarcats": "tarcat", "tarscat": "tarcat", "tsv2tar": "tarcreate"}
-# tarserve (issue 20) is a typer app of its own, not yet built on cli/base.py's command();
-# its engineer moves it over (then this set is empty)
-OWN_TYPER = {"tarserve"}
-ON_BASE = [n for n in BUILT if n not in OWN_TYPER]
 GENERIC = {"--help", "-h", "--install-completion", "--show-completion"}  # typer's own, in README.md
 
 
@@ -29,7 +25,7 @@ def help_options(name):
     return set(re.findall(r"(?:^|[\s,/])(--?[A-Za-z][\w-]*)", opts)) - GENERIC
 
 
-@pytest.mark.parametrize("name", ON_BASE)
+@pytest.mark.parametrize("name", BUILT)
 def test_docs_list_every_option(name):
     doc = open(os.path.join(ROOT, "docs", DOC_OF.get(name, name) + ".md")).read()
     missing = sorted(o for o in help_options(name) if not re.search(rf"`[^`]*(?<![\w-]){re.escape(o)}(?![\w-])", doc))
@@ -71,7 +67,7 @@ def test_bash_completion_end_to_end(tmp_path):
     assert sorted(p.stdout.decode().split()) == ["--max-size", "--maxcount", "--maxshards", "--maxsize"]
 
 
-@pytest.mark.parametrize("name", ON_BASE)
+@pytest.mark.parametrize("name", BUILT)
 def test_usage_error_is_short(name, tmp_path):
     p = _run(f"{name} --no-such-flag < /dev/null", cwd=tmp_path)
     err = p.stderr.decode()

@@ -32,7 +32,9 @@ def test_example_cls(sh, tmp_path):
 
 def test_alternatives_sizes_hash_and_json_paths(sh, tmp_path):
     samples = make_shard(tmp_path)
-    out = sh("tar2tsv -f 'img=jpg;png json.label json.nested.a.1 json.note json.nosuch' small.tar").stdout.decode()
+    p = sh("tar2tsv -f 'img=jpg;png json.label json.nested.a.1 json.note json.nosuch' small.tar", stderr_ok=True)
+    out = p.stdout.decode()
+    assert p.stderr.decode().count("\n") == 1 and "no sample has 'json.nosuch'" in p.stderr.decode()
     lines = out.split("\n")
     assert lines[-1] == "" and len(lines) == 1 + len(samples) + 1  # every row is one line
     assert lines[0].split("\t") == ["__key__", "img", "json.label", "json.nested.a.1", "json.note", "json.nosuch"]
@@ -49,7 +51,7 @@ def test_alternatives_sizes_hash_and_json_paths(sh, tmp_path):
 def test_default_columns_count_and_slice(sh, tmp_path):
     make_shard(tmp_path)
     lines = sh("tar2tsv -c 2 small.tar").stdout.decode().splitlines()
-    assert lines[0] == "__key__\tcls\tjpg\tjson" and len(lines) == 3
+    assert lines[0] == "__key__\tcls\tjpg\tjson\tpng" and len(lines) == 3  # every field of the first samples
     # the original's -s/--slice: START,STOP
     lines = sh("tar2tsv -s 1,3 -f cls --noheader small.tar").stdout.decode().splitlines()
     assert lines == ["s001\t1", "s002\t2"]

@@ -67,8 +67,8 @@ def positive(what="N"):
 
 INPUTS_HELP = ("input shards: paths, '-', pipe:CMD, http(s)://, gs://, s3://; brace patterns like "
                "shard-{0000..0146}.tar are expanded (default: stdin)")
-OUTPUT_HELP = ("output URL; compression from the name (.tgz .tar.gz .tar.bz2 .tar.xz .tar.zst) "
-               "(default: stdout)")
+OUTPUT_HELP = ("output URL; compression from the name (.tgz .tar.gz .tar.bz2 .tar.xz .tar.zst; others such as "
+               ".lz4 are refused) (default: stdout)")
 FIELDS_HELP = ("keep only these fields: 'jpg cls'; 'jpg;png' takes the first present; 'img=jpg;png' "
                "renames; samples missing one are skipped")
 
@@ -590,3 +590,4 @@ def selection_stages(args, middle=(), slice_parser=None):
     if getattr(args, "count", None) is not None:
         stages.append(S.take(args.count))
     return stages
+

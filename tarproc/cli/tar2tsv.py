@@ -2,8 +2,9 @@
 
 from typing import Annotated, Literal, Optional
 
-from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FileList, Inputs, Strict, command, nonneg, opt, read_inputs, run,
-                   Reporter, selection_stages)
+from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FileList, Inputs, Strict,
+                   command, nonneg, opt, positive, read_inputs, run, Reporter, selection_stages)
+from .fieldcheck import FieldCheck
 
 EXAMPLES = """
 tar2tsv -f cls small.tar                      # __key__ and cls, with a header row
@@ -19,7 +20,10 @@ that is not UTF-8) as their size in bytes, or their sha256 with --hash.
 'json.label' addresses a value inside the JSON field 'json' (nested: json.a.b,
 list items: json.boxes.0).  A missing field is an empty cell.  TSV escapes
 backslash, tab, newline and CR as \\\\ \\t \\n \\r so every row is one line.
-Without -f the columns are the fields of the first sample.
+Without -f the columns are every field of the first 1000 samples (--scan N),
+held back until the header can be written; a field first seen later is named
+once on stderr (use -f to choose columns and stream at once).  JSON lines
+without -f: each object has its own sample's fields.
 Exit status: 0 ok, 2 bad usage or unreadable input."""
 
 
@@ -29,7 +33,7 @@ def tar2tsv_command(
     filelist: FileList = None,
     fields: Annotated[Optional[str], opt("-f", "--fields", metavar="SPEC",
                       help="columns: 'cls json.label'; 'jpg;png' takes the first present; 'img=jpg;png' "
-                           "names the column (default: the fields of the first sample)")] = None,
+                           "names the column (default: every field of the first --scan samples)")] = None,
     count: Count = None,
     skip: Annotated[int, opt("--skip", metavar="N", parser=nonneg(), help="skip the first N samples")] = 0,
     slice: Annotated[Optional[str], opt("-s", "--slice", metavar="SLICE",
@@ -38,6 +42,9 @@ def tar2tsv_command(
     nokey: Annotated[bool, opt("--nokey", help="no __key__ column")] = False,
     noheader: Annotated[bool, opt("--noheader", help="no header row")] = False,
     hash: Annotated[bool, opt("--hash", help="binary fields as their sha256 instead of their size")] = False,
+    scan: Annotated[int, opt("--scan", metavar="N", parser=positive(),
+                    help="without -f, the columns are the fields of the first N samples (default 1000; "
+                         "they are held back until then)")] = 1000,
     format: Annotated[Literal["tsv", "csv", "jsonl"], opt("--format",
                       help="output format (default tsv)")] = "tsv",
     strict: Strict = False,
@@ -83,27 +90,77 @@ def main(args, prog="tar2tsv"):
     columns = T.parse_columns(args.fields) if args.fields else None
     stats = S.Stats()
     stages = selection_stages(args, slice_parser=parse_old_slice)
+    check = FieldCheck(rep, args.fields)
+    stages.append(check.before)
+    found = set()  # columns that had a value in some sample
     out = sys.stdout
     fmt = args.format
     header_done = args.noheader or fmt == "jsonl"
-    if not header_done and columns is not None:
-        names = (["__key__"] if not args.nokey else []) + [c.name for c in columns]
-        out.write(T.format_row(names, fmt))
-        header_done = True
+    samples = S.pipeline(read_inputs(args, rep, stats), *stages)
+    key = not args.nokey
+    if columns is None and fmt == "jsonl":  # no header: each object has its own sample's fields
+        rows = (row for sample in samples
+                for row in T.rows([sample], T.default_columns(sample), key=key, hash=args.hash, native=True))
+    else:
+        if columns is None:
+            samples, columns = _scan_columns(samples, args.scan, rep)
+        if not header_done:
+            out.write(T.format_row((["__key__"] if key else []) + [c.name for c in columns], fmt))
+            header_done = True
+        rows = T.rows(samples, columns, key=key, hash=args.hash, native=fmt == "jsonl")
     n = 0
-    for names, values in T.rows(S.pipeline(read_inputs(args, rep, stats), *stages), columns, key=not args.nokey,
-                                hash=args.hash, native=fmt == "jsonl"):
+    for names, values in rows:
         if not header_done:
             out.write(T.format_row(names, fmt))
             header_done = True
         out.write(T.format_row(values, fmt, names))
+        if args.fields and len(found) < len(columns):
+            found.update(i for i, v in enumerate(values[0 if args.nokey else 1:]) if v is not None)
         n += 1
         if n % 256 == 0:
             out.flush()
     out.flush()
+    if args.fields:
+        check.missing([c.name for i, c in enumerate(columns) if i not in found])
     stats.written = n
     rep.done(stats)  # "written" counts rows
     return 0
+
+
+def _scan_columns(samples, scan, rep):
+    """Without -f: the columns are every field of the first ``scan``
+    samples (sorted), which are held back until the header can be written
+    (bounded: ``scan`` samples).  A field first seen later has no column: it
+    is named once on stderr.  Returns ``(samples, columns)``."""
+    from .. import table as T
+    from ..core.rules import is_meta
+
+    head = []
+    names = set()
+    for sample in samples:
+        head.append(sample)
+        names.update(k for k in sample if not is_meta(k))
+        if len(head) >= scan:
+            break
+    known = set(names)
+
+    def rest():
+        yield from head
+        head.clear()
+        told = 0
+        for sample in samples:
+            new = [k for k in sample if k not in known and not is_meta(k)]
+            if new:
+                known.update(new)
+                if told == 20:
+                    rep.warn("more fields not in the columns: not reported")
+                elif told < 20:
+                    rep.warn(f"sample {sample['__key__']!r}: field{'s' * (len(new) > 1)} {', '.join(sorted(new))} "
+                             f"not in the columns (taken from the first {scan} samples; use -f or --scan)")
+                told += 1
+            yield sample
+
+    return rest(), [T.Column(k, [k]) for k in sorted(names)]
 
 
 def entry():

@@ -2,9 +2,11 @@
 
 from typing import Annotated, Optional
 
-from .base import (BlobThreshold, TmpDir, spooler_of, BraceExpand, Args, FileList, Fields, Inputs, Output, ProgressFlag, Quiet, Seed, Skip,
+from .base import (BlobThreshold, TmpDir, spooler_of, BraceExpand, Args, FileList, Fields, Inputs, Output,
+                   ProgressFlag, Quiet, Seed, Skip,
                    Slice, Strict, Verbose, command, nonneg, open_inputs, opt, progress_stage, read_inputs,
                    run, Reporter, selection_stages)
+from .fieldcheck import FieldCheck
 
 EXAMPLES = """
 tarcat -c 10 big.tar > small.tar                 # the first 10 samples
@@ -121,7 +123,11 @@ def tarcat_command(
         if keyfile == "-" and "-" in urls:
             raise UsageError("the key list and the samples cannot both come from stdin")
         stages.insert(0, select_keys(read_keys(keyfile), exclude=bool(args.exclude_keys), stats=stats))
-    stages += selection_stages(args, [S.select_fields(args.fields, stats)] if args.fields else [])
+    middle = []
+    if args.fields:
+        check = FieldCheck(rep, args.fields)
+        middle = [check.before, S.select_fields(args.fields, stats), check.after]
+    stages += selection_stages(args, middle)
     if args.rekey:
         stages.append(S.rekey(args.rekey))
     stages.append(progress_stage(rep, stats))

@@ -20,8 +20,11 @@ extension, links, devices, FIFOs), names that are not UTF-8 or escape a
 directory, empty files, shards cut off before the end-of-archive marker, and
 shards without samples.  Each shard and the total get a summary: samples,
 members, bytes, compression, size on disk, fields with counts and bytes.
+A shard that cannot be opened or is damaged is reported as the problem
+'unreadable' (and its error on stderr: one line naming the shard and byte
+offset); the other shards are still checked.
 Exit status: 0 clean, 1 problems found, 2 bad usage or a damaged/unreadable
-shard (one line naming the shard and byte offset)."""
+shard (after checking all the others)."""
 
 
 @command("Check tar shards: split samples, duplicate keys, missing fields, skipped members.", EXAMPLES, NOTES)
@@ -54,7 +57,13 @@ def main(args, prog="tarcheck"):
     urls = open_inputs(args)
     out = sys.stdout
 
+    unreadable = []
+
     def on_shard(rep):
+        for p in rep["problems"]:
+            if p["kind"] == "unreadable":  # the error line on stderr too, as for any unreadable input
+                unreadable.append(rep["url"])
+                print(f"{prog}: {p['examples'][0]}", file=sys.stderr, flush=True)
         if args.json:
             return
         if args.quiet:
@@ -73,7 +82,7 @@ def main(args, prog="tarcheck"):
             out.write("\n".join(["total:"] + [check.format_problem(p) for p in report["total"]["problems"]]) + "\n")
     else:
         out.write("\n".join(check.format_total(report)) + "\n")
-    return 0 if report["ok"] else 1
+    return 0 if report["ok"] else 2 if unreadable else 1
 
 
 def entry():

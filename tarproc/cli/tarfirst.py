@@ -2,8 +2,9 @@
 
 from typing import Annotated, Optional
 
-from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, FileList, Inputs, Strict, command, nonneg, open_inputs, opt, positive, run,
-                   Reporter)
+from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, FileList, Inputs, Strict, command,
+                   nonneg, open_inputs, opt, positive, run, Reporter)
+from .fieldcheck import FieldCheck
 
 from ..show import DEFAULT_FIRST_FIELDS as DEFAULT_FIELDS
 
@@ -57,12 +58,16 @@ def main(args, prog="tarfirst"):
     urls = open_inputs(args)
     samples = S.iter_samples(urls, strict=args.strict, warn=rep.warn, spooler=spooler_of(args))
     source = S.skip(args.skip)(samples) if args.skip else samples
+    check = FieldCheck(rep, args.field)
     try:
-        found = find_match(source, args.field, args.select, args.nth)
+        found = find_match(check.before(source), args.field, args.select, args.nth)
     finally:
         samples.close()  # closes the input: stop reading at the match
     if found is None:
-        print(f"{prog}: no sample matched", file=sys.stderr)
+        wanted = {c for _n, cands in S.parse_fields(args.field) for c in cands}
+        why = f" (-f {args.field!r}: none of the {check.n_in} samples has these fields; {check._have()})" \
+            if check.n_in and not wanted & check.names else ""
+        print(f"{prog}: no sample matched{why}", file=sys.stderr)
         return 1
     key, field, data = found
     rep.info(f"{key}.{field} ({len(data)} bytes)")

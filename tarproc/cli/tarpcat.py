@@ -66,8 +66,11 @@ def tarpcat_command(
     stats = S.Stats()
     failed = []
     urls = open_inputs(args) if args.count != 0 else []
+    from ..runtime.stall import Stall
+
+    stall = Stall()  # waiting for a worker flushes the output (slow inputs show at once)
     common = dict(workers=args.workers, strict=args.strict, ignore_errors=args.ignore_errors, warn=rep.warn,
-                  info=rep.info, stats=stats, failed=failed, start_method=args.start_method)
+                  info=rep.info, stats=stats, failed=failed, start_method=args.start_method, stall=stall)
     # The workers are started (forked) here, before the output is opened.
     if args.shuffle or args.count is not None:
         source = parallel_encoded(urls, shuffle=args.shuffle, seed=args.seed, **common)
@@ -77,7 +80,7 @@ def tarpcat_command(
         source = None
     written = 0
     try:
-        with open_sink(args.output) as sink:
+        with open_sink(args.output, stall=stall) as sink:
             write = sink.write
             if batches is not None:
                 for lengths, data in batches:

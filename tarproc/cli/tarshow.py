@@ -2,8 +2,9 @@
 
 from typing import Annotated, Literal, Optional
 
-from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FileList, Inputs, Skip, Slice, Strict, command, opt, positive,
-                   read_inputs, run, Reporter, selection_stages)
+from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FileList, Inputs, Skip,
+                   Slice, Strict, command, opt, positive, read_inputs, run, Reporter, selection_stages)
+from .fieldcheck import FieldCheck
 
 EXAMPLES = """
 tarshow -c 2 small.tar                        # the first two samples, every field
@@ -55,7 +56,8 @@ def tarshow_command(
     quick: Annotated[bool, opt("-q", "--quick", help="never draw images (as the original tarshow)")] = False,
     silent: Annotated[bool, opt("--silent", help="no text blocks (only images)")] = False,
     verbatim_keys: Annotated[bool, opt("--verbatim-keys",
-                             help="accepted for compatibility (field names are never lower-cased)")] = False,
+                             help="accepted for compatibility (field names are always lower-cased, as "
+                                  "webdataset reads them)")] = False,
     delay: Annotated[float, opt("-d", "--delay", metavar="SECONDS",
                      help="wait this long after each sample (default 0: no wait)")] = 0.0,
     format: Annotated[Literal["blocks", "original"], opt(
@@ -99,6 +101,8 @@ def main(args, prog="tarshow"):
     stats = S.Stats()
     count, args.count = args.count, None if args.grid else args.count  # with --grid, -c counts images
     stages = selection_stages(args)
+    check = FieldCheck(rep, args.fields)
+    stages.append(check.before)
     args.count = count
     samples = S.pipeline(read_inputs(args, rep, stats), *stages)
 
@@ -112,6 +116,7 @@ def main(args, prog="tarshow"):
     draw = wanted is not None and not args.quick and (
         args.images == "always" or (args.images == "auto" and tty))
     first = True
+    found = set()  # the -f items some sample had
     for sample in samples:
         if args.delay and not first:
             import time
@@ -139,6 +144,10 @@ def main(args, prog="tarshow"):
                 out.write("\n".join(lines) + "\n")
         out.flush()
         stats.written += 1
+        if wanted and len(found) < len(wanted):
+            found.update(i for i, (_n, cands) in enumerate(wanted) if any(c in sample for c in cands))
+    if wanted:
+        check.missing([";".join(cands) for i, (_n, cands) in enumerate(wanted) if i not in found])
     rep.done(stats)
     return 0
 

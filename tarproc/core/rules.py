@@ -4,7 +4,10 @@ written (one rule, :func:`unsafe_name`, for readers and writers alike).
 
 The key of a member is its directory plus the part of its file name before the
 first dot; the field is the rest (``train/n0142.jpg`` -> ``train/n0142``,
-``jpg``; ``a.b/c.seg.png`` -> ``a.b/c``, ``seg.png``).  Entries whose names
+``jpg``; ``a.b/c.seg.png`` -> ``a.b/c``, ``seg.png``).  Fields are lower-cased
+as webdataset does (``x1.JPEG`` -> field ``jpeg``; keys keep their case), so
+``-f jpeg`` finds it and a tar written back names the member ``x1.jpeg``; a
+sample built in Python is written with its fields as given.  Entries whose names
 start and end with ``__`` (``__source__``) are metadata: they travel with the
 sample and are never written as members."""
 
@@ -23,12 +26,13 @@ def is_extra_meta(name):
 
 def split_name(name):
     """``(key, field)`` of a member name, or ``None`` when the file name has
-    no dot or starts with one (such members are skipped)."""
+    no dot or starts with one (such members are skipped).  The field is
+    lower-cased (webdataset's ``group_by_keys(lcase=True)``)."""
     slash = name.rfind("/")
     dot = name.find(".", slash + 1)
     if dot <= slash + 1:
         return None
-    return name[:dot], name[dot + 1 :]
+    return name[:dot], name[dot + 1 :].lower()
 
 
 def _controls(text):

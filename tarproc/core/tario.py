@@ -223,7 +223,13 @@ class TarReader:
     def __iter__(self):
         return self.members()
 
-    def _fail(self, offset, problem):
+    def _fail(self, offset, problem, head=None):
+        if head is not None and offset == 0:  # the first header: say what the input is instead
+            from .sniff import describe
+
+            what = describe(head)
+            if what:
+                problem = f"not a tar archive (looks like {what})"
         raise BadArchive(self.source, offset, problem)
 
     def _read_blob(self, size, offset, name):
@@ -306,7 +312,7 @@ class TarReader:
             buf = read(BLOCK)
             if len(buf) < BLOCK:
                 if buf.strip(b"\0"):  # a cut in zero padding loses nothing
-                    self._fail(offset, f"input ends inside a header ({len(buf)} of 512 bytes)")
+                    self._fail(offset, f"input ends inside a header ({len(buf)} of 512 bytes)", buf)
                 if pending_at is not None:
                     self._fail(pending_at, "input ends after a long-name or pax header, before its member")
                 if not zero_seen and offset > 0:
@@ -325,9 +331,12 @@ class TarReader:
                 offset += BLOCK
                 continue
             here = offset
-            stored = _number(buf[148:156], "checksum", source, here)
+            try:
+                stored = _number(buf[148:156], "checksum", source, here)
+            except BadArchive as e:
+                self._fail(here, e.problem, buf)
             if not _checksum_ok(buf, stored):
-                self._fail(here, "bad header checksum (not a tar archive, or damaged)")
+                self._fail(here, "bad header checksum (not a tar archive, or damaged)", buf)
             size = _number(buf[124:136], "size", source, here)
             mode = _number(buf[100:108], "mode", source, here)
             if size < 0:

@@ -15,16 +15,19 @@ A problem is ``{"kind", "message", "count", "examples"}``.  Kinds, per shard:
 (a field repeats inside one sample), ``missing_fields`` (samples lack a field
 most samples have), ``skipped_members`` (no extension, links, special files),
 ``non_utf8_names``, ``unsafe_names`` (absolute or ``..``), ``empty_files``,
-``truncated`` (no end-of-archive marker), ``no_samples``; across shards:
-``duplicate_keys`` (the same key in more than one shard).  Directories are
-counted, not reported: ``tar c dir`` writes them and every reader skips them.
-Damage (bad checksums, input ending inside a member) raises
-:class:`~tarproc.errors.BadArchive`, as everywhere else.
+``truncated`` (no end-of-archive marker), ``no_samples``, ``unreadable``
+(the shard cannot be opened, or is damaged: a bad checksum, input ending
+inside a member; its example is the error line, its counts are those read
+before the damage); across shards: ``duplicate_keys`` (the same key in more
+than one shard).  Directories are counted, not reported: ``tar c dir`` writes
+them and every reader skips them.  An unreadable shard does not stop the
+check: the other shards are checked and reported.
 """
 
 from ..core.blob import SizesOnly
 from ..core.limits import shorten
 from ..core.rules import split_name, unsafe_name
+from ..errors import BadInput
 from ..core.tario import TYPE_NAMES, REGULAR, DIRECTORY, TarReader
 
 #: How many example keys or names a problem lists.
@@ -101,9 +104,10 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
         else:
             entry[0] += 1
 
-    stream = open_source(url)
     name_of = "stdin" if url == "-" else url
+    tar_bytes, truncated, compression, stream, reader = 0, False, None, None, None
     try:
+        stream = open_source(url)
         # only sizes are needed: large members are read past, never stored
         reader = TarReader(stream, name_of, strict=strict, warn=warnings.append, spooler=SizesOnly())
         for m in reader.members():
@@ -165,11 +169,27 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
         tar_bytes = reader.offset
         truncated = reader.truncated
         compression = stream.compression
-    finally:
         stream.close()
+    except BaseException as e:
+        if not isinstance(e, (BadInput, OSError)):
+            if stream is not None:
+                stream.close()
+            raise
+        # an unreadable or damaged shard is a problem of this shard: the others are still checked
+        close_sample()
+        if stream is not None:
+            compression = getattr(stream, "compression", None)
+            try:
+                stream.close()
+            except (BadInput, OSError):
+                pass
+        message = str(e) if isinstance(e, BadInput) else f"{name_of}: {e.strerror or e}"
+        probs.add("unreadable", "the shard cannot be opened or is damaged (counts are up to the damage)",
+                  message)
+        tar_bytes = reader.offset if reader is not None else 0
     if truncated:
         probs.add("truncated", "the shard ends without the end-of-archive marker (cut off?)")
-    if samples == 0:
+    if samples == 0 and "unreadable" not in probs.items:
         probs.add("no_samples", "the shard has no samples")
     # fields most samples have, missing in some
     # (linear: a field's examples are found by walking the signatures until

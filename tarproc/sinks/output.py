@@ -67,9 +67,19 @@ def compression_for(url):
         return "bzip2"
     if base.endswith((".txz", ".xz")):
         return "xz"
-    if base.endswith((".tzst", ".zst")):
+    if base.endswith((".tzst", ".zst", ".zstd")):
         return "zstd"
+    unknown = base.rsplit(".", 1)[-1] if "." in base else ""
+    if unknown in UNWRITABLE_COMPRESSION:
+        raise UsageError(f"{url}: cannot write .{url.rsplit('.', 1)[-1]} compression (use .tar, .tar.gz, "
+                         ".tgz, .tar.bz2, .tar.xz or .tar.zst)")
     return None
+
+
+#: Name suffixes of compressions we cannot write: refused rather than
+#: writing a plain tar under a name that says otherwise.
+UNWRITABLE_COMPRESSION = frozenset(("lz4", "tlz4", "z", "taz", "lzma", "tlz", "lz", "br", "sz", "lzo", "lzop",
+                                    "zip", "7z", "rar"))
 
 
 def partial_name(path, pid=None, tok=None):
@@ -374,6 +384,9 @@ class Sink:
                 client, self.client = self.client, None
                 client.wait()
             self.state = "finished"
+        except BrokenPipeError:  # the reader went away (raised by _broken_pipe): quiet, as for a write
+            self.abort()
+            raise
         except OSError as e:
             self.abort()
             raise OutputError(f"{self.url}: write failed: {e.strerror or e}") from None

@@ -47,11 +47,15 @@ _PIPE_SIZE = 1 << 20
 #   _SAMPLES: a pickled list of sample dicts (parallel_samples);
 #   _TAR:     ``count`` native uint64 sample lengths, then the samples'
 #             tar members back to back.
-_HEADER = struct.Struct("<BQ")
+#   _SAMPLES_PART, _TAR_PART: the same, for the complete samples of a batch
+#             sent early because the worker's input stalled; the batch goes on
+#             in the next message, so the parent stays with this worker (the
+#             turns, hence the output order, do not depend on timing).
 #   _PIECES:  one sample holding large fields: a pickled list of its tar
 #             pieces, ``bytes`` or a blob reference (core.blob.handover), so
 #             a blob crosses as its spool file's name, never its bytes.
-_CONTROL, _SAMPLES, _TAR, _PIECES = 1, 2, 3, 4
+_HEADER = struct.Struct("<BQ")
+_CONTROL, _SAMPLES, _TAR, _PIECES, _SAMPLES_PART, _TAR_PART = 1, 2, 3, 4, 5, 6
 
 
 class _Out:
@@ -70,8 +74,9 @@ class _Out:
     def control(self, *msg):
         self.send(self.fd, [_HEADER.pack(_CONTROL, 0), self.dumps(msg, protocol=5)])
 
-    def samples(self, batch):
-        self.send(self.fd, [_HEADER.pack(_SAMPLES, len(batch)), self.dumps(batch, protocol=5)])
+    def samples(self, batch, part=False):
+        self.send(self.fd, [_HEADER.pack(_SAMPLES_PART if part else _SAMPLES, len(batch)),
+                            self.dumps(batch, protocol=5)])
 
     def pieces(self, pieces):
         from ..core.blob import Blob, handover
@@ -79,8 +84,8 @@ class _Out:
         refs = [handover(p) if type(p) is Blob else bytes(p) for p in pieces]
         self.send(self.fd, [_HEADER.pack(_PIECES, 1), self.dumps(refs, protocol=5)])
 
-    def tar(self, lengths, pieces, size):
-        pieces[0] = _HEADER.pack(_TAR, len(lengths)) + array("Q", lengths).tobytes()
+    def tar(self, lengths, pieces, size, part=False):
+        pieces[0] = _HEADER.pack(_TAR_PART if part else _TAR, len(lengths)) + array("Q", lengths).tobytes()
         self.send(self.fd, pieces)
 
 
@@ -100,10 +105,12 @@ def _worker(conn, urls, mode, strict, header_defaults):
     which sets its signals and makes it die with the parent): read ``urls``
     in order, send batches."""
     from ..core.grouping import SampleWriter
+    from ..runtime.stall import Stall
     from .samples import iter_samples
     from ..core.blob import Blob
 
     out = _Out(conn)
+    stall = Stall()  # the input is about to wait: send the complete samples of the batch so far
     send = out.control
     tar = mode == "tar"
     try:
@@ -113,13 +120,15 @@ def _worker(conn, urls, mode, strict, header_defaults):
             batch = []
             lengths = []
             size = 0
+            held = 0  # samples and bytes of the current batch, including those sent early
+            held_size = 0
             if tar:
                 coll = _Collect()
                 writer = SampleWriter(coll, **header_defaults)
                 tw = writer.tar
 
-            def flush(failed=False):
-                nonlocal batch, lengths, size
+            def flush(failed=False, part=False):
+                nonlocal batch, lengths, size, held, held_size
                 if tar:
                     if failed:  # drop the pieces of a sample cut off by the error
                         pieces = coll.pieces
@@ -129,15 +138,23 @@ def _worker(conn, urls, mode, strict, header_defaults):
                                 del pieces[k:]
                                 break
                             total += len(pieces[k])
-                    if lengths:
-                        out.tar(lengths, coll.pieces, size)
+                    if lengths or (held and not part):
+                        out.tar(lengths, coll.pieces, size, part)
                         del coll.pieces[1:]
                 else:
-                    if batch:
-                        out.samples(batch)
+                    if batch or (held and not part):
+                        out.samples(batch, part)
                 batch = []
                 lengths = []
                 size = 0
+                if not part:
+                    held = held_size = 0
+
+            def early():
+                if lengths or batch:
+                    flush(part=True)
+
+            stall.hooks[:] = [early]
 
             try:
                 def warn(message, url=url):
@@ -145,7 +162,7 @@ def _worker(conn, urls, mode, strict, header_defaults):
 
                 if tar:
                     before = tw.bytes_written
-                    for sample in iter_samples([url], stats, strict=strict, warn=warn):
+                    for sample in iter_samples([url], stats, strict=strict, warn=warn, stall=stall):
                         if Blob in map(type, sample.values()):  # large fields: sent alone, by reference
                             flush()
                             one = _Collect()
@@ -156,18 +173,23 @@ def _worker(conn, urls, mode, strict, header_defaults):
                         after = tw.bytes_written
                         lengths.append(after - before)
                         size += after - before
+                        held += 1
+                        held_size += after - before
                         before = after
-                        if size >= BATCH_BYTES or len(lengths) >= BATCH_SAMPLES:
+                        if held_size >= BATCH_BYTES or held >= BATCH_SAMPLES:
                             flush()
                 else:
-                    for sample in iter_samples([url], stats, strict=strict, warn=warn):
+                    for sample in iter_samples([url], stats, strict=strict, warn=warn, stall=stall):
                         if Blob in map(type, sample.values()):  # large fields cross as references to their files
                             from ..core.blob import handover
 
                             sample = {k: _Ref(handover(v)) if type(v) is Blob else v for k, v in sample.items()}
                         batch.append(sample)
-                        size += sum(len(v) for k, v in sample.items() if type(v) is bytes)
-                        if size >= BATCH_BYTES or len(batch) >= BATCH_SAMPLES:
+                        n = sum(len(v) for k, v in sample.items() if type(v) is bytes)
+                        size += n
+                        held += 1
+                        held_size += n
+                        if held_size >= BATCH_BYTES or held >= BATCH_SAMPLES:
                             flush()
             except TarprocError as e:
                 flush(True)
@@ -212,7 +234,7 @@ def _add_stats(stats, d):
 
 
 def _parallel(urls, workers, mode, strict=False, ignore_errors=False, warn=None, info=None,
-              stats=None, failed=None, header_defaults=None, start_method=None):
+              stats=None, failed=None, header_defaults=None, start_method=None, stall=None):
     """Start the workers now; return a generator of their batches, taken in
     deterministic turns.  Closing the generator stops the workers."""
     from ..runtime.pool import Receiver, get_context, start_worker
@@ -237,7 +259,7 @@ def _parallel(urls, workers, mode, strict=False, ignore_errors=False, warn=None,
     except BaseException:
         _stop(procs, readers, conns)
         raise
-    return _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, stats, failed)
+    return _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, stats, failed, stall)
 
 
 def _stop(procs, readers, conns):
@@ -259,7 +281,14 @@ def _stop(procs, readers, conns):
             remove_spools_of(p.pid)
 
 
-def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, stats, failed):
+def poll_ready(fd):
+    """Whether a read on ``fd`` would return at once."""
+    import select
+
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, stats, failed, stall=None):
     import pickle
 
     from ..errors import describe_exit
@@ -275,6 +304,8 @@ def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, st
             i = active[turn]
             reader = readers[i]
             while True:
+                if stall and not poll_ready(conns[i].fileno()):
+                    stall()  # about to wait for this worker: flush what buffers our output
                 try:
                     view = reader.recv()
                 except (EOFError, OSError):
@@ -283,7 +314,7 @@ def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, st
                                    f"{', '.join(urls[i::workers][:3])}...)") from None
                 kind, count = _HEADER.unpack_from(view)
                 view = view[hsize:]
-                if kind == _TAR:
+                if kind == _TAR or kind == _TAR_PART:
                     stats.read += count
                     head = 8 * count
                     lengths = view[:head].cast("Q").tolist()
@@ -291,6 +322,8 @@ def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, st
                     del view
                     yield lengths, data
                     del data  # so that the buffer can be reused
+                    if kind == _TAR_PART:  # the batch goes on: same worker
+                        continue
                     turn += 1
                     break
                 if kind == _PIECES:
@@ -302,7 +335,7 @@ def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, st
                     yield None, pieces
                     turn += 1
                     break
-                if kind == _SAMPLES:
+                if kind == _SAMPLES or kind == _SAMPLES_PART:
                     batch = loads(view)
                     view.release()
                     for sample in batch:
@@ -313,6 +346,8 @@ def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, st
                                 sample[k] = take(v.ref)
                     stats.read += len(batch)
                     yield batch
+                    if kind == _SAMPLES_PART:
+                        continue
                     turn += 1
                     break
                 msg = loads(view)
@@ -360,7 +395,8 @@ def _shuffled_urls(urls, shuffle, seed):
 
 
 def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ignore_errors=False,
-                     warn=None, info=None, stats=None, failed=None, start_method=None, **header_defaults):
+                     warn=None, info=None, stats=None, failed=None, start_method=None, stall=None,
+                     **header_defaults):
     """Yield the samples of ``urls``, read by ``workers`` processes (default:
     the number of cores), each as the ``bytes`` of its tar members (as
     :class:`~tarproc.samples.SampleWriter` writes them, so concatenating them
@@ -369,7 +405,10 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     :func:`write_pieces`).  With ``shuffle`` > 0 the shard list
     is shuffled and the samples are mixed through a buffer of ``shuffle``
     samples, reproducibly with ``seed``.  ``urls`` is a pattern string or a
-    list; ``start_method``: ``fork`` (default), ``spawn`` or ``forkserver``."""
+    list; ``start_method``: ``fork`` (default), ``spawn`` or ``forkserver``.  A worker whose
+    input stalls sends the samples it has at once; ``stall`` (a
+    :class:`~tarproc.runtime.stall.Stall`, e.g. also given to the sink) is
+    called before waiting for a worker, so output keeps pace with slow input."""
     from ..stages.basic import shuffle as shuffle_stage
 
     if shuffle < 0:
@@ -377,7 +416,7 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     urls = _shuffled_urls(urls, shuffle, seed)
 
     batches = _parallel(urls, workers, "tar", strict, ignore_errors, warn, info, stats, failed, header_defaults,
-                        start_method)
+                        start_method, stall)
 
     def blobs():
         try:
@@ -418,18 +457,18 @@ def write_pieces(out, pieces):
 
 
 def parallel_encoded_batches(urls, workers=None, strict=False, ignore_errors=False, warn=None, info=None,
-                             stats=None, failed=None, start_method=None, **header_defaults):
+                             stats=None, failed=None, start_method=None, stall=None, **header_defaults):
     """Like :func:`parallel_encoded` without shuffling, but yields
     ``(lengths, data)`` batches: ``data`` holds ``len(lengths)`` encoded
     samples back to back (the fastest way to copy everything).  A sample with
     large fields comes alone as ``(None, pieces)``: a list of ``bytes`` and
     :class:`~tarproc.core.blob.Blob` to write in turn (:func:`write_pieces`)."""
     return _parallel(url_list(urls), workers, "tar", strict, ignore_errors, warn, info, stats, failed,
-                     header_defaults, start_method)
+                     header_defaults, start_method, stall)
 
 
 def parallel_samples(urls, workers=None, shuffle=0, seed=None, strict=False, ignore_errors=False,
-                     warn=None, info=None, stats=None, failed=None, start_method=None):
+                     warn=None, info=None, stats=None, failed=None, start_method=None, stall=None):
     """Yield the sample dicts of ``urls`` read by ``workers`` processes; see
     :func:`parallel_encoded` for ``shuffle`` and ``seed`` and the module
     documentation for the order and for errors."""
@@ -440,7 +479,7 @@ def parallel_samples(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     urls = _shuffled_urls(urls, shuffle, seed)
 
     batches = _parallel(urls, workers, "samples", strict, ignore_errors, warn, info, stats, failed, None,
-                        start_method)
+                        start_method, stall)
 
     def samples():
         try:
