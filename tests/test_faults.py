@@ -103,6 +103,17 @@ def _wait_gone(find, timeout=5.0):
     return find()
 
 
+def _wait_partial(d, timeout=60.0):
+    """Wait until a writer in d has its temporary file (start-up under load
+    can take longer than any fixed sleep)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(PARTIAL.match(n) for n in os.listdir(d)):
+            return True
+        time.sleep(0.01)
+    return False
+
+
 def feed(proc, data, chunk=32 << 10, delay=0.004, close=True):
     """Write data into proc's stdin slowly, in a thread (ignoring a dead reader)."""
 
@@ -171,8 +182,9 @@ def test_sigkill_leaves_no_incomplete_final_file(command, tmp_path):
         env, tmpdir = _env(str(d))
         p = subprocess.Popen(argv, cwd=d, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, env=env)
-        feed(p, data)
-        time.sleep(rng.uniform(0.05, 0.6))
+        feed(p, data, delay=0.02)  # about a second of input: the kill lands mid-write
+        _wait_partial(d)
+        time.sleep(rng.uniform(0.0, 0.3))
         p.kill()
         p.wait(timeout=30)
         p.stderr.close()
@@ -196,7 +208,7 @@ def test_cleanup_removes_leftovers_of_dead_writers_only(tmp_path):
     p = subprocess.Popen(["tarcat", "-o", "out.tar"], cwd=tmp_path, stdin=subprocess.PIPE,
                          stdout=subprocess.DEVNULL)
     feed(p, data, close=False)
-    time.sleep(0.3)
+    assert _wait_partial(tmp_path)
     p.kill()
     p.wait()
     left = [n for n in os.listdir(tmp_path) if PARTIAL.match(n)]
@@ -207,7 +219,9 @@ def test_cleanup_removes_leftovers_of_dead_writers_only(tmp_path):
     try:
         live.stdin.write(shard(5))
         live.stdin.flush()
-        time.sleep(0.3)
+        deadline = time.monotonic() + 60
+        while len([n for n in os.listdir(tmp_path) if PARTIAL.match(n)]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
         q = subprocess.run(["tarcat", "-v", "--cleanup", "."], cwd=tmp_path, capture_output=True, timeout=60)
         assert q.returncode == 0
         assert f"removed ./{left[0]}".encode() in q.stderr
