@@ -61,7 +61,7 @@ with wds.TarWriter(sys.stdout.buffer, encoder=False) as w:
 
 
 def make_small(path, n):
-    from tarproc.tario import TarWriter
+    from tarproc.core.tario import TarWriter
 
     r = random.Random(0)
     words = [b"alpha", b"beta", b"gamma", b"delta", b"epsilon", b"zeta", b"eta", b"theta"]
@@ -77,7 +77,7 @@ def make_small(path, n):
 
 
 def make_large(path, n, size=1 << 20):
-    from tarproc.tario import TarWriter
+    from tarproc.core.tario import TarWriter
 
     blob = bytearray(random.Random(1).randbytes(size))
     with open(path + ".tmp", "wb") as f:
@@ -136,7 +136,7 @@ def codec_micro(path, repeat):
     import tarfile
     import time
 
-    from tarproc.tario import TarReader, TarWriter
+    from tarproc.core.tario import TarReader, TarWriter
 
     def tarfile_read():
         n = 0

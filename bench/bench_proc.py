@@ -27,7 +27,7 @@ VENV_BIN = os.path.dirname(sys.executable)
 
 
 def make_shard(path, n):
-    from tarproc.samples import write_samples
+    from tarproc.sinks.write import write_samples
 
     if os.path.exists(path):
         return

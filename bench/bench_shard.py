@@ -45,7 +45,7 @@ def small_samples(n, seed=0, prefix=""):
 
 
 def make_data(d, n_samples, n_shards, per_shard):
-    from tarproc.samples import write_samples
+    from tarproc.sinks.write import write_samples
 
     os.makedirs(d, exist_ok=True)
     flat = os.path.join(d, f"small-{n_samples}.tar")

@@ -42,7 +42,7 @@ def parse_size(text):
 def generate(total, sample_size):
     """Write samples (a .bin of sample_size bytes, a .cls, a .json) to stdout
     until ``total`` bytes of payload; print the sample count on stderr."""
-    from tarproc.tario import TarWriter
+    from tarproc.core.tario import TarWriter
 
     out = sys.stdout.buffer
     w = TarWriter(out)

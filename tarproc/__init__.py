@@ -22,7 +22,7 @@ from .sinks.write import write_samples
 from .sources.open import open_source
 from .sources.samples import iter_samples
 from .sources.shardlist import expand_urls
-from .stages.basic import (parse_fields, pipeline, rekey, rename_fields, select_fields, shuffle, skip,
+from .stages.basic import (parse_fields, parse_slice, pipeline, rekey, rename_fields, select_fields, shuffle, skip,
                            slice_samples, take)
 
 # The larger capabilities load on first use, so that `import tarproc` (and
@@ -49,7 +49,7 @@ def __getattr__(name):
 
 __all__ = list(_LAZY) + [
     "BadArchive", "BadInput", "BadSample", "OutputError", "SampleFailed", "TarprocError", "UsageError",
-    "SampleWriter", "Stats", "group", "iter_samples", "parse_fields", "pipeline", "rekey",
+    "SampleWriter", "Stats", "group", "iter_samples", "parse_fields", "parse_slice", "pipeline", "rekey",
     "rename_fields", "select_fields", "shuffle", "skip", "slice_samples", "split_name", "take",
     "write_samples", "Member", "TarReader", "TarWriter", "read_members", "Sink", "expand_urls",
     "open_sink", "open_source", "Blob", "Spooler",

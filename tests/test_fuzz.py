@@ -25,9 +25,10 @@ sys.path.insert(0, os.path.join(HERE, "hostile"))
 import make_corpus as M  # noqa: E402
 from helpers import tar_bytes  # noqa: E402
 
-from tarproc import samples as S  # noqa: E402
+import tarproc as S  # noqa: E402
+from tarproc.core.rules import is_meta  # noqa: E402
 from tarproc.errors import TarprocError  # noqa: E402
-from tarproc.tario import parse_pax  # noqa: E402
+from tarproc.core.tario import parse_pax  # noqa: E402
 
 EXAMPLES = int(os.environ.get("TARPROC_FUZZ_EXAMPLES", "300"))
 TIME_BOUND = 10  # seconds for one read; a correct reader needs milliseconds
@@ -67,7 +68,7 @@ def read_all(path):
         n = 0
         for sample in S.iter_samples([path], warn=lambda m: None):
             assert isinstance(sample["__key__"], str)
-            assert all(isinstance(v, bytes) for k, v in sample.items() if not S.is_meta(k))
+            assert all(isinstance(v, bytes) for k, v in sample.items() if not is_meta(k))
             n += 1
         return n
     except Hang:

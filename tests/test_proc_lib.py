@@ -1,11 +1,12 @@
-"""tarproc.proc as a library: map_command / map_function from Python."""
+"""tarproc's map_command / map_function as a library: map_command / map_function from Python."""
 
 import os
 
 import pytest
 
 from tarproc import SampleFailed, Stats, UsageError
-from tarproc.proc import bad_field_name, load_function, map_command, map_function
+from tarproc.stages.command import bad_field_name, map_command
+from tarproc.stages.function import load_function, map_function
 
 
 def samples(n):

@@ -1,4 +1,4 @@
-"""Grouping, ungrouping and the stages (tarproc.samples), as DESIGN.md states them."""
+"""Grouping, ungrouping and the stages (tarproc.core, tarproc.stages.basic), as DESIGN.md states them."""
 
 import io
 
@@ -7,9 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tarproc.errors import BadArchive, BadSample, UsageError
-from tarproc.samples import (SampleWriter, Stats, group, parse_fields, parse_slice, pipeline, rekey,
-                             rename_fields, select_fields, shuffle, skip, slice_samples, split_name, take)
-from tarproc.tario import Member, TarReader
+from tarproc.core.grouping import SampleWriter, group
+from tarproc.core.stats import Stats
+from tarproc.stages.basic import parse_fields, parse_slice, pipeline, rekey, rename_fields, select_fields, shuffle, skip, slice_samples, take
+from tarproc.core.rules import split_name
+from tarproc.core.tario import Member, TarReader
 
 from helpers import read_tar, samples_of
 

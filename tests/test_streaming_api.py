@@ -109,7 +109,7 @@ def test_readme_api_tour(tmp_path):
 
 
 def test_import_tarproc_stays_light():
-    code = ("import sys, tarproc; heavy = [m for m in ('numpy', 'PIL', 'multiprocess', 'multiprocessing', 'tarproc.proc') "
+    code = ("import sys, tarproc; heavy = [m for m in ('numpy', 'PIL', 'multiprocess', 'multiprocessing', 'tarproc.stages.command', 'tarproc.stages.function') "
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

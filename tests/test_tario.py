@@ -1,4 +1,4 @@
-"""The tar codec (tarproc.tario): round trips, every header dialect, and
+"""The tar codec (tarproc.core.tario): round trips, every header dialect, and
 damage that must become BadArchive with an offset, never a crash or a hang."""
 
 import io
@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tarproc.errors import BadArchive
-from tarproc.tario import BLOCK, MAX_SPECIAL, TarReader, TarWriter, _pax_record, parse_pax, read_members
+from tarproc.core.tario import BLOCK, MAX_SPECIAL, TarReader, TarWriter, _pax_record, parse_pax, read_members
 
 from helpers import read_tar, tar_bytes
 
@@ -298,7 +298,7 @@ def test_arbitrary_byte_damage_is_clean(data):
 def test_large_members_round_trip_after_malloc_tuning():
     import random
 
-    from tarproc import tario
+    from tarproc.core import tario
 
     r = random.Random(3)
     members = [(f"{i}.bin", r.randbytes(n)) for i, n in enumerate([5, 200_000, 1 << 20, 3, (1 << 20) + 7, 0])]

@@ -224,8 +224,8 @@ def test_help_and_bad_usage(sh):
 
 
 def test_counted_size_equals_written_bytes_for_long_and_unicode_names(tmp_path):
-    from tarproc.samples import SampleWriter
-    from tarproc.split import sample_size, split_samples
+    from tarproc.core.grouping import SampleWriter
+    from tarproc.sinks.split import sample_size, split_samples
 
     class Count:
         n = 0

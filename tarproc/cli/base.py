@@ -488,7 +488,7 @@ def open_inputs(args, prog=None, tar=True):
     and reads the file list as the inputs are used."""
     import itertools
 
-    from ..urls import expand_urls
+    from ..sources.shardlist import expand_urls
 
     lazy = expand_urls(args.inputs or [], getattr(args, "filelist", None))
     urls = list(itertools.islice(lazy, URLS_AHEAD + 1))
@@ -549,7 +549,8 @@ def read_inputs(args, rep, stats, urls=None, pass_through=False):
     the progress line is on and every input is a local uncompressed file,
     its total is their size and the position is estimated from the members
     read (each: a 512-byte header and its data rounded up to 512)."""
-    from ..samples import is_meta, iter_samples
+    from ..core.rules import is_meta
+    from ..sources.samples import iter_samples
 
     urls = open_inputs(args) if urls is None else urls
     sizes = _sizes(urls) if rep.progress else None
@@ -578,7 +579,7 @@ def selection_stages(args, middle=(), slice_parser=None):
     """Stages for the shared selection options, in their order of meaning:
     ``--skip``, ``--slice``, then ``middle`` (filters such as ``-f``), then
     ``-c/--count`` (which counts what the filters let through)."""
-    from .. import samples as S
+    import tarproc as S
 
     stages = []
     if getattr(args, "skip", 0):

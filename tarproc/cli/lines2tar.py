@@ -44,9 +44,9 @@ def lines2tar_command(
 
 
 def main(args, prog="lines2tar"):
-    from .. import samples as S
+    import tarproc as S
     from ..sources.lines import check_keyformat, check_keys, iter_line_samples
-    from ..urls import open_sink
+    from ..sinks.output import open_sink
     from .base import open_inputs
 
     rep = Reporter(prog, args.verbose, args.quiet, False)

@@ -51,7 +51,7 @@ def tar2json_command(
 def main(args, prog="tar2json"):
     import sys
 
-    from .. import samples as S
+    import tarproc as S
     from ..errors import UsageError
     from ..sinks.records import available_fields, format_record, record, record_columns
 

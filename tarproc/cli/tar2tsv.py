@@ -61,7 +61,7 @@ def parse_old_slice(text):
     """The original's ``-s``: ``"10"`` (stop), ``"5,10"``, ``"5,10,2"``, or
     the ``START:STOP:STEP`` form."""
     from ..errors import UsageError
-    from ..samples import parse_slice
+    from ..stages.basic import parse_slice
 
     if ":" in text:
         return parse_slice(text)
@@ -82,8 +82,8 @@ def parse_old_slice(text):
 def main(args, prog="tar2tsv"):
     import sys
 
-    from .. import samples as S
-    from .. import table as T
+    import tarproc as S
+    from ..sinks import table as T
     from ..errors import UsageError
 
     rep = Reporter(prog, args.verbose, args.quiet, False)
@@ -132,7 +132,7 @@ def _scan_columns(samples, scan, rep):
     samples (sorted), which are held back until the header can be written
     (bounded: ``scan`` samples).  A field first seen later has no column: it
     is named once on stderr.  Returns ``(samples, columns)``."""
-    from .. import table as T
+    from ..sinks import table as T
     from ..core.rules import is_meta
 
     head = []

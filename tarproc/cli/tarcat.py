@@ -67,8 +67,8 @@ def tarcat_command(
     output_mode: Annotated[Optional[str], opt("--output-mode", hidden=True,
                            help="accepted for compatibility (no effect)")] = None,
 ):
-    from .. import samples as S
-    from ..urls import open_sink
+    import tarproc as S
+    from ..sinks.output import open_sink
     from .base import _PROG
 
     args = Args(locals())
@@ -80,7 +80,7 @@ def tarcat_command(
         import os
 
         from ..errors import UsageError
-        from ..urls import cleanup_partials
+        from ..sinks.output import cleanup_partials
 
         from ..sources.open import scheme_of
 

@@ -49,7 +49,7 @@ def main(args, prog="tarcheck"):
     import json
     import sys
 
-    from .. import check
+    from ..sinks import check
     from ..errors import UsageError
 
     if not 0.0 <= args.majority < 1.0:

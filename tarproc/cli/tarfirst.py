@@ -6,7 +6,7 @@ from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, FileLis
                    nonneg, open_inputs, opt, positive, run, Reporter)
 from .fieldcheck import FieldCheck
 
-from ..show import DEFAULT_FIRST_FIELDS as DEFAULT_FIELDS
+from ..sinks.show import DEFAULT_FIRST_FIELDS as DEFAULT_FIELDS
 
 EXAMPLES = """
 tarfirst small.tar > first.jpg                    # the first image of any usual type
@@ -50,9 +50,9 @@ def tarfirst_command(
 def main(args, prog="tarfirst"):
     import sys
 
-    from .. import samples as S
+    import tarproc as S
     from ..errors import UsageError
-    from ..show import find_match
+    from ..sinks.show import find_match
 
     rep = Reporter(prog, args.verbose, args.quiet, False)
     urls = open_inputs(args)
@@ -79,7 +79,7 @@ def main(args, prog="tarfirst"):
             out.write(data)
         out.flush()
     else:
-        from ..urls import open_sink
+        from ..sinks.output import open_sink
 
         with open_sink(args.output, compression=None) as sink:
             data.copy_to(sink) if hasattr(data, "copy_to") else sink.write(data)

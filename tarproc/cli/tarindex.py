@@ -44,7 +44,7 @@ def tarindex_command(
     progress: ProgressFlag = None,
     braceexpand: BraceExpand = False,
 ):
-    from .. import samples as S
+    import tarproc as S
     from ..errors import UsageError
     from ..sinks.index import index_shards
 

@@ -67,10 +67,10 @@ def tarmix_command(
 
 
 def main(args, prog="tarmix"):
-    from .. import samples as S
+    import tarproc as S
     from ..sources.open import open_source
     from ..stages.mix import distinct_neighbours, load_spec, mix_sources
-    from ..urls import open_sink
+    from ..sinks.output import open_sink
 
     rep = Reporter(prog, args.verbose, args.quiet, args.progress)
     stream = open_source(args.spec, decompress=False)

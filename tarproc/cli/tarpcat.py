@@ -49,10 +49,10 @@ def tarpcat_command(
     progress: ProgressFlag = None,
     braceexpand: BraceExpand = False,
 ):
-    from .. import samples as S
+    import tarproc as S
     from ..sources.pcat import parallel_encoded, parallel_encoded_batches, write_pieces
-    from ..tario import BLOCK
-    from ..urls import open_sink
+    from ..core.tario import BLOCK
+    from ..sinks.output import open_sink
 
     args = Args(locals())
     if args.workers_p is not None:

@@ -106,10 +106,13 @@ def tarproc_command(
 
 
 def main(args, prog="tarproc"):
-    from .. import samples as S
+    import tarproc as S
     from ..errors import SampleFailed, UsageError
-    from ..urls import open_sink
-    from .. import proc
+    from ..sinks.output import open_sink
+    from ..sources.text import iter_text_samples
+    from ..stages.command import map_command
+    from ..stages.function import map_function
+    from ..runtime.engine import default_parallel
 
     chosen = [o for o, v in (("-c", args.command), ("-s", args.script), ("--map", args.map)) if v is not None]
     if len(chosen) != 1:
@@ -120,7 +123,7 @@ def main(args, prog="tarproc"):
                           ("--add-log", args.add_log is not None), ("--keepdir", args.keepdir)):
             if bad:
                 raise UsageError(f"{flag} applies to commands, not to --map")
-    parallel = args.parallel or proc.default_parallel()
+    parallel = args.parallel or default_parallel()
     rep = Reporter(prog, args.verbose, args.quiet, args.progress)
     stats = S.Stats()
     allowance = parse_allowance(args.max_failures)
@@ -132,16 +135,16 @@ def main(args, prog="tarproc"):
     if args.mode == "tar":
         inputs = read_inputs(args, rep, stats)
     else:
-        inputs = proc.iter_text_samples(open_inputs(args, tar=False), args.mode, stats, stall=rep.stall)
+        inputs = iter_text_samples(open_inputs(args, tar=False), args.mode, stats, stall=rep.stall)
     if args.count is not None:
         inputs = S.take(args.count)(inputs)
     if args.map is not None:
-        results = proc.map_function(inputs, args.map, parallel, error_handling=args.error_handling,
+        results = map_function(inputs, args.map, parallel, error_handling=args.error_handling,
                                     ordered=not args.unordered, batch=args.batch, stats=stats,
                                     on_error=rep.say, prog=prog, start_method=args.start_method,
                                     stall=rep.stall, blobs=args.map_blobs)
     else:
-        results = proc.map_command(inputs, args.command, parallel, script=args.script,
+        results = map_command(inputs, args.command, parallel, script=args.script,
                                    interpreter=args.interpreter, base=args.base,
                                    error_handling=args.error_handling, subdirs=args.subdirs,
                                    multi=args.multi, ordered=not args.unordered, timeout=args.timeout,

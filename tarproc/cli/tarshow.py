@@ -86,8 +86,8 @@ def main(args, prog="tarshow"):
     import shutil
     import sys
 
-    from .. import samples as S
-    from .. import show
+    import tarproc as S
+    from ..sinks import show
     from ..errors import UsageError
 
     rep = Reporter(prog, args.verbose, args.quiet, False)
@@ -180,9 +180,9 @@ def _image(show, rep, sample, name, args, max_size):
 
 
 def _grid(args, samples, wanted, rep):
-    from .. import show
-    from ..samples import is_meta
-    from ..urls import open_sink
+    from ..sinks import show
+    from ..core.rules import is_meta
+    from ..sinks.output import open_sink
 
     limit = 25 if args.count is None else args.count
     items = []

@@ -55,9 +55,9 @@ def tarsort_command(
     import gc
     import types
 
-    from .. import samples as S
-    from ..sort import sort_samples
-    from ..urls import open_sink
+    import tarproc as S
+    from ..stages.sort import sort_samples
+    from ..sinks.output import open_sink
 
     args = Args(locals())
     rep = Reporter("tarsort", args.verbose, args.quiet, args.progress)

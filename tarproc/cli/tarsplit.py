@@ -81,10 +81,10 @@ def tarsplit_command(
 ):
     import json
 
-    from .. import samples as S
-    from ..split import post_command, shard_pattern, split_samples
+    import tarproc as S
+    from ..sinks.split import post_command, shard_pattern, split_samples
     from ..errors import UsageError
-    from ..urls import compression_for, open_sink
+    from ..sinks.output import compression_for, open_sink
     from .base import open_inputs
 
     args = Args(locals())
@@ -219,7 +219,7 @@ def _spool_stdin(rep):
 
 
 def _count_samples(urls, args, rep):
-    from .. import samples as S
+    import tarproc as S
 
     stats = S.Stats()
     n = 0

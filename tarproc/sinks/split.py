@@ -3,9 +3,9 @@
 :func:`split_samples` writes samples to numbered shards, closing a shard
 *before* the sample that would make it exceed a sample count or a byte size;
 samples are never split.  Sizes are the shard's bytes exactly as
-:class:`~tarproc.tario.TarWriter` writes them (headers, padding and the
+:class:`~tarproc.core.tario.TarWriter` writes them (headers, padding and the
 1024-byte end-of-archive marker), before compression.  Every shard goes
-through :func:`~tarproc.urls.open_sink` and is committed (published under
+through :func:`~tarproc.sinks.output.open_sink` and is committed (published under
 its final name) when it is closed, also inside a CLI's commit gate: a
 failure mid-stream leaves the shards committed before it and no partial one.
 
@@ -191,7 +191,7 @@ def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxs
     marker included); a sample larger than ``max_size`` on its own gets a
     shard to itself.  Shards are numbered from ``start``; after ``maxshards``
     shards no more input is read.  ``compression`` is passed to
-    :func:`~tarproc.urls.open_sink` (``"auto"``: from the name).  ``post(shard)``
+    :func:`~tarproc.sinks.output.open_sink` (``"auto"``: from the name).  ``post(shard)``
     runs after each shard is complete (and before it is yielded).
 
     ``shards=N`` writes exactly N shards of equal counts instead (see

@@ -18,7 +18,7 @@ member, in output order) and checks everything that can be checked before
 writing: member names (no absolute paths, no ``..``), duplicates, and that
 every referenced file exists and is readable.  A problem raises
 :class:`~tarproc.errors.BadInput` naming ``plan:line``.  :func:`write_plan`
-then writes the members through :func:`~tarproc.urls.open_sink`, so a
+then writes the members through :func:`~tarproc.sinks.output.open_sink`, so a
 failure (a ``pipe:`` command that fails) leaves no output behind.
 """
 

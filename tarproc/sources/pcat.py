@@ -19,7 +19,7 @@ Two forms of the samples can come back:
 
 * :func:`parallel_samples` — sample dicts (pickled by the workers);
 * :func:`parallel_encoded` — each sample already encoded as tar members by
-  :class:`~tarproc.samples.SampleWriter` in the worker (``bytes`` holding
+  :class:`~tarproc.core.grouping.SampleWriter` in the worker (``bytes`` holding
   complete, padded members), so the parent writes them with no per-member
   work at all.  This is what ``tarpcat`` uses.
 
@@ -399,7 +399,7 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
                      **header_defaults):
     """Yield the samples of ``urls``, read by ``workers`` processes (default:
     the number of cores), each as the ``bytes`` of its tar members (as
-    :class:`~tarproc.samples.SampleWriter` writes them, so concatenating them
+    :class:`~tarproc.core.grouping.SampleWriter` writes them, so concatenating them
     and two zero blocks is a valid tar); a sample with large fields comes as a
     list of pieces, ``bytes`` and :class:`~tarproc.core.blob.Blob` (see
     :func:`write_pieces`).  With ``shuffle`` > 0 the shard list
