@@ -200,12 +200,18 @@ def main():
     common.run_once(f"tarcat {empty} > /dev/null")
     r_small = common.compare(commands(small), repeat=repeat, warm_paths=[small])
     r_large = common.compare(commands(large), repeat=repeat, warm_paths=[large])
+    gz = small + ".gz"
+    if not os.path.exists(gz):
+        common.run_once(f"gzip -c {small} > {gz}.tmp && mv {gz}.tmp {gz}")
+    r_gz = common.compare({"tar -xzOf FILE.gz": f"tar -xzOf {gz} > /dev/null",
+                           "tarcat FILE.gz": f"tarcat {gz} > /dev/null"}, repeat=repeat, warm_paths=[gz])
     r_empty = common.compare({"tarcat < empty.tar": f"tarcat < {empty} > /dev/null",
                               "python -c pass": f"{PY} -c pass"}, repeat=5 if args.quick else 21)
 
     micro = codec_micro(small, repeat)
     rows = rows_for("small", r_small, n_small, os.path.getsize(small))
     rows += rows_for("1 MiB", r_large, n_large, os.path.getsize(large))
+    rows += rows_for("small, gzip", r_gz, n_small, os.path.getsize(small))
     table = common.table(rows, ["shard", "command", "median s", "samples/s", "MB/s", "peak MB"])
 
     small_ratio = r_small["webdataset read+write"]["median"] / r_small["tarcat FILE | cat"]["median"]
@@ -217,6 +223,19 @@ def main():
 
     def mark(ok):
         return "met" if ok else "**missed**"
+
+    # issue 18: speed near the tools tarproc replaces, each against its reference in this run
+    vs_tar = r_small["tarcat FILE"]["median"] / r_small["tar -xOf FILE"]["median"]
+    vs_wds = r_small["webdataset read+write"]["median"] / r_small["tarcat FILE | cat"]["median"]
+    vs_catcat = r_large["cat FILE | cat"]["median"] / r_large["tarcat FILE | cat"]["median"]
+    vs_tarz = r_gz["tarcat FILE.gz"]["median"] / r_gz["tar -xzOf FILE.gz"]["median"]
+    near = common.table([
+        ["`tarcat small.tar > /dev/null` time / GNU `tar -xOf`", f"{vs_tar:.1f}x", "<= 6x", mark(vs_tar <= 6)],
+        ["`tarcat small.tar \\| cat` speed / webdataset read+write", f"{vs_wds:.1f}x", ">= 12x", mark(vs_wds >= 12)],
+        ["`tarcat large.tar \\| cat` speed / `cat large.tar \\| cat`", f"{vs_catcat:.2f}x", ">= 0.95x",
+         mark(vs_catcat >= 0.95)],
+        ["`tarcat small.tar.gz > /dev/null` time / `tar -xzOf`", f"{vs_tarz:.2f}x", "<= 1.25x", mark(vs_tarz <= 1.25)],
+    ], ["issue 18 row", "measured", "target", ""])
 
     targets = common.table([
         ["small: tarcat samples/s / webdataset read+write", f"{small_ratio:.1f}x", ">= 3x", mark(small_ratio >= 3)],
@@ -232,6 +251,8 @@ def main():
     print()
     print(targets)
     print()
+    print(near)
+    print()
     print("In-process codec, small shard, µs per member (best of the runs): why tarproc has its own codec")
     print()
     print(common.table([
@@ -241,8 +262,9 @@ def main():
          f"{micro['tarfile copy'] / micro['tarproc.tario copy']:.1f}x"],
     ], ["work", "tarfile µs", "tarproc.tario µs", "speed-up"]))
     common.save("bench_core" + ("_quick" if args.quick else ""), {
-        "small": r_small, "large": r_large, "empty": r_empty, "n_small": n_small, "n_large": n_large,
-        "ratios": {"small_vs_wds_rw": small_ratio, "large_vs_catcat": large_ratio},
+        "small": r_small, "large": r_large, "gzip": r_gz, "empty": r_empty, "n_small": n_small, "n_large": n_large,
+        "ratios": {"small_vs_wds_rw": small_ratio, "large_vs_catcat": large_ratio, "small_time_vs_tar": vs_tar,
+                   "gzip_time_vs_tar_xz": vs_tarz},
         "peak_mb": peak, "empty_ms": empty_ms, "codec_us_per_member": micro,
     })
 

@@ -85,17 +85,13 @@ class SampleWriter:
         write = self.tar.write
         if (isinstance(key, str) and key and "." not in key[key.rfind("/") + 1 :] and not key.endswith("/")
                 and unsafe_name(key) is None):
-            # fast path for well-formed samples
-            for field in sorted(sample):
-                if is_meta(field):
-                    continue
-                value = sample[field]
-                if type(value) is not bytes or "/" in field or not field.isprintable():
+            # fast path for well-formed samples (is_meta inlined)
+            fields = [f for f in sorted(sample) if f[:2] != "__" or f[-2:] != "__"]
+            for field in fields:
+                if type(sample[field]) is not bytes or "/" in field or not field.isprintable():
                     break
             else:
-                for field in sorted(sample):
-                    if is_meta(field):
-                        continue
+                for field in fields:
                     write(key + "." + field, sample[field])
                 self.stats.written += 1
                 return

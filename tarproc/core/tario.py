@@ -86,8 +86,25 @@ def _cstr(field):
     return field if end < 0 else field[:end]
 
 
+#: Numeric fields already decoded (bytes -> int).  The same few mode, owner,
+#: time and size fields repeat in nearly every header of a shard, so a
+#: lookup replaces most parsing; bounded, and only valid fields get in.
+_NUMBERS = {}
+_NUMBERS_MAX = 1 << 14
+
+
 def _number(field, what, source, offset):
     """Decode a numeric header field: octal text or GNU base-256."""
+    value = _NUMBERS.get(field)
+    if value is not None:
+        return value
+    value = _parse_number(field, what, source, offset)
+    if len(_NUMBERS) < _NUMBERS_MAX:
+        _NUMBERS[bytes(field)] = value
+    return value
+
+
+def _parse_number(field, what, source, offset):
     first = field[0]
     if first & 0x80:
         if first == 0xFF:
@@ -310,6 +327,8 @@ class TarReader:
         first_at = None  # offset of the first of those special headers
         while True:
             buf = read(BLOCK)
+            if type(buf) is not bytes:
+                buf = bytes(buf)  # the numeric fields are looked up by value
             if len(buf) < BLOCK:
                 if buf.strip(b"\0"):  # a cut in zero padding loses nothing
                     self._fail(offset, f"input ends inside a header ({len(buf)} of 512 bytes)", buf)
@@ -335,7 +354,7 @@ class TarReader:
                 stored = _number(buf[148:156], "checksum", source, here)
             except BadArchive as e:
                 self._fail(here, e.problem, buf)
-            if not _checksum_ok(buf, stored):
+            if sum(buf) - sum(buf[148:156]) + 256 != stored and not _checksum_ok(buf, stored):
                 self._fail(here, "bad header checksum (not a tar archive, or damaged)", buf)
             size = _number(buf[124:136], "size", source, here)
             mode = _number(buf[100:108], "mode", source, here)
@@ -382,7 +401,10 @@ class TarReader:
             else:
                 rawname = _cstr(buf[0:100])
             name = _decode(long_name) if long_name is not None else _decode(rawname)
-            linkname = _decode(long_link) if long_link is not None else _decode(_cstr(buf[157:257]))
+            if long_link is not None:
+                linkname = _decode(long_link)
+            else:
+                linkname = _decode(_cstr(buf[157:257])) if buf[157] else ""
             if gpax or pax:
                 records = dict(gpax)
                 if pax:
@@ -478,6 +500,8 @@ class TarWriter:
         )  # bytes 156..345; the prefix (155) and padding (12) follow
         self._const = sum(self._pre) + sum(self._mtime) + 8 * 32 + sum(self._tail)
         self._zeros = bytes(BLOCK)
+        self._end = self._tail + bytes(167)  # bytes 156..512 of a plain header
+        self._sizes = {}  # size -> (bytes 100..148 of its header, their sum beyond _const)
 
     def _header(self, nameb, size, prefix=b"", flag=None):
         sizef = _octal_field(size, 12) if size <= _MAX_OCTAL_SIZE else _octal_field(0, 12)
@@ -497,7 +521,22 @@ class TarWriter:
         size = len(data)
         w = self.stream.write
         if len(nameb) <= 100 and size <= _MAX_OCTAL_SIZE and nameb.isascii():
-            header = self._header(nameb, size)
+            # the bytes of self._header(nameb, size), with the size part cached
+            mid = self._sizes.get(size)
+            if mid is None:
+                sizef = _octal_field(size, 12)
+                mid = (self._pre + sizef + self._mtime, sum(sizef))
+                if len(self._sizes) < 4096:
+                    self._sizes[size] = mid
+            header = b"".join((nameb, bytes(100 - len(nameb)), mid[0],
+                               b"%06o\0 " % (self._const + sum(nameb) + mid[1]), self._end))
+            if size <= 8192 and type(data) is bytes:
+                # a small member in one write: header, data and padding
+                pad = -size % BLOCK
+                w(b"".join((header, data, self._zeros[:pad])) if pad else header + data)
+                self.bytes_written += BLOCK + size + pad
+                self.members_written += 1
+                return
         else:
             header = self._slow_header(nameb, size)
         w(header)

@@ -1,10 +1,28 @@
-"""Compressed inputs: gzip, bzip2, xz and zstd detected from the first bytes."""
+"""Compressed inputs: gzip, bzip2, xz and zstd detected from the first bytes.
+
+Decoding runs beside the tar parsing, never in its thread, so compressed
+input costs about what the decoder costs (the parser and the decoder each
+keep a core busy, as with ``tar -xzf``):
+
+* gzip, bzip2 and xz: a thread decodes with :mod:`zlib`, :mod:`bz2` or
+  :mod:`lzma` (they release the GIL while they work) into a bounded queue of
+  chunks of at most 1 MiB;
+* zstd (and any codec given a program in :data:`PROGRAMS`): the program
+  decodes and we read its output through a pipe.  A plain file is handed to
+  it as its stdin; any other input (a pipe, a download) is fed to it by a
+  small thread that moves the bytes with ``splice``.
+
+Either way a damaged or truncated stream is one :class:`BadInput` naming the
+input and the codec; closing early (``-c N``) stops the program and the
+thread; concatenated streams (``cat a.gz b.gz``) read as one.
+"""
 
 import io
+import os
 
 from ..errors import BadInput, TarprocError
 from ..runtime.procs import _pdeathsig
-from .open import BUFSIZE, _FdReader
+from .open import BUFSIZE, _FdReader, _drain_stderr, _tail_of_stderr
 
 
 _MAGIC = (
@@ -13,6 +31,23 @@ _MAGIC = (
     (b"\xfd7zXZ\x00", "xz"),
     (b"\x28\xb5\x2f\xfd", "zstd"),
 )
+
+#: Programs that decode a codec to stdout (the first one on PATH is used);
+#: codecs not listed here are decoded in-process, in a thread.  Measured on
+#: a 300 MB shard of small members (``bench/README.md``): ``gzip -dc`` spends
+#: 1.2 s of CPU where zlib in a thread spends 0.5 s and stays ahead of the
+#: parser (which waited for it 0.07 s in 4 s); ``gzip``, ``xz`` and
+#: ``bzip2`` read their input in whole blocks (32 KiB, 8 KiB, 5,000 bytes)
+#: and hold back what arrived of a stream that is still arriving.  zstd has
+#: no decoder in Python 3.11's standard library.
+PROGRAMS = {
+    "zstd": (("zstd", "-dcq"),),
+}
+#: Largest piece the in-process decoder hands over at once.
+_CHUNK = 1 << 20
+#: Words in a decoder's message that say its input ended too early.
+_TRUNCATED_WORDS = ("unexpected end", "premature end", "incomplete", "truncated", "missing trailer")
+
 
 class _Prefixed(io.RawIOBase):
     """Give back bytes already read (for sniffing), then read on."""
@@ -35,185 +70,372 @@ class _Prefixed(io.RawIOBase):
         return len(data)
 
 
-class _Decompressed(io.RawIOBase):
-    """Read a compressed stream through a Python decompressor, turning its
-    errors into :class:`BadInput` that names the URL and the codec."""
+class _Source:
+    """The compressed bytes: those already read while sniffing, then the
+    rest of the input's file descriptor, read without Python's buffering
+    (from another thread: no locks shared with the reading side)."""
 
-    def __init__(self, inner, url, codec):
-        self.inner = inner
-        self.url = url
-        self.codec = codec
-
-    def readable(self):
-        return True
-
-    def readinto(self, buf):
-        try:
-            # readinto1: what one block decodes to, without waiting to fill
-            # ``buf`` (which could wait on input that is still arriving)
-            return self.inner.readinto1(buf)
-        except EOFError:
-            raise BadInput(f"{self.url}: {self.codec} stream is truncated") from None
-        except (TarprocError, BrokenPipeError):
-            raise  # from below the decoder: a failed download, a full disk on stall-flush
-        except (OSError, ValueError) as e:  # bad CRC, corrupt data
-            raise BadInput(f"{self.url}: {self.codec} stream is damaged: {e}") from None
-        except Exception as e:  # zlib.error, lzma.LZMAError
-            raise BadInput(f"{self.url}: {self.codec} stream is damaged: {e}") from None
-
-    def close(self):
-        if not self.closed:
-            try:
-                self.inner.close()
-            except Exception:
-                pass
-            super().close()
-
-
-class _ZstdDecompressed(io.RawIOBase):
-    """zstd has no decoder in Python 3.11's standard library: decode with the
-    ``zstd`` program, fed from a thread."""
-
-    def __init__(self, stream, url, stall=None):
-        import subprocess
-        import threading
-
-        self.url = url
-        try:
-            self.proc = subprocess.Popen(
-                ["zstd", "-dc", "-q"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, preexec_fn=_pdeathsig,
-            )
-        except FileNotFoundError:
-            raise BadInput(f"{url}: input is zstd-compressed but the zstd program is not installed") from None
-        from .open import _drain_stderr
-
-        _drain_stderr(self.proc)
-        self.reader = _FdReader(self.proc.stdout.fileno(), url, self.proc, closefd=False, what="zstd", stall=stall)
-        self.feed_error = None
-
-        def feed():
-            try:
-                while True:
-                    chunk = stream.read(BUFSIZE)
-                    if not chunk:
-                        break
-                    self.proc.stdin.write(chunk)
-                    self.proc.stdin.flush()  # zstd gets input as it arrives
-            except Exception as e:  # upstream failure or zstd exited
-                self.feed_error = e
-            finally:
-                try:
-                    self.proc.stdin.close()
-                except OSError:
-                    pass
-
-        self.thread = threading.Thread(target=feed, daemon=True)
-        self.thread.start()
-
-    def readable(self):
-        return True
-
-    def readinto(self, buf):
-        try:
-            n = self.reader.readinto(buf)
-        except BadInput:
-            if isinstance(self.feed_error, BadInput):
-                raise self.feed_error from None
-            raise
-        if n == 0:
-            self.thread.join()
-            if isinstance(self.feed_error, BadInput):
-                raise self.feed_error
-        return n
-
-    def close(self):
-        if not self.closed:
-            if self.proc.poll() is None:
-                self.proc.kill()
-            self.proc.wait()
-            for f in (self.proc.stdout, self.proc.stderr):
-                f.close()
-            super().close()
-
-
-class _ShortReads:
-    """``read(n)`` returns the bytes available now (at least one, unless at
-    end of input), as a pipe does.  Decompressors read fixed-size blocks;
-    through a plain buffered reader each of those would wait for its whole
-    block, so a small compressed sample, or ``-c N`` on input that is still
-    arriving, would wait for more input or for its end."""
-
-    def __init__(self, buffered):
-        self.read1 = buffered.read1
-        self.close = buffered.close
-
-    def read(self, n=-1):
-        if n is None or n < 0:
-            parts = []
-            while True:
-                piece = self.read1(BUFSIZE)
-                if not piece:
-                    return b"".join(parts)
-                parts.append(piece)
-        return self.read1(n) if n else b""
-
-
-class _Unbuffered:
-    """The bytes already in ``buffered`` (never blocks for them), then reads
-    straight from its raw reader, without the buffered reader's lock."""
-
-    def __init__(self, buffered, raw):
-        self.pre = buffered.read1(BUFSIZE) if buffered.peek(1) else b""
+    def __init__(self, raw, prefix):
         self.raw = raw
-        self.buffered = buffered  # owns raw: closes it when collected
+        self.prefix = prefix
+        # stall hooks belong to the thread that parses, not to ours
+        self.stall, raw.stall = getattr(raw, "stall", None), None
+
+    def child_stdin(self):
+        """The input's descriptor positioned at the start of the compressed
+        bytes, when a decoder program can read it directly (a plain file);
+        else ``None``."""
+        raw = self.raw
+        if raw.pollable or raw.proc is not None:
+            return None
+        try:
+            pos = os.lseek(raw.fd, 0, os.SEEK_CUR) - len(self.prefix)
+            if pos < 0:
+                return None
+            os.lseek(raw.fd, pos, os.SEEK_SET)
+        except OSError:
+            return None
+        self.prefix = b""
+        return raw.fd
 
     def read(self, n=BUFSIZE):
-        if self.pre:
-            out, self.pre = self.pre, b""
+        if self.prefix:
+            out, self.prefix = self.prefix, b""
             return out
-        buf = bytearray(n)
-        k = self.raw.readinto(buf)
-        return bytes(buf[:k])
+        try:
+            data = os.read(self.raw.fd, n)
+        except OSError as e:
+            raise BadInput(f"{self.raw.url}: read error: {e.strerror}") from None
+        if not data:
+            self.raw.eof = True
+            self.raw._check_process()  # a failed download is not a short archive
+        return data
+
+    def pump(self, fd):
+        """Copy everything to ``fd`` (a pipe), with ``splice`` where the kernel
+        allows.  Returns when the input ends or ``fd``'s reader has gone."""
+        try:
+            while self.prefix:
+                n = os.write(fd, self.prefix)
+                self.prefix = self.prefix[n:]
+            splice = getattr(os, "splice", None)
+            while splice is not None:
+                try:
+                    n = splice(self.raw.fd, fd, BUFSIZE)
+                except OSError as e:
+                    import errno
+
+                    if e.errno != errno.EINVAL:
+                        raise
+                    break  # this kind of input cannot be spliced: copy below
+                if n == 0:
+                    self.raw.eof = True
+                    self.raw._check_process()
+                    return
+            while True:
+                data = self.read()
+                if not data:
+                    return
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+        except BrokenPipeError:
+            return  # the decoder stopped: its exit status tells why
+        except OSError as e:
+            raise BadInput(f"{self.raw.url}: read error: {e.strerror}") from None
+
+    def abort(self):
+        """Stop a producing process, so a thread blocked reading it wakes."""
+        proc = self.raw.proc
+        if proc is not None and proc.poll() is None:
+            try:
+                proc.kill()
+            except OSError:
+                pass
+
+    def close(self):
+        try:
+            self.raw.close()
+        except TarprocError:
+            pass
 
 
-def _sniff(buffered):
-    """The first 6 bytes, and whether they had to be consumed to get them."""
-    head = buffered.peek(6)
-    if len(head) >= 6:
-        return head[:6], False
-    return buffered.read(6), True  # a slow pipe gave fewer: wait for 6 or EOF
+def _which(name):
+    import shutil
+
+    return shutil.which(name)
 
 
-def _wrap_compression(raw, url):
-    buffered = io.BufferedReader(raw, BUFSIZE)
-    head, consumed = _sniff(buffered)
-    stream = io.BufferedReader(_Prefixed(head, buffered), BUFSIZE) if consumed else buffered
-    codec = next((name for magic, name in _MAGIC if head.startswith(magic)), None)
-    if codec is None:
-        return stream, None
-    stream = _ShortReads(stream)
-    if codec == "zstd":
-        # the stall hooks belong to the reading thread (zstd's output), not to the feeder thread
-        stall = getattr(raw, "stall", None)
-        if stall is not None:
-            raw.stall = None
-        if not consumed and isinstance(raw, _FdReader):
-            # zstd is fed from a thread, which must not block inside the
-            # buffered reader (holding its lock) when we stop early: the
-            # interpreter would wait for that lock at exit
-            stream = _Unbuffered(buffered, raw)
-        return io.BufferedReader(_ZstdDecompressed(stream, url, stall), BUFSIZE), codec
+class _ProgramDecompressed(io.RawIOBase):
+    """The output of a decoder program; a plain file is its stdin, any other
+    input is fed to it by a thread."""
+
+    def __init__(self, argv, codec, url, source):
+        import subprocess
+
+        self.url = url
+        self.codec = codec
+        self.source = source
+        self.program = os.path.basename(argv[0])
+        self.feed_error = None
+        self.thread = None
+        direct = source.child_stdin()
+        try:
+            self.proc = subprocess.Popen(
+                argv, stdin=direct if direct is not None else subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_pdeathsig,
+            )
+        except OSError as e:
+            source.close()
+            raise BadInput(f"{url}: cannot start {self.program}: {e.strerror}") from None
+        _drain_stderr(self.proc)  # its tail, read as it comes: a chatty decoder never blocks
+        _grow_pipe(self.proc.stdout.fileno())
+        # the reading side may stall (and flush outputs), never the feeder
+        self.reader = _FdReader(self.proc.stdout.fileno(), url, closefd=False, stall=source.stall)
+        if direct is not None:
+            source.close()  # the program has its own copy of the descriptor
+        else:
+            import threading
+
+            feed_to = self.proc.stdin
+            self.proc.stdin = None  # the feeder owns and closes it
+
+            def feed():
+                try:
+                    source.pump(feed_to.fileno())
+                except BaseException as e:  # an upstream failure: reported at the end
+                    self.feed_error = e
+                finally:
+                    try:
+                        feed_to.close()
+                    except OSError:
+                        pass
+                    source.close()
+
+            self.thread = threading.Thread(target=feed, daemon=True, name="tarproc-feed")
+            self.thread.start()
+
+    def readable(self):
+        return True
+
+    def readinto(self, buf):
+        n = self.reader.readinto(buf)
+        if n == 0:
+            self._finish()
+        return n
+
+    def _finish(self):
+        rc = self.proc.wait()
+        if self.thread is not None:
+            # after a clean exit the decoder has read its input to the end,
+            # so the feeder is done; after a failure it may wait on input
+            self.thread.join(30 if rc == 0 else 1)
+            if isinstance(self.feed_error, TarprocError):
+                raise self.feed_error
+        if rc != 0:
+            text = _tail_of_stderr(self.proc)[2:]
+            what = "truncated" if any(w in text.lower() for w in _TRUNCATED_WORDS) else "damaged"
+            detail = f" ({text})" if text else f" ({self.program} exit status {rc})"
+            raise BadInput(f"{self.url}: {self.codec} stream is {what}{detail}")
+        if self.feed_error is not None and not isinstance(self.feed_error, BrokenPipeError):
+            raise BadInput(f"{self.url}: reading the input failed: {self.feed_error}")
+
+    def close(self):
+        if self.closed:
+            return
+        try:
+            if self.proc.poll() is None:
+                self.proc.kill()  # stopped early (-c N, an error downstream)
+            self.proc.wait()
+            self.source.abort()
+            if self.thread is not None:
+                self.thread.join(1)  # a thread blocked on a silent pipe is a daemon: left behind
+            self.proc.stdout.close()  # stderr belongs to its drain thread
+        finally:
+            super().close()
+
+
+def _grow_pipe(fd):
+    """A 1 MiB pipe: fewer wake-ups between the decoder and us (Linux)."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+    except OSError:
+        pass
+
+
+# ------------------------------------------------------- in-process decoding
+
+
+def _decoded_chunks(codec, read):
+    """Decode what ``read()`` returns (``b""`` at the end) into chunks of at
+    most ``_CHUNK`` bytes.  Concatenated streams are read as one; zero bytes
+    after the last one are padding; anything else there is a new stream and
+    must decode.  Raises ``EOFError`` when the input ends inside a stream and
+    the codec's own error when it is damaged."""
+    import zlib
+
     if codec == "gzip":
-        import gzip
-
-        inner = gzip.GzipFile(fileobj=stream, mode="rb")
+        def new():
+            return zlib.decompressobj(31)
     elif codec == "bzip2":
         import bz2
 
-        inner = bz2.BZ2File(stream, "rb")
+        new = bz2.BZ2Decompressor
     else:
         import lzma
 
-        inner = lzma.LZMAFile(stream, "rb")
-    return io.BufferedReader(_Decompressed(inner, url, codec), BUFSIZE), codec
+        new = lzma.LZMADecompressor
+    d = None
+    data = b""
+    while True:
+        if not data:
+            data = read()
+            if not data:
+                if d is not None:
+                    raise EOFError
+                return
+        if d is None:
+            if not data.strip(b"\0"):
+                data = b""  # padding
+                continue
+            d = new()
+        if codec == "gzip":
+            out = d.decompress(data, _CHUNK)
+            data = d.unconsumed_tail
+            while not data and len(out) == _CHUNK and not d.eof:
+                yield out  # output still held inside the decoder
+                out = d.decompress(b"", _CHUNK)
+                data = d.unconsumed_tail
+        else:
+            out = d.decompress(data, _CHUNK)
+            data = b""
+            while not d.eof and not d.needs_input:
+                yield out
+                out = d.decompress(b"", _CHUNK)
+        if out:
+            yield out
+        if d.eof:
+            data = d.unused_data + data
+            d = None
+
+
+class _ThreadDecompressed(io.RawIOBase):
+    """Decode in a thread into a bounded queue of chunks."""
+
+    def __init__(self, codec, url, source):
+        import queue
+        import threading
+
+        self.url = url
+        self.codec = codec
+        self.source = source
+        self.queue = queue.Queue(maxsize=8)
+        self.stopping = False
+        self.pending = b""
+        self.pos = 0
+        self.done = False
+        self.thread = threading.Thread(target=self._run, daemon=True, name="tarproc-decode")
+        self.thread.start()
+
+    def _run(self):
+        put = self.queue.put
+        try:
+            for chunk in _decoded_chunks(self.codec, self.source.read):
+                put(chunk)
+                if self.stopping:
+                    return
+            put(None)
+        except BaseException as e:
+            put(e)
+        finally:
+            self.source.close()
+
+    def readable(self):
+        return True
+
+    def readinto(self, buf):
+        if self.pos >= len(self.pending):
+            if self.done:
+                return 0
+            stall = self.source.stall
+            if stall and self.queue.empty():
+                stall()
+            item = self.queue.get()
+            if item is None:
+                self.done = True
+                return 0
+            if isinstance(item, BaseException):
+                self.done = True
+                raise self._error(item) from None
+            self.pending, self.pos = item, 0
+        n = min(len(buf), len(self.pending) - self.pos)
+        buf[:n] = memoryview(self.pending)[self.pos : self.pos + n]
+        self.pos += n
+        return n
+
+    def _error(self, e):
+        if isinstance(e, TarprocError):
+            return e
+        if isinstance(e, EOFError):
+            return BadInput(f"{self.url}: {self.codec} stream is truncated")
+        if isinstance(e, MemoryError):
+            return e
+        return BadInput(f"{self.url}: {self.codec} stream is damaged ({e})")
+
+    def close(self):
+        if self.closed:
+            return
+        self.stopping = True
+        self.source.abort()
+        try:  # unblock a decoder waiting for room in the queue
+            while True:
+                self.queue.get_nowait()
+        except Exception:
+            pass
+        self.thread.join(1)
+        super().close()
+
+
+# ------------------------------------------------------------------ sniffing
+
+
+def _sniff(buffered):
+    """The first 6 bytes, and the bytes read to get them when they had to
+    be consumed (``None`` when they are still in the buffer)."""
+    head = buffered.peek(6)
+    if len(head) >= 6:
+        return head[:6], None
+    got = b""  # a slow pipe gave fewer: wait for 6 or EOF
+    while len(got) < 6:
+        piece = buffered.read1(BUFSIZE)  # what is buffered, else one read
+        if not piece:
+            break
+        got += piece
+    return got[:6], got
+
+
+def _wrap_compression(raw, url, programs=None):
+    """``(stream, codec)``: ``raw`` (an :class:`_FdReader`) buffered and,
+    when its first bytes say so, decoded.  ``programs`` replaces
+    :data:`PROGRAMS` (``{}``: decode in-process)."""
+    buffered = io.BufferedReader(raw, BUFSIZE)
+    head, got = _sniff(buffered)
+    codec = next((name for magic, name in _MAGIC if head.startswith(magic)), None)
+    if codec is None:
+        if got is None:
+            return buffered, None
+        return io.BufferedReader(_Prefixed(got, buffered), BUFSIZE), None
+    # the decoder reads raw's descriptor from here on: take what is buffered
+    prefix = buffered.read1(BUFSIZE) if got is None else got
+    buffered.detach()
+    source = _Source(raw, prefix)
+    for argv in (PROGRAMS if programs is None else programs).get(codec, ()):
+        path = _which(argv[0])
+        if path:
+            return io.BufferedReader(_ProgramDecompressed((path,) + argv[1:], codec, url, source), BUFSIZE), codec
+    if codec == "zstd":
+        source.close()
+        raise BadInput(f"{url}: input is zstd-compressed but the zstd program is not installed")
+    return io.BufferedReader(_ThreadDecompressed(codec, url, source), BUFSIZE), codec

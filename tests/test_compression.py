@@ -1,0 +1,219 @@
+"""Compressed input decoded beside the parser (sources/compression.py): by the
+codec's program (a plain file as its stdin, or fed by a thread) or, where the
+program is missing, by a thread with zlib/bz2/lzma.  Both ways give the same
+members, the same errors, stop early, and leave no process or thread behind."""
+
+import bz2
+import gzip
+import lzma
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import VENV_BIN, require
+from helpers import read_tar, tar_bytes
+from tarproc.errors import BadInput
+from tarproc.sources import compression as C
+from tarproc.sources.open import _FdReader, open_source
+
+MEMBERS = [(f"s{i:03d}.{ext}", random.Random(i).randbytes(i * 37 % 3000) if ext == "bin" else b"x%d" % i)
+           for i in range(40) for ext in ("bin", "txt")]
+TAR = tar_bytes(MEMBERS)
+
+
+def zstd(data):
+    return subprocess.run([require("zstd"), "-c", "-q"], input=data, capture_output=True, check=True).stdout
+
+
+PACK = {"gzip": lambda d: gzip.compress(d, mtime=0), "bzip2": bz2.compress, "xz": lzma.compress, "zstd": zstd}
+# program: the codec's program where it has one; thread: decoded in-process
+MODES = [("gzip", "thread"), ("bzip2", "thread"), ("xz", "thread"), ("zstd", "program"), ("gzip", "program")]
+GZIP_PROGRAM = {"gzip": (("gzip", "-dc"),)}  # not the default: shows the program path works for any codec
+
+
+def open_with(path, mode, pipe=False, codec=None):
+    """The decoded stream of ``path`` (through a pipe from ``cat`` with ``pipe``)."""
+    if pipe:
+        proc = subprocess.Popen(["cat", str(path)], stdout=subprocess.PIPE)
+        raw = _FdReader(proc.stdout.fileno(), str(path), proc, closefd=False)
+        raw._keep = proc.stdout
+    else:
+        raw = _FdReader(os.open(str(path), os.O_RDONLY), str(path))
+    programs = {} if mode == "thread" else GZIP_PROGRAM if codec == "gzip" else None
+    stream, codec = C._wrap_compression(raw, str(path), programs)
+    return stream, codec
+
+
+def read_all(stream):
+    out = []
+    while True:
+        b = stream.read(4096)
+        if not b:
+            return b"".join(out)
+        out.append(b)
+
+
+@pytest.mark.parametrize("pipe", [False, True], ids=["file", "pipe"])
+@pytest.mark.parametrize("codec,mode", MODES)
+def test_decodes_the_same_bytes_every_way(tmp_path, codec, mode, pipe):
+    path = tmp_path / "in.z"
+    # two streams back to back (cat a.gz b.gz) read as one
+    path.write_bytes(PACK[codec](TAR) + PACK[codec](TAR))
+    stream, got_codec = open_with(path, mode, pipe, codec)
+    try:
+        assert got_codec == codec
+        assert read_all(stream) == TAR + TAR
+    finally:
+        stream.close()
+
+
+@pytest.mark.parametrize("codec,mode", MODES)
+def test_truncated_and_damaged_streams_are_one_clean_error(tmp_path, codec, mode):
+    packed = PACK[codec](TAR)
+    path = tmp_path / "cut.z"
+    path.write_bytes(packed[: len(packed) * 2 // 3])
+    stream, _ = open_with(path, mode, codec=codec)
+    with pytest.raises(BadInput) as e:
+        read_all(stream)
+    stream.close()
+    msg = str(e.value)
+    assert msg.startswith(str(path)) and f"{codec} stream is" in msg and "\n" not in msg, msg
+    damaged = bytearray(packed)
+    for i in range(len(damaged) // 3, len(damaged) // 3 + 64):
+        damaged[i] ^= 0x55
+    path.write_bytes(bytes(damaged))
+    stream, _ = open_with(path, mode, codec=codec)
+    with pytest.raises(BadInput) as e:
+        read_all(stream)
+    stream.close()
+    assert str(e.value).startswith(str(path)) and f"{codec} stream is" in str(e.value)
+
+
+@pytest.mark.parametrize("mode", ["program", "thread"])
+def test_gzip_zero_padding_is_fine_junk_is_an_error(tmp_path, mode):
+    """As Python's gzip module and ``gzip -d`` do."""
+    path = tmp_path / "in.tgz"
+    path.write_bytes(PACK["gzip"](TAR) + bytes(10240))  # a blocked writer pads with zeros
+    stream, _ = open_with(path, mode, codec="gzip")
+    assert read_all(stream) == TAR
+    stream.close()
+    path.write_bytes(PACK["gzip"](TAR) + b"not gzip at all")
+    stream, _ = open_with(path, mode, codec="gzip")
+    with pytest.raises(BadInput):
+        read_all(stream)
+    stream.close()
+
+
+def test_thread_decoder_bounds_its_chunks():
+    """A gzip bomb comes out in chunks of at most 1 MiB, never at once."""
+    bomb = gzip.compress(bytes(50 << 20), mtime=0)
+    pieces = [bomb[i : i + 4096] for i in range(0, len(bomb), 4096)] + [b""]
+    sizes = [len(c) for c in C._decoded_chunks("gzip", iter(pieces).__next__)]
+    assert sum(sizes) == 50 << 20 and max(sizes) <= C._CHUNK
+
+
+SLOW = "import sys, time; sys.stdout.buffer.write(open('big.z', 'rb').read()); sys.stdout.flush(); time.sleep(600)"
+
+
+def _our_processes(marker):
+    """Processes whose environment carries ``marker``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("codec,mode", MODES[:4])
+def test_closing_early_stops_the_decoder_and_its_feeder(tmp_path, codec, mode, monkeypatch):
+    big = tar_bytes([(f"k{i}.bin", random.Random(i).randbytes(100_000)) for i in range(40)])
+    (tmp_path / "big.z").write_bytes(PACK[codec](big))
+    marker = f"TARPROC_TEST_MARKER={os.getpid()}{codec}{mode}"
+    monkeypatch.setenv(marker.split("=")[0], marker.split("=")[1])
+    monkeypatch.chdir(tmp_path)
+    before = threading.active_count()
+    # a download that never ends: the input pipe stays open after the data
+    slow = f"exec {sys.executable} -c {SLOW!r}"
+    stream = open_source(f"pipe:{slow}") if mode == "program" else None
+    if stream is None:
+        proc = subprocess.Popen(slow, shell=True, stdout=subprocess.PIPE)
+        raw = _FdReader(proc.stdout.fileno(), "slow", proc, closefd=False)
+        raw._keep = proc.stdout
+        stream, _ = C._wrap_compression(raw, "slow", {})
+    assert stream.read(1000) == big[:1000]
+    assert _our_processes(marker)
+    stream.close()
+    deadline = time.monotonic() + 10
+    while (_our_processes(marker) or threading.active_count() > before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [open(f"/proc/{p}/cmdline", "rb").read() for p in _our_processes(marker)]
+    assert left == [] and threading.active_count() == before
+
+
+@pytest.fixture
+def cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_closing_early_from_a_plain_file(cwd):
+    """The program reads the file itself (no feeder); closing kills and reaps it."""
+    (cwd / "big.zst").write_bytes(zstd(tar_bytes([(f"k{i}.bin", random.Random(i).randbytes(100_000))
+                                                 for i in range(100)])))
+    stream = open_source("big.zst")
+    stream.read(512)
+    assert stream.raw.thread is None
+    proc = stream.raw.proc
+    stream.close()
+    assert proc.returncode is not None  # killed and reaped
+
+
+@pytest.mark.parametrize("no_programs", [False, True], ids=["program", "thread"])
+def test_tarcat_head_ends_quietly_and_leaves_nothing(tmp_path, no_programs):
+    """``tarcat big.tgz | head -c 100``: exit 0, one quiet end, no process left."""
+    data = tar_bytes([(f"k{i}.bin", random.Random(i).randbytes(50_000)) for i in range(200)])
+    (tmp_path / "big.tgz").write_bytes(PACK["gzip"](data))
+    marker = f"TARPROC_HEAD_MARKER{os.getpid()}{int(no_programs)}"
+    env = dict(os.environ, **{marker: "1"})
+    if no_programs:
+        env["PATH"] = "/nonexistent"  # no gzip: decoded in a thread
+    p = subprocess.run(["/bin/bash", "-o", "pipefail", "-c", f"{VENV_BIN}/tarcat big.tgz | /usr/bin/head -c 100"],
+                       cwd=tmp_path, env=env, capture_output=True, timeout=60)
+    assert p.stdout == data[:100]
+    assert p.stderr == b"" and p.returncode in (0, 141), p
+    time.sleep(0.2)
+    assert [pid for pid in _our_processes(marker)] == []
+
+
+def test_tarcat_reads_gzip_without_the_gzip_program(tmp_path):
+    (tmp_path / "in.tgz").write_bytes(PACK["gzip"](TAR) + PACK["gzip"](TAR))
+    env = dict(os.environ, PATH="/nonexistent")
+    p = subprocess.run([f"{VENV_BIN}/tarcat", "in.tgz"], cwd=tmp_path, env=env, capture_output=True, timeout=60)
+    assert p.returncode == 0 and read_tar(p.stdout) == MEMBERS + MEMBERS
+    (tmp_path / "cut.tgz").write_bytes(PACK["gzip"](TAR)[:300])
+    p = subprocess.run([f"{VENV_BIN}/tarcat", "cut.tgz"], cwd=tmp_path, env=env, capture_output=True, timeout=60)
+    err = p.stderr.decode()
+    assert p.returncode == 2 and err.count("\n") == 1 and "cut.tgz: gzip stream is truncated" in err, err
+
+
+def test_failed_download_wins_over_the_decoder_error(tmp_path, monkeypatch):
+    """A source command that fails mid-stream is reported as such, not as a
+    damaged gzip stream (the feeder's error comes first)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.tgz").write_bytes(PACK["gzip"](TAR))
+    stream = open_source("pipe:head -c 300 in.tgz; exit 7")
+    with pytest.raises(BadInput) as e:
+        read_all(stream)
+    stream.close()
+    assert "exit status 7" in str(e.value)

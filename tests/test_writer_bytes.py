@@ -1,0 +1,134 @@
+"""The small-member fast paths (issue 18) write the same bytes as before: the
+writer's one-write path against the header builder it replaces, on varied
+names and sizes; tarcat's output of archives in other formats (GNU long
+names, pax, ustar prefixes, non-canonical headers) against that reference;
+and the reader's cache of numeric fields never lets a bad field through."""
+
+import io
+import os
+import random
+import subprocess
+import tarfile
+
+import pytest
+
+from conftest import VENV_BIN, require
+from tarproc.core import tario
+from tarproc.core.tario import BLOCK, TarReader, TarWriter
+from tarproc.errors import BadArchive
+
+NAMES = ["a.txt", "k/x.cls", "d" * 99 + ".b", "p/" * 60 + "f.txt", "caf\u00e9.txt", "x" * 300 + ".bin",
+         "dir/" + "n" * 95 + ".json", "bad\udcff.bin"]
+SIZES = [0, 1, 511, 512, 513, 1024, 8191, 8192, 8193, 70_000]
+
+
+def reference(members, **defaults):
+    """What TarWriter wrote before the fast path: header, data, padding in turn."""
+    out = io.BytesIO()
+    w = TarWriter(out, **defaults)
+    for name, data in members:
+        nameb = name.encode("utf-8", "surrogateescape")
+        if len(nameb) <= 100 and nameb.isascii():
+            header = w._header(nameb, len(data))
+        else:
+            header = w._slow_header(nameb, len(data))
+        out.write(header + data + bytes(-len(data) % BLOCK))
+    out.write(bytes(2 * BLOCK))
+    return out.getvalue()
+
+
+def ours(members, **defaults):
+    out = io.BytesIO()
+    w = TarWriter(out, **defaults)
+    for name, data in members:
+        w.write(name, data)
+    w.close()
+    assert w.bytes_written == len(out.getvalue())
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("defaults", [{}, {"mode": 0o600, "mtime": 1_700_000_000, "uname": "u", "gname": "g"}])
+def test_fast_path_writes_the_same_bytes(defaults):
+    r = random.Random(0)
+    members = [(name, r.randbytes(size)) for name in NAMES for size in SIZES]
+    members += [(f"m{i}.txt", bytearray(r.randbytes(i))) for i in range(0, 600, 7)]  # not bytes: slow path
+    assert ours(members, **defaults) == reference(members, **defaults)
+
+
+def test_size_cache_is_bounded():
+    w = TarWriter(io.BytesIO())
+    for i in range(5000):
+        w.write("a.b", bytes(i % 4500))
+    assert len(w._sizes) <= 4096
+
+
+def tar_in(fmt, path):
+    """An archive written by tarfile in ``fmt`` with long names, non-ASCII
+    names, odd modes and times: headers our writer would not emit."""
+    fmtc = {"gnu": tarfile.GNU_FORMAT, "pax": tarfile.PAX_FORMAT, "ustar": tarfile.USTAR_FORMAT}[fmt]
+    r = random.Random(1)
+    with tarfile.open(path, "w", format=fmtc) as tf:
+        for i, name in enumerate(NAMES[:6] if fmt == "ustar" else NAMES[:6] + ["y" * 200 + ".bin"]):
+            if fmt == "ustar" and len(name.encode()) > 100 and "/" not in name[-100:]:
+                continue
+            data = r.randbytes(SIZES[i % len(SIZES)])
+            ti = tarfile.TarInfo(name)
+            ti.size, ti.mode, ti.mtime, ti.uid, ti.uname = len(data), 0o755, 1234567890 + i, 1000 + i, "someone"
+            tf.addfile(ti, io.BytesIO(data))
+    with tarfile.open(path) as tf:
+        return [(m.name, tf.extractfile(m).read()) for m in tf]
+
+
+def as_samples(members):
+    """The order tarcat writes members in: consecutive keys, fields sorted."""
+    from tarproc.core.rules import split_name
+
+    groups = []
+    for name, data in members:
+        key, field = split_name(name)
+        if not groups or groups[-1][0] != key:
+            groups.append((key, []))
+        groups[-1][1].append((field, name, data))
+    return [(name, data) for _, fields in groups for _, name, data in sorted(fields)]
+
+
+@pytest.mark.parametrize("fmt", ["gnu", "pax", "ustar"])
+def test_tarcat_rewrites_foreign_headers_to_the_reference_bytes(tmp_path, fmt):
+    members = tar_in(fmt, tmp_path / "in.tar")
+    out = subprocess.run([f"{VENV_BIN}/tarcat", str(tmp_path / "in.tar")], capture_output=True, check=True).stdout
+    assert out == reference(as_samples(members))
+
+
+def test_gnu_tar_archive_reads_and_rewrites(tmp_path):
+    require("tar")
+    (tmp_path / "d").mkdir()
+    for i in range(5):
+        (tmp_path / "d" / f"s{i}.txt").write_bytes(b"x" * (i * 300))
+    (tmp_path / "d" / ("L" * 150 + ".txt")).write_bytes(b"long")
+    subprocess.run(["tar", "--format=gnu", "-cf", "g.tar", "--sort=name", "d"], cwd=tmp_path, check=True)
+    with tarfile.open(tmp_path / "g.tar") as tf:
+        members = [(m.name, tf.extractfile(m).read()) for m in tf if m.isfile()]
+    out = subprocess.run([f"{VENV_BIN}/tarcat", "g.tar"], cwd=tmp_path, capture_output=True, check=True).stdout
+    assert out == reference(as_samples(members))
+
+
+def test_number_cache_keeps_bad_fields_bad():
+    good = tario._number(b"0000644\0", "mode", "-", 0)
+    assert good == 0o644 and tario._number(b"0000644\0", "mode", "-", 0) == 0o644
+    for bad in (b"00006 9\0", b"0_644\0\0\0", b"+644\0\0\0\0", b"\x81" + bytes(7)):
+        for _ in range(2):  # twice: a failure is never cached as a value
+            with pytest.raises(BadArchive):
+                tario._number(bad, "mode", "-", 0)
+
+
+def test_reader_takes_bytearray_blocks():
+    data = ours([("a.txt", b"hello"), ("b.txt", b"")])
+
+    class Chunks:
+        def __init__(self):
+            self.f = io.BytesIO(data)
+
+        def read(self, n):
+            return bytearray(self.f.read(n))
+
+    assert [(m.name, bytes(m.data)) for m in TarReader(Chunks())] == [("a.txt", b"hello"), ("b.txt", b"")]
