@@ -101,32 +101,11 @@ def iter_line_samples(urls="-", keys=("txt",), separator="\t", keyformat="{:09d}
 
 
 def _lines(stream, source, max_line):
-    """The lines of a byte stream without their ``\\n``, read in chunks; a
-    last line without ``\\n`` counts; linear in the input however long a line."""
-    read = stream.read1 if hasattr(stream, "read1") else stream.read
-    pending = []  # pieces of the line being read
-    size = 0
-    lineno = 1
-    while True:
-        chunk = read(1 << 16)
-        if not chunk:
-            break
-        pieces = chunk.split(b"\n")
-        for piece in pieces[:-1]:
-            if pending:
-                pending.append(piece)
-                piece = b"".join(pending)
-                pending = []
-                size = 0
-            if len(piece) > max_line:
-                raise BadInput(f"{source}: line {lineno}: longer than {max_line} bytes")
-            yield piece
-            lineno += 1
-        last = pieces[-1]
-        if last:
-            pending.append(last)
-            size += len(last)
-            if size > max_line:
-                raise BadInput(f"{source}: line {lineno}: longer than {max_line} bytes")
-    if pending:
-        yield b"".join(pending)
+    """The lines of a byte stream without their ``\\n``; a line longer than
+    ``max_line`` is an error naming it."""
+    from .text import split_stream
+
+    def too_long(lineno):
+        raise BadInput(f"{source}: line {lineno}: longer than {max_line} bytes")
+
+    return split_stream(stream, b"\n", max_line, too_long)

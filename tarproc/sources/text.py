@@ -26,7 +26,9 @@ def iter_text_samples(urls, mode="lines", stats=None, field="txt", stall=None):
         if stats is not None:
             stats.inputs += 1
         try:
-            for piece in _pieces(stream, sep, mode):
+            # a trailing blank page (the newline after the last form feed) is no page
+            keep = (lambda rest: bool(rest.strip(b"\n"))) if mode == "pages" else None
+            for piece in split_stream(stream, sep, keep_last=keep):
                 sample = _text_sample(piece, mode, index, field, url)
                 if sample is not None:
                     index += 1
@@ -37,27 +39,42 @@ def iter_text_samples(urls, mode="lines", stats=None, field="txt", stall=None):
             stream.close()
 
 
-def _pieces(stream, sep, mode):
-    """The pieces of a stream between separators, in time linear in its
-    length however long one piece is (the bytes of a piece that spans reads
-    are collected in a list and joined once)."""
+def split_stream(stream, sep, max_len=None, too_long=None, keep_last=None):
+    """The pieces of a byte stream between separators ``sep`` (without it),
+    read in chunks, in time linear in its length however long one piece is
+    (the bytes of a piece that spans reads are joined once).  A last piece
+    without a separator counts when not empty (and ``keep_last(piece)``
+    agrees).  With ``max_len``, ``too_long(n)`` is called (it should raise)
+    when piece ``n`` (from 1) grows past ``max_len`` bytes."""
+    read = stream.read1 if hasattr(stream, "read1") else stream.read
     parts = []  # the start of the current piece, read so far
+    size = 0
+    n = 1
     while True:
-        chunk = stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16)
+        chunk = read(1 << 16)
         if not chunk:
             break
         pieces = chunk.split(sep)
-        if len(pieces) == 1:
-            parts.append(chunk)
-            continue
-        parts.append(pieces[0])
-        yield b"".join(parts) if len(parts) > 1 else parts[0]
-        yield from pieces[1:-1]
-        parts = [pieces[-1]] if pieces[-1] else []
-    rest = b"".join(parts)
-    # the end: what is left, unless it is a trailing blank page
-    if rest and not (mode == "pages" and not rest.strip(b"\n")):
-        yield rest
+        for piece in pieces[:-1]:
+            if parts:
+                parts.append(piece)
+                piece = b"".join(parts)
+                parts = []
+                size = 0
+            if max_len is not None and len(piece) > max_len:
+                too_long(n)
+            yield piece
+            n += 1
+        last = pieces[-1]
+        if last:
+            parts.append(last)
+            size += len(last)
+            if max_len is not None and size > max_len:
+                too_long(n)
+    if parts:
+        rest = b"".join(parts)
+        if keep_last is None or keep_last(rest):
+            yield rest
 
 
 def _text_sample(piece, mode, index, field, url):
