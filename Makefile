@@ -17,6 +17,7 @@ all: install
 $(VENV)/.installed: setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -e . --config-settings editable_mode=compat 2>&1 | grep -v '^WARNING: Location' || true
+	$(PY) -m compileall -q -j 0 tarproc  # byte code cached even where PYTHONDONTWRITEBYTECODE is set
 	$(BIN)/tarcat --version
 	touch $@
 
@@ -41,6 +42,7 @@ demo: install
 	@bash testdata/demo.sh
 
 test: $(VENV)/.test-deps sysdeps
+	$(PY) -m compileall -q -j 0 tarproc
 	$(PY) -m pytest -n 2 -q tests
 
 bench: $(VENV)/.test-deps sysdeps
