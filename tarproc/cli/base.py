@@ -544,7 +544,7 @@ def spooler_of(args, pass_through=False):
                    PASS_THROUGH_REGION if pass_through else None)
 
 
-def read_inputs(args, rep, stats, urls=None, pass_through=False):
+def read_inputs(args, rep, stats, urls=None, pass_through=False, spooler=None):
     """The samples of every input in turn (``-v`` names each one).  When
     the progress line is on and every input is a local uncompressed file,
     its total is their size and the position is estimated from the members
@@ -557,7 +557,7 @@ def read_inputs(args, rep, stats, urls=None, pass_through=False):
     if sizes is not None:
         rep.bar.total, rep.bar.unit, rep.position = sum(sizes), "B", 0
     base = 0
-    spooler = spooler_of(args, pass_through)
+    spooler = spooler_of(args, pass_through) if spooler is None else spooler
     for n, url in enumerate(urls):
         rep.info(f"reading {'stdin' if url == '-' else url}")
         samples = iter_samples([url], stats, strict=args.strict, warn=rep.warn, stall=rep.stall,

@@ -104,17 +104,21 @@ def main(args, prog="tarshow"):
     check = FieldCheck(rep, args.fields)
     stages.append(check.before)
     args.count = count
-    samples = S.pipeline(read_inputs(args, rep, stats), *stages)
+    out = sys.stdout
+    tty = out.isatty()
+    draw = wanted is not None and not args.quick and (
+        args.images == "always" or (args.images == "auto" and tty))
+    spooler = spooler_of(args)
+    if not draw and not args.grid:
+        # only previews: large members are read past, keeping their first bytes (a bomb fills no disk)
+        spooler = show.prefix_only(spooler)
+    samples = S.pipeline(read_inputs(args, rep, stats, spooler=spooler), *stages)
 
     if args.grid:
         return _grid(args, samples, wanted, rep)
 
-    out = sys.stdout
-    tty = out.isatty()
     term = shutil.get_terminal_size((100, 40))
     columns = args.width or (term.columns if tty else 100)
-    draw = wanted is not None and not args.quick and (
-        args.images == "always" or (args.images == "auto" and tty))
     first = True
     found = set()  # the -f items some sample had
     for sample in samples:
@@ -156,14 +160,16 @@ def _original_lines(sample, names=None):
     """The original tarshow's lines: ``NAME`` padded to 20, a tab, the value
     as Python prints it (``b'746'``) cut at 60 characters; sorted by name,
     with ``__key__`` and ``__source__``."""
+    from ..core import limits
+
     shown = sorted(sample) if names is None else sorted(set(names + ["__key__", "__source__"]) & set(sample))
     out = []
     for k in shown:
         v = sample[k]
-        if isinstance(v, (bytes, bytearray, memoryview)):
-            text = repr(bytes(v[:64]))[:60]  # the same first 60 characters as str(v), without copying v
-        else:
+        if isinstance(v, (str, int, float)) or not hasattr(v, "__len__"):
             text = str(v)[:60]
+        else:  # bytes, or a large field (a Blob, a Prefix): its head
+            text = repr(limits.head(v, 64))[:60]  # the same first 60 characters as str(v), without copying v
         out.append(f"{k:20s}\t{text}\n")
     return out
 

@@ -11,6 +11,7 @@ image pixels                32 Mpixels          ``TARPROC_MAX_PIXELS``
 JSON nesting depth          200                 ``TARPROC_JSON_DEPTH``
 captured output tail        8 KiB               ``TARPROC_TAIL_BYTES``
 name length in messages     200 characters      ``TARPROC_NAME_CHARS``
+keys tarcheck keeps in RAM  200,000 keys        ``TARPROC_CHECK_KEYS`` (then on disk)
 ==========================  ==================  ===========================================
 
 - :func:`head` is the bounded prefix of a field that previews, tables and
@@ -54,6 +55,8 @@ JSON_DEPTH = _env_int("TARPROC_JSON_DEPTH", 200)
 TAIL_BYTES = _env_int("TARPROC_TAIL_BYTES", 8 << 10)
 #: Characters of a name (key, member name, URL) quoted in a message.
 NAME_CHARS = _env_int("TARPROC_NAME_CHARS", 200)
+#: Keys ``tarcheck`` remembers in memory; more go to a temporary database on disk.
+CHECK_KEYS = _env_int("TARPROC_CHECK_KEYS", 200_000)
 
 
 def head(value, n=None):

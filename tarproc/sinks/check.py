@@ -22,6 +22,10 @@ before the damage); across shards: ``duplicate_keys`` (the same key in more
 than one shard).  Directories are counted, not reported: ``tar c dir`` writes
 them and every reader skips them.  An unreadable shard does not stop the
 check: the other shards are checked and reported.
+Memory stays bounded however many keys there are: every key is remembered
+exactly (:class:`SeenKeys`), the first :data:`~tarproc.core.limits.CHECK_KEYS`
+in memory and the rest in a temporary SQLite database on disk (in ``TMPDIR``,
+deleted when the check ends; SQLite's page cache is bounded).
 """
 
 from ..core.blob import SizesOnly
@@ -32,6 +36,73 @@ from ..core.tario import TYPE_NAMES, REGULAR, DIRECTORY, TarReader
 
 #: How many example keys or names a problem lists.
 EXAMPLES = 5
+
+
+class SeenKeys:
+    """The keys seen so far and the shard each was last seen in: exact, in
+    bounded memory.  The first ``limit`` keys (default
+    :data:`~tarproc.core.limits.CHECK_KEYS`) are kept in a dict; from then on
+    all keys are in a private temporary SQLite database (on disk in
+    ``TMPDIR``, unlinked at once by SQLite, with a 16 MiB page cache)."""
+
+    def __init__(self, limit=None):
+        from ..core import limits
+
+        self.limit = limits.CHECK_KEYS if limit is None else limit
+        self.shards = []  # shard names, by number
+        self._mem = {}
+        self._db = None
+
+    def new_shard(self, name):
+        """Number a shard (the value :meth:`visit` remembers)."""
+        self.shards.append(name)
+        return len(self.shards) - 1
+
+    def visit(self, key, shard):
+        """Remember that ``key`` (``str``) was seen in shard number
+        ``shard``; returns the shard number it was last seen in before, or
+        ``None`` when it is new."""
+        db = self._db
+        if db is None:
+            mem = self._mem
+            before = mem.get(key)
+            mem[key] = shard
+            if before is None and len(mem) > self.limit:
+                self._spill()
+            return before
+        raw = key.encode("utf-8", "surrogateescape")
+        row = db.execute("SELECT s FROM k WHERE key = ?", (raw,)).fetchone()
+        if row is None:
+            db.execute("INSERT INTO k VALUES (?, ?)", (raw, shard))
+            return None
+        if row[0] != shard:
+            db.execute("UPDATE k SET s = ? WHERE key = ?", (shard, raw))
+        return row[0]
+
+    def _spill(self):
+        import sqlite3
+
+        db = sqlite3.connect("", isolation_level=None)  # "": private, on disk, deleted on close
+        db.execute("PRAGMA journal_mode = OFF")
+        db.execute("PRAGMA synchronous = OFF")
+        db.execute("PRAGMA cache_size = -16384")
+        db.execute("CREATE TABLE k (key BLOB PRIMARY KEY, s INTEGER) WITHOUT ROWID")
+        db.execute("BEGIN")
+        db.executemany("INSERT INTO k VALUES (?, ?)",
+                       ((k.encode("utf-8", "surrogateescape"), v) for k, v in self._mem.items()))
+        self._mem = {}
+        self._db = db
+
+    def __len__(self):
+        if self._db is None:
+            return len(self._mem)
+        return self._db.execute("SELECT count(*) FROM k").fetchone()[0]
+
+    def close(self):
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        self._mem = {}
 
 
 def printable(name):
@@ -74,8 +145,8 @@ def _source_size(url):
 
 
 def check_shard(url, majority=0.5, keys_seen=None, strict=False):
-    """The report of one shard (see the module doc).  ``keys_seen`` (a dict
-    key -> first shard) collects keys across shards for ``duplicate_keys``."""
+    """The report of one shard (see the module doc).  ``keys_seen`` (a
+    :class:`SeenKeys`) collects keys across shards for ``duplicate_keys``."""
     from ..sources.open import open_source
 
     probs = _Problems()
@@ -83,7 +154,10 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
     skipped = {}
     signatures = {}  # frozenset of fields -> [count, example key]
     have = {}  # field -> number of samples that have it
-    seen = set()
+    own = keys_seen is None
+    if own:
+        keys_seen = SeenKeys()
+    me = keys_seen.new_shard("stdin" if url == "-" else url)
     members = samples = 0
     key = None
     current = None
@@ -144,17 +218,12 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
                 probs.add("empty_files", "empty files", name)
             if k != key:
                 close_sample()
-                if k in seen:
+                before = keys_seen.visit(k, me)
+                if before == me:
                     probs.add("split_samples", "keys that come back after other keys (one sample split in two)", k)
-                else:
-                    seen.add(k)
-                    if keys_seen is not None:
-                        first = keys_seen.get(k)
-                        if first is None:
-                            keys_seen[k] = name_of
-                        elif first != name_of:
-                            probs.add("duplicate_keys", "keys that are also in an earlier shard",
-                                      f"{k} (also in {first})")
+                elif before is not None:
+                    probs.add("duplicate_keys", "keys that are also in an earlier shard",
+                              f"{k} (also in {printable(keys_seen.shards[before])})")
                 key = k
                 current = set()
             if field in current:
@@ -187,6 +256,9 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
         probs.add("unreadable", "the shard cannot be opened or is damaged (counts are up to the damage)",
                   message)
         tar_bytes = reader.offset if reader is not None else 0
+    finally:
+        if own:
+            keys_seen.close()
     if truncated:
         probs.add("truncated", "the shard ends without the end-of-archive marker (cut off?)")
     if samples == 0 and "unreadable" not in probs.items:
@@ -231,18 +303,21 @@ def check_shards(urls, majority=0.5, strict=False, on_shard=None):
         from ..sources.shardlist import expand_urls
 
         urls = expand_urls([urls])
-    keys_seen = {}
+    keys_seen = SeenKeys()
     shards = []
     total_fields = {}
-    for url in urls:
-        rep = check_shard(url, majority, keys_seen, strict)
-        shards.append(rep)
-        for k, v in rep["fields"].items():
-            t = total_fields.setdefault(k, {"count": 0, "bytes": 0})
-            t["count"] += v["count"]
-            t["bytes"] += v["bytes"]
-        if on_shard is not None:
-            on_shard(rep)
+    try:
+        for url in urls:
+            rep = check_shard(url, majority, keys_seen, strict)
+            shards.append(rep)
+            for k, v in rep["fields"].items():
+                t = total_fields.setdefault(k, {"count": 0, "bytes": 0})
+                t["count"] += v["count"]
+                t["bytes"] += v["bytes"]
+            if on_shard is not None:
+                on_shard(rep)
+    finally:
+        keys_seen.close()
     # move cross-shard problems to the total
     total_probs = []
     for rep in shards:

@@ -19,7 +19,7 @@ module is cheap.
 import io
 import json
 import re
-from ..core.blob import Blob
+from ..core.blob import CHUNK, Blob, Spooler
 
 #: How much of a spooled (large) field a preview reads.
 PREFIX = 1 << 16
@@ -170,6 +170,63 @@ def format_sample(sample, fields=None, width=64):
         v = sample[k]
         lines.append(f"    {shown:<{wide}}  {human_size(limits.size_of(v)):>8}  {preview(k, v, width)}")
     return lines
+
+
+class Prefix:
+    """A large field a preview read past (see :class:`PrefixOnly`): its
+    length and its first :data:`~tarproc.core.limits.PREVIEW_BYTES`."""
+
+    __slots__ = ("length", "prefix")
+
+    def __init__(self, length, prefix):
+        self.length = length
+        self.prefix = prefix
+
+    def __len__(self):
+        return self.length
+
+    def head(self, n):
+        return self.prefix[:n]
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            start, stop, step = index.indices(self.length)
+            if stop <= len(self.prefix) or start >= stop:
+                return self.prefix[start:stop:step]
+        raise ValueError(f"only the first {len(self.prefix)} of {self.length} bytes of this field were kept")
+
+    def __repr__(self):
+        return f"Prefix({self.length} bytes)"
+
+
+class PrefixOnly(Spooler):
+    """A spooler for readers that only preview fields (``tarshow``): a
+    member from the threshold on is read through a small buffer, keeping
+    its first bytes (a :class:`Prefix`); nothing goes to disk.  A
+    compressed shard whose member inflates to gigabytes (a bomb) costs
+    decompression time only, never memory or disk."""
+
+    def spool(self, read_into, size, fail):
+        keep = bytearray()
+        want = min(size, limits.PREVIEW_BYTES)
+        buf = bytearray(min(size, CHUNK))
+        view = memoryview(buf)
+        got = 0
+        while got < size:
+            n = read_into(view[: min(len(buf), size - got)])
+            if not n:
+                fail(got)
+            if len(keep) < want:
+                keep += view[: min(n, want - len(keep))]
+            got += n
+        return Prefix(size, bytes(keep))
+
+
+def prefix_only(spooler):
+    """A :class:`PrefixOnly` with the thresholds of ``spooler``."""
+    out = PrefixOnly.__new__(PrefixOnly)
+    out.__dict__.update(spooler.__dict__)
+    return out
 
 
 # ---------------------------------------------------------------- colormaps

@@ -28,7 +28,7 @@ import os
 import select
 
 from ..errors import BadInput, UsageError
-from ..runtime.procs import _pdeathsig
+from ..runtime.procs import _killpg, _pdeathsig
 
 
 BUFSIZE = 1 << 20
@@ -135,8 +135,10 @@ class _FdReader(io.RawIOBase):
             return
         try:
             if self.proc is not None and self.proc.poll() is None:
-                # Stopped reading early (e.g. --count): stop the producer.
-                self.proc.kill()
+                # Stopped reading early (e.g. --count): stop the producer,
+                # and everything it started (``pipe:a | b``, ``sh -c``'s
+                # children): it runs in its own process group.
+                _killpg(self.proc.pid)
                 self.proc.wait()
             if self.closefd:
                 os.close(self.fd)
@@ -163,6 +165,15 @@ def _tail_of_stderr(proc):
     if not text:
         return ""
     return ": " + text.splitlines()[-1][-300:]
+
+
+def _child_setup():
+    """In an input command's child: its own process group, killed as a
+    whole when the reader stops early, and death with us.  (Being outside
+    the terminal's foreground group, it cannot prompt on the terminal: a
+    ``pipe:ssh ...`` source needs keys or an agent, as in any pipeline.)"""
+    os.setpgid(0, 0)
+    _pdeathsig()
 
 
 def open_source(url, decompress=True, stall=None):
@@ -197,7 +208,7 @@ def open_source(url, decompress=True, stall=None):
         try:
             proc = subprocess.Popen(
                 cmd, shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, preexec_fn=_pdeathsig,
+                stderr=subprocess.PIPE, preexec_fn=_child_setup,
             )
         except OSError as e:
             raise BadInput(f"{url}: cannot start {cmd!r}: {e.strerror}") from None
