@@ -12,6 +12,7 @@ JSON nesting depth          200                 ``TARPROC_JSON_DEPTH``
 captured output tail        8 KiB               ``TARPROC_TAIL_BYTES``
 name length in messages     200 characters      ``TARPROC_NAME_CHARS``
 keys tarcheck keeps in RAM  200,000 keys        ``TARPROC_CHECK_KEYS`` (then on disk)
+holes of a sparse member    1 GiB               ``TARPROC_SPARSE_HOLES``
 ==========================  ==================  ===========================================
 
 - :func:`head` is the bounded prefix of a field that previews, tables and
@@ -57,6 +58,8 @@ TAIL_BYTES = _env_int("TARPROC_TAIL_BYTES", 8 << 10)
 NAME_CHARS = _env_int("TARPROC_NAME_CHARS", 200)
 #: Keys ``tarcheck`` remembers in memory; more go to a temporary database on disk.
 CHECK_KEYS = _env_int("TARPROC_CHECK_KEYS", 200_000)
+#: Zero bytes a GNU sparse member may expand to (core/sparse.py).
+SPARSE_HOLES = _env_int("TARPROC_SPARSE_HOLES", 1 << 30)
 
 
 def head(value, n=None):

@@ -16,6 +16,7 @@ and fixed, so a direct codec is short and several times faster.
 
 from ..errors import BadArchive
 from .blob import Blob, Spooler, region
+from .sparse import read_sparse
 
 BLOCK = 512
 ZERO_BLOCK = bytes(BLOCK)
@@ -425,6 +426,7 @@ class TarReader:
                 if any(k.startswith("GNU.sparse.") for k in records):
                     flag = b"S"
             else:
+                records = None
                 mtime = _number(buf[136:148], "mtime", source, here)
             long_name = long_link = pax = None
             start = here if pending_at is None else first_at
@@ -438,6 +440,11 @@ class TarReader:
                 if kind is None:
                     # POSIX: unknown type flags are read as regular files.
                     data = self._read_data(size, here, name)
+                    yield Member(name, data, REGULAR, mode, mtime, linkname, here, start)
+                    continue
+                if kind == "S":  # GNU sparse: the file it stands for (core/sparse.py)
+                    name, data, extra = read_sparse(self, buf, records, size, here, name)
+                    offset += extra
                     yield Member(name, data, REGULAR, mode, mtime, linkname, here, start)
                     continue
                 if kind in "123456":
