@@ -305,3 +305,42 @@ def test_valid_sparse_members_from_generated_maps(sh, tmp_path):
     # the big path: spooled to disk, same bytes
     p = sh("tarcat in.tar", env={"TARPROC_BLOB_THRESHOLD": "8"})
     assert members_of(p.stdout)[:3] == [(b"o.bin", want), (b"p.bin", want), (b"q.bin", want)]
+
+
+# ---------------------------------------------------------------- names
+
+
+@pytest.mark.parametrize("field", [b"__key__", b"__source__", b"__index__", b"__KEY__", b"__"])
+def test_metadata_like_fields_are_refused_clearly(sh, tmp_path, field):
+    """`x.__key__` used to give a misleading 'appears twice' error, and
+    `x.__index__` became metadata that no writer writes back (silently lost).
+    A field named like metadata is one clear error naming the member; tarcheck
+    reports it as a problem."""
+    (tmp_path / "in.tar").write_bytes(mc.member(b"x.txt", b"1") + mc.member(b"x." + field, b"evil") + mc.EOA)
+    for cmd in ("tarcat in.tar", "tarshow in.tar", "tar2tsv in.tar", "tar2json in.tar"):
+        p = sh(cmd + " > /dev/null", ok=False)
+        err = p.stderr.decode()
+        assert p.returncode == 2 and len(err.splitlines()) == 1, (cmd, err)
+        assert "offset 1024" in err and "metadata name" in err, (cmd, err)
+    p = sh("tarcheck --json in.tar", ok=False)
+    assert p.returncode == 1
+    probs = json.loads(p.stdout)["shards"][0]["problems"]
+    assert [q["kind"] for q in probs] == ["metadata_fields"]
+
+
+def test_names_kept_as_they_are(sh, tmp_path):
+    """Names are never normalised: `./x` and `x` are different keys, NFC and
+    NFD spellings of `café` are different keys (bytes kept), dots in
+    directories stay in the key, an empty field (`x.`) and a field `.` (`x..`)
+    read and write back; upper-case extensions become lower-case fields (as
+    webdataset reads them)."""
+    nfd, nfc = "cafe\u0301".encode(), "caf\u00e9".encode()
+    names = [b"./x.jpg", b"x.JPG", nfd + b".txt", nfc + b".txt", b"a.b/c.d.jpg", b"e.", b"f.."]
+    (tmp_path / "in.tar").write_bytes(b"".join(mc.member(n, n) for n in names) + mc.EOA)
+    p = sh("tarcat in.tar")
+    assert members_of(p.stdout) == [(n.replace(b"JPG", b"jpg"), n) for n in names]
+    rows = sh("tar2tsv -f txt in.tar").stdout.decode().splitlines()
+    assert [r.split("\t")[0] for r in rows[1:]] == ["./x", "x", "cafe\u0301", "caf\u00e9", "a.b/c", "e", "f"]
+    # tarcheck counts 7 samples: none is merged with another
+    rep = json.loads(sh("tarcheck --json in.tar", ok=False).stdout)
+    assert rep["shards"][0]["samples"] == 7

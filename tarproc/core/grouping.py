@@ -6,6 +6,7 @@ members with the same key form one sample (the WebDataset convention)."""
 
 from ..errors import BadArchive, BadSample
 from .blob import Blob
+from .limits import quote
 from .rules import bad_field_name, bad_key, is_meta, split_name, unsafe_name
 from .stats import Stats
 from .tario import REGULAR, TYPE_NAMES, TarWriter
@@ -34,6 +35,9 @@ def group(members, source="-", stats=None):
             stats.skip_member("names without an extension")
             continue
         k, field = parts
+        if field[:2] == "__" and field[-2:] == "__":  # is_meta: it would replace __key__ or vanish on writing
+            raise BadArchive(source, m.offset, f"member name {quote(name)}: field {quote(field)} is a metadata "
+                                               f"name (__...__), never a field")
         if k != key:
             if current is not None:
                 stats.read += 1

@@ -14,7 +14,8 @@ A problem is ``{"kind", "message", "count", "examples"}``.  Kinds, per shard:
 ``split_samples`` (a key comes back after other keys), ``duplicate_fields``
 (a field repeats inside one sample), ``missing_fields`` (samples lack a field
 most samples have), ``skipped_members`` (no extension, links, special files),
-``non_utf8_names``, ``unsafe_names`` (absolute or ``..``), ``empty_files``,
+``non_utf8_names``, ``unsafe_names`` (absolute or ``..``), ``metadata_fields``
+(``KEY.__x__``: a field named like metadata), ``empty_files``,
 ``truncated`` (no end-of-archive marker), ``no_samples``, ``unreadable``
 (the shard cannot be opened, or is damaged: a bad checksum, input ending
 inside a member; its example is the error line, its counts are those read
@@ -213,6 +214,10 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
                           f"{name} ({reason})")
                 continue
             k, field = parts
+            if field[:2] == "__" and field[-2:] == "__":
+                probs.add("metadata_fields", "member names whose field is a metadata name (__...__): readers "
+                          "refuse them", name)
+                continue
             size = len(m.data)
             if size == 0:
                 probs.add("empty_files", "empty files", name)
