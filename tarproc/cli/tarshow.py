@@ -58,6 +58,8 @@ def tarshow_command(
     verbatim_keys: Annotated[bool, opt("--verbatim-keys",
                              help="accepted for compatibility (field names are always lower-cased, as "
                                   "webdataset reads them)")] = False,
+    use_keyboard: Annotated[bool, opt("--use-keyboard", help="accepted for compatibility with the original "
+                                                              "(no effect: tarshow never waits for input)")] = False,
     delay: Annotated[float, opt("-d", "--delay", metavar="SECONDS",
                      help="wait this long after each sample (default 0: no wait)")] = 0.0,
     format: Annotated[Literal["blocks", "original"], opt(
