@@ -362,3 +362,54 @@ def test_tarshow_original_check_and_flags(sh, tmp_path):
     out = sh("tarshow in.tar").stdout.decode()
     assert [line.split() for line in out.splitlines()] == [["20"], ["cls", "3", "B", "746"],
                                                             ["wnid", "9", "B", "n07734744"]]
+
+
+# ---------------------------------------------------------------- the end of an archive
+
+
+@pytest.mark.parametrize("tail", [mc.text(3000, 5), b"<html>404</html>\n" * 40, b"\xff" * 512])
+def test_data_after_the_end_of_archive_marker_is_ignored_with_a_warning(sh, tmp_path, tail):
+    """A shard with junk after its end-of-archive marker (a preallocated
+    file, a bad upload) reads as GNU tar and tarfile read it: every member,
+    a one-line warning with the offset, exit 0; --strict makes it an error.
+    Junk before the marker is still damage (exit 2)."""
+    good = mc.member(b"a.txt", b"1") + mc.member(b"b.txt", b"2")
+    (tmp_path / "in.tar").write_bytes(good + mc.EOA + tail)
+    p = sh("tarcat in.tar", stderr_ok=True)
+    assert names_of(p.stdout) == [b"a.txt", b"b.txt"]
+    assert p.stderr.decode().splitlines() == [
+        "tarcat: warning: in.tar: offset 3072: data after the end-of-archive marker ignored (not a tar header)"]
+    assert sh("tar tf in.tar").stdout == b"a.txt\nb.txt\n"  # GNU tar agrees
+    p = sh("tarcat --strict in.tar > /dev/null", ok=False)
+    assert p.returncode == 2 and b"offset 3072" in p.stderr
+    (tmp_path / "bad.tar").write_bytes(good + tail + mc.EOA)
+    p = sh("tarcat bad.tar > /dev/null", ok=False)
+    assert p.returncode == 2 and b"offset 2048" in p.stderr
+    # a concatenation still reads on after the first marker (tar -i)
+    (tmp_path / "two.tar").write_bytes(good + mc.EOA + mc.member(b"c.txt", b"3") + mc.EOA)
+    assert names_of(sh("tarcat two.tar").stdout) == [b"a.txt", b"b.txt", b"c.txt"]
+
+
+def test_tarcheck_reports_trailing_data(sh, tmp_path):
+    (tmp_path / "in.tar").write_bytes(mc.member(b"a.txt", b"1") + mc.EOA + b"junk" * 300)
+    p = sh("tarcheck --json in.tar", ok=False)
+    assert p.returncode == 1
+    probs = json.loads(p.stdout)["shards"][0]["problems"]
+    assert [(q["kind"], q["examples"]) for q in probs] == [("trailing_data", ["offset 2048"])]
+
+
+def test_index_of_a_shard_ending_in_a_sparse_member(tmp_path):
+    """tarindex took a member's end as offset + its data length: a sparse
+    member stores less than its length, so the last sample's byte range ran
+    past the shard.  Random access gives the samples a full read gives."""
+    import tarproc
+
+    want = bytes(5) + b"ab" + bytes(3) + b"cd" + bytes(4)
+    data = (mc.member(b"a.txt", b"1") + _old_sparse(b"a.bin", [(5, 2)], 16, b"abcd", extended=[(10, 2)])
+            + mc.member(b"b.txt", b"2") + _old_sparse(b"b.bin", [(5, 2), (10, 2)], 2000, b"abcd") + mc.EOA)
+    (tmp_path / "s.tar").write_bytes(data)
+    tarproc.index_shards([str(tmp_path / "s.tar")], str(tmp_path / "index.json"))
+    ds = tarproc.IndexedDataset(str(tmp_path / "index.json"))
+    ref = list(tarproc.iter_samples([str(tmp_path / "s.tar")]))
+    assert [ds[i] for i in range(len(ds))] == ref
+    assert [(s["__key__"], s["bin"]) for s in ref] == [("a", want), ("b", want + bytes(1984))]

@@ -16,6 +16,7 @@ and fixed, so a direct codec is short and several times faster.
 
 from ..errors import BadArchive
 from .blob import Blob, Spooler, region
+from .pax import _pax_int, _pax_name, parse_pax  # noqa: F401 (parse_pax: part of this module's API)
 from .sparse import read_sparse
 
 BLOCK = 512
@@ -130,58 +131,6 @@ def _checksum_ok(buf, stored):
     return total - 256 * high == stored
 
 
-def parse_pax(data, source="-", offset=0):
-    """Parse pax extended-header records (``"%d %s=%s\\n"``) into a dict of
-    ``str`` keyword to ``bytes`` value.  Linear in the size of ``data``; every
-    malformation raises :class:`BadArchive`."""
-    records = {}
-    pos = 0
-    end = len(data)
-    while pos < end:
-        if data[pos] == 0 and not data[pos:].strip(b"\0"):
-            break  # NUL padding after the last record
-        space = data.find(b" ", pos, min(end, pos + 21))
-        if space < 0:
-            raise BadArchive(source, offset, f"malformed pax record at byte {pos}: no length field")
-        digits = data[pos:space]
-        if not digits.isdigit():
-            raise BadArchive(source, offset, f"malformed pax record at byte {pos}: bad length {bytes(digits[:20])!r}")
-        length = int(digits)
-        if length < 5:
-            raise BadArchive(source, offset, f"malformed pax record at byte {pos}: length {length} is too small")
-        if pos + length > end:
-            raise BadArchive(source, offset, f"malformed pax record at byte {pos}: length {length} overruns the header")
-        if data[pos + length - 1] != 0x0A:
-            raise BadArchive(source, offset, f"malformed pax record at byte {pos}: no newline at its end")
-        body = data[space + 1 : pos + length - 1]
-        eq = body.find(b"=")
-        if eq <= 0:
-            raise BadArchive(source, offset, f"malformed pax record at byte {pos}: no keyword=value")
-        records[_decode(body[:eq])] = bytes(body[eq + 1 :])
-        pos += length
-    return records
-
-
-def _pax_int(records, key, source, offset):
-    value = records[key]
-    text = value.split(b".", 1)[0] if key == "mtime" else value
-    if text.startswith(b"-"):
-        text = text[1:]
-        sign = -1
-    else:
-        sign = 1
-    if not text.isdigit() or len(text) > 30:
-        raise BadArchive(source, offset, f"bad pax {key} value {value[:40]!r}")
-    return sign * int(text)
-
-
-def _pax_name(records, key, source, offset):
-    value = records[key]
-    if b"\0" in value:
-        raise BadArchive(source, offset, f"NUL byte in pax {key}")
-    return _decode(value)
-
-
 #: Members from this size on make the reader tune malloc (see _tune_malloc).
 _LARGE_MEMBER = 128 << 10
 _malloc_tuned = False
@@ -233,6 +182,7 @@ class TarReader:
         self.warn = warn
         self.offset = 0
         self.truncated = False
+        self.trailing = None  # offset of data ignored after the end-of-archive marker
         self.spooler = spooler if spooler is not None else Spooler()
         self._region = getattr(stream, "region_source", None)
         self._shared = {}
@@ -249,6 +199,14 @@ class TarReader:
             if what:
                 problem = f"not a tar archive (looks like {what})"
         raise BadArchive(self.source, offset, problem)
+
+    def _stop(self, offset, problem):
+        """End of the input at ``offset`` with a warning (``strict``: an error)."""
+        if self.strict:
+            self._fail(offset, problem)
+        if self.warn is not None:
+            self.warn(f"{self.source}: offset {offset}: {problem}")
+        self.offset = offset
 
     def _read_blob(self, size, offset, name):
         """The data of a large member as a :class:`Blob` (see the class doc)."""
@@ -321,6 +279,7 @@ class TarReader:
         source = self.source
         offset = 0
         zero_seen = False
+        zero_end = eoa_end = -1  # where the last zero block / end-of-archive marker ends
         long_name = long_link = None
         pax = None
         gpax = {}
@@ -337,26 +296,27 @@ class TarReader:
                     self._fail(pending_at, "input ends after a long-name or pax header, before its member")
                 if not zero_seen and offset > 0:
                     self.truncated = True
-                    problem = "input ends without the end-of-archive marker (cut off?)"
-                    if self.strict:
-                        self._fail(offset, problem)
-                    if self.warn is not None:
-                        self.warn(f"{source}: offset {offset}: {problem}")
+                    return self._stop(offset, "input ends without the end-of-archive marker (cut off?)")
                 self.offset = offset
                 return
             if buf == ZERO_BLOCK:
                 if pending_at is not None:
                     self._fail(offset, "end-of-archive block right after a long-name or pax header")
                 zero_seen = True
-                offset += BLOCK
+                eoa_end = offset + BLOCK if zero_end == offset else eoa_end
+                zero_end = offset = offset + BLOCK
                 continue
             here = offset
             try:
                 stored = _number(buf[148:156], "checksum", source, here)
+                bad = sum(buf) - sum(buf[148:156]) + 256 != stored and not _checksum_ok(buf, stored)
             except BadArchive as e:
-                self._fail(here, e.problem, buf)
-            if sum(buf) - sum(buf[148:156]) + 256 != stored and not _checksum_ok(buf, stored):
-                self._fail(here, "bad header checksum (not a tar archive, or damaged)", buf)
+                bad = e.problem
+            if bad:  # not a header: after an end-of-archive marker, ignored (as GNU tar, tarfile do)
+                if here == eoa_end and not self.strict:
+                    self.trailing = here
+                    return self._stop(here, "data after the end-of-archive marker ignored (not a tar header)")
+                self._fail(here, "bad header checksum (not a tar archive, or damaged)" if bad is True else bad, buf)
             size = _number(buf[124:136], "size", source, here)
             mode = _number(buf[100:108], "mode", source, here)
             if size < 0:

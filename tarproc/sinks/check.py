@@ -16,7 +16,8 @@ A problem is ``{"kind", "message", "count", "examples"}``.  Kinds, per shard:
 most samples have), ``skipped_members`` (no extension, links, special files),
 ``non_utf8_names``, ``unsafe_names`` (absolute or ``..``), ``metadata_fields``
 (``KEY.__x__``: a field named like metadata), ``empty_files``,
-``truncated`` (no end-of-archive marker), ``no_samples``, ``unreadable``
+``truncated`` (no end-of-archive marker), ``trailing_data`` (bytes after
+it that are not tar: ignored by readers), ``no_samples``, ``unreadable``
 (the shard cannot be opened, or is damaged: a bad checksum, input ending
 inside a member; its example is the error line, its counts are those read
 before the damage); across shards: ``duplicate_keys`` (the same key in more
@@ -242,6 +243,9 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
         close_sample()
         tar_bytes = reader.offset
         truncated = reader.truncated
+        if reader.trailing is not None:
+            probs.add("trailing_data", "data after the end-of-archive marker (readers ignore it)",
+                      f"offset {reader.trailing}")
         compression = stream.compression
         stream.close()
     except BaseException as e:

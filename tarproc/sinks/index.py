@@ -22,7 +22,7 @@ import sys
 
 from ..core.grouping import group
 from ..core.stats import Stats
-from ..core.tario import BLOCK, TarReader
+from ..core.tario import TarReader
 from ..errors import BadInput, UsageError
 
 KIND = "wids-shard-index-v1"
@@ -94,9 +94,8 @@ def scan_shard(url, stats=None, strict=False, warn=None):
         def tracked(members):
             for m in members:
                 last[0] = m
-                if m.data is not None:
-                    size = len(m.data)
-                    last[1] = m.offset + BLOCK + size + (-size % BLOCK)
+                if m.data is not None:  # its data and padding are read: here it ends
+                    last[1] = counting.count  # (not offset + size: a sparse member stores less)
                 yield m
 
         n = nxt = 0
