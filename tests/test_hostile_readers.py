@@ -413,3 +413,22 @@ def test_index_of_a_shard_ending_in_a_sparse_member(tmp_path):
     ref = list(tarproc.iter_samples([str(tmp_path / "s.tar")]))
     assert [ds[i] for i in range(len(ds))] == ref
     assert [(s["__key__"], s["bin"]) for s in ref] == [("a", want), ("b", want + bytes(1984))]
+
+
+# ---------------------------------------------------------------- compression
+
+
+@pytest.mark.parametrize("codec", ["gzip", "bzip2", "xz", "zstd"])
+def test_multi_stream_compressed_input(sh, tmp_path, codec):
+    """`cat a.tar.gz b.tar.gz` (and pigz/pbzip2/zstd -T output, which are
+    multi-stream too) reads as one stream, split anywhere, as gzip -dc does;
+    gzip followed by zero padding (a tape or a preallocated file) too."""
+    require("zstd")
+    data = b"".join(mc.member(b"%04d.txt" % i, b"x" * i) for i in range(60)) + mc.EOA
+    cut = 12345  # not on a block boundary
+    z = mc._compress(codec, data[:cut]) + mc._compress(codec, data[cut:])
+    if codec == "gzip":
+        z += bytes(1000)
+    (tmp_path / "in").write_bytes(z)
+    p = sh("tarcat < in")
+    assert members_of(p.stdout) == members_of(data)
