@@ -102,6 +102,24 @@ def test_tarcheck_keys_spill_to_disk_and_stay_exact(sh, tmp_path):
     assert [(q["kind"], q["count"], q["examples"]) for q in dup] == [("duplicate_keys", 1, ["k02999 (also in a.tar)"])]
 
 
+def test_tarcheck_field_names_are_bounded(sh, tmp_path):
+    """A shard whose every member has a new field name (hostile) keeps a
+    bounded report: past TARPROC_CHECK_FIELDS the names share one bucket,
+    counted exactly, and the problem says so."""
+    n = 500
+    one = b"".join(mc.member(b"k%04d.f%04d" % (i // 2, i), b"xy") for i in range(n))
+    (tmp_path / "a.tar").write_bytes(one + mc.EOA)
+    p = sh("tarcheck --json a.tar", ok=False, env={"TARPROC_CHECK_FIELDS": "20"})
+    assert p.returncode == 1, p.stderr
+    rep = json.loads(p.stdout)["shards"][0]
+    assert len(rep["fields"]) == 21
+    assert rep["fields"]["(other fields)"] == {"count": n - 20, "bytes": 2 * (n - 20)}
+    assert sum(f["count"] for f in rep["fields"].values()) == n
+    kinds = {q["kind"]: q for q in rep["problems"]}
+    assert kinds["too_many_fields"]["count"] == n - 20
+    assert "duplicate_fields" not in kinds  # the bucket is not a repeated field
+
+
 def test_seen_keys_memory_is_bounded():
     """The library object: after the limit, no key is kept in Python memory."""
     from tarproc.sinks.check import SeenKeys

@@ -13,6 +13,7 @@ captured output tail        8 KiB               ``TARPROC_TAIL_BYTES``
 name length in messages     200 characters      ``TARPROC_NAME_CHARS``
 keys tarcheck keeps in RAM  200,000 keys        ``TARPROC_CHECK_KEYS`` (then on disk)
 holes of a sparse member    1 GiB               ``TARPROC_SPARSE_HOLES``
+distinct fields tarcheck    10,000 names        ``TARPROC_CHECK_FIELDS`` (then "other")
 ==========================  ==================  ===========================================
 
 - :func:`head` is the bounded prefix of a field that previews, tables and
@@ -60,6 +61,8 @@ NAME_CHARS = _env_int("TARPROC_NAME_CHARS", 200)
 CHECK_KEYS = _env_int("TARPROC_CHECK_KEYS", 200_000)
 #: Zero bytes a GNU sparse member may expand to (core/sparse.py).
 SPARSE_HOLES = _env_int("TARPROC_SPARSE_HOLES", 1 << 30)
+# distinct field names (and field combinations) one tarcheck report keeps
+CHECK_FIELDS = _env_int("TARPROC_CHECK_FIELDS", 10_000)
 
 
 def head(value, n=None):

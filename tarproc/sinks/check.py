@@ -14,7 +14,9 @@ A problem is ``{"kind", "message", "count", "examples"}``.  Kinds, per shard:
 ``split_samples`` (a key comes back after other keys), ``duplicate_fields``
 (a field repeats inside one sample), ``missing_fields`` (samples lack a field
 most samples have), ``skipped_members`` (no extension, links, special files),
-``non_utf8_names``, ``unsafe_names`` (absolute or ``..``), ``metadata_fields``
+``non_utf8_names``, ``unsafe_names`` (absolute or ``..``), ``too_many_fields``
+(more distinct field names than ``TARPROC_CHECK_FIELDS``, 10,000: the rest are
+counted together as ``(other fields)``), ``metadata_fields``
 (``KEY.__x__``: a field named like metadata), ``empty_files``,
 ``truncated`` (no end-of-archive marker), ``trailing_data`` (bytes after
 it that are not tar: ignored by readers), ``no_samples``, ``unreadable``
@@ -31,6 +33,7 @@ deleted when the check ends; SQLite's page cache is bounded).
 """
 
 from ..core.blob import SizesOnly
+from ..core import limits
 from ..core.limits import shorten
 from ..core.rules import split_name, unsafe_name
 from ..errors import BadInput
@@ -38,6 +41,7 @@ from ..core.tario import TYPE_NAMES, REGULAR, DIRECTORY, TarReader
 
 #: How many example keys or names a problem lists.
 EXAMPLES = 5
+OTHER = "(other fields)"
 
 
 class SeenKeys:
@@ -176,7 +180,8 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
         sig = frozenset(current)
         entry = signatures.get(sig)
         if entry is None:
-            signatures[sig] = [1, key]
+            if len(signatures) < limits.CHECK_FIELDS:  # bounded: examples only
+                signatures[sig] = [1, key]
         else:
             entry[0] += 1
 
@@ -232,7 +237,12 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
                               f"{k} (also in {printable(keys_seen.shards[before])})")
                 key = k
                 current = set()
-            if field in current:
+            if field not in fields and len(fields) >= limits.CHECK_FIELDS:
+                # bounded: past the limit, new field names share one bucket
+                probs.add("too_many_fields", f"more distinct field names than {limits.CHECK_FIELDS:,} "
+                          f"(TARPROC_CHECK_FIELDS): the rest are counted as {OTHER}", name)
+                field = OTHER
+            if field in current and field != OTHER:
                 probs.add("duplicate_fields", "fields that repeat inside one sample", name)
             current.add(field)
             f = fields.get(field)
@@ -320,6 +330,8 @@ def check_shards(urls, majority=0.5, strict=False, on_shard=None):
             rep = check_shard(url, majority, keys_seen, strict)
             shards.append(rep)
             for k, v in rep["fields"].items():
+                if k not in total_fields and len(total_fields) >= limits.CHECK_FIELDS:
+                    k = OTHER  # bounded across shards too
                 t = total_fields.setdefault(k, {"count": 0, "bytes": 0})
                 t["count"] += v["count"]
                 t["bytes"] += v["bytes"]
