@@ -217,3 +217,30 @@ def test_failed_download_wins_over_the_decoder_error(tmp_path, monkeypatch):
         read_all(stream)
     stream.close()
     assert "exit status 7" in str(e.value)
+
+
+@pytest.mark.parametrize("codec,feed", [("gzip", "file"), ("xz", "pipe"), ("zstd", "file"), ("zstd", "pipe")])
+def test_compression_bomb_is_refused_real_data_is_not(tmp_path, codec, feed):
+    """Decoded bytes are bounded by TARPROC_MAX_RATIO times the compressed
+    bytes once past TARPROC_RATIO_FLOOR (lowered here to keep the test small):
+    one line, exit 2, no output under its final name; a shard of ordinary
+    data (about 2:1) passes under the same bounds."""
+    bomb = tar_bytes([("k0.bin", bytes(8 << 20)), ("k0.txt", b"x")])
+    rng = random.Random(1)
+    plain = tar_bytes([(f"k{i}.txt", bytes(rng.choice(b"abcdefgh \n") for _ in range(40_000))) for i in range(60)])
+    (tmp_path / "bomb.z").write_bytes(PACK[codec](bomb))
+    (tmp_path / "plain.z").write_bytes(PACK[codec](plain))
+    env = dict(os.environ, TARPROC_RATIO_FLOOR="1000000", TARPROC_MAX_RATIO="50")
+    for name, ok in (("plain.z", True), ("bomb.z", False)):
+        cmd = f"{VENV_BIN}/tarcat {name} -o out.tar" if feed == "file" else \
+            f"cat {name} | {VENV_BIN}/tarcat -o out.tar"  # a real pipe: fed to the decoder by a thread
+        p = subprocess.run(["/bin/bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, timeout=60)
+        err = p.stderr.decode()
+        if ok:
+            assert p.returncode == 0, err
+            assert read_tar((tmp_path / "out.tar").read_bytes()) == read_tar(plain)
+            (tmp_path / "out.tar").unlink()
+        else:
+            assert p.returncode == 2 and err.count("\n") == 1, err
+            assert f"{codec} stream decodes to more than 50:1" in err and "TARPROC_MAX_RATIO" in err, err
+            assert not (tmp_path / "out.tar").exists()

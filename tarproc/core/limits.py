@@ -14,6 +14,7 @@ name length in messages     200 characters      ``TARPROC_NAME_CHARS``
 keys tarcheck keeps in RAM  200,000 keys        ``TARPROC_CHECK_KEYS`` (then on disk)
 holes of a sparse member    1 GiB               ``TARPROC_SPARSE_HOLES``
 distinct fields tarcheck    10,000 names        ``TARPROC_CHECK_FIELDS`` (then "other")
+decoded : compressed bytes  1000 : 1            ``TARPROC_MAX_RATIO`` (past ``TARPROC_RATIO_FLOOR``, 256 MiB)
 ==========================  ==================  ===========================================
 
 - :func:`head` is the bounded prefix of a field that previews, tables and
@@ -63,6 +64,21 @@ CHECK_KEYS = _env_int("TARPROC_CHECK_KEYS", 200_000)
 SPARSE_HOLES = _env_int("TARPROC_SPARSE_HOLES", 1 << 30)
 # distinct field names (and field combinations) one tarcheck report keeps
 CHECK_FIELDS = _env_int("TARPROC_CHECK_FIELDS", 10_000)
+# compression bombs: once a stream has decoded RATIO_FLOOR bytes, it may not
+# decode to more than MAX_RATIO times the compressed bytes read so far (gzip
+# cannot pass about 1030:1 at all; real shards of media and text stay under 20:1)
+MAX_RATIO = _env_int("TARPROC_MAX_RATIO", 1000)
+RATIO_FLOOR = _env_int("TARPROC_RATIO_FLOOR", 256 << 20)
+
+
+def check_ratio(url, codec, decoded, compressed):
+    """Raise :class:`BadInput` when ``decoded`` bytes out of ``compressed``
+    bytes is a compression bomb by the bounds above."""
+    if decoded > RATIO_FLOOR and decoded > MAX_RATIO * max(compressed, 1):
+        from ..errors import BadInput
+
+        raise BadInput(f"{url}: {codec} stream decodes to more than {MAX_RATIO}:1 ({decoded:,} bytes from "
+                       f"{compressed:,}): a compression bomb? (TARPROC_MAX_RATIO raises the bound)")
 
 
 def head(value, n=None):

@@ -14,12 +14,15 @@ keep a core busy, as with ``tar -xzf``):
 
 Either way a damaged or truncated stream is one :class:`BadInput` naming the
 input and the codec; closing early (``-c N``) stops the program and the
-thread; concatenated streams (``cat a.gz b.gz``) read as one.
+thread; concatenated streams (``cat a.gz b.gz``) read as one; a stream that
+decodes to more than ``TARPROC_MAX_RATIO`` (1000) times its compressed bytes,
+once past ``TARPROC_RATIO_FLOOR`` (256 MiB), is refused as a compression bomb.
 """
 
 import io
 import os
 
+from ..core.limits import check_ratio
 from ..errors import BadInput, TarprocError
 from ..runtime.procs import _pdeathsig
 from .open import BUFSIZE, _FdReader, _drain_stderr, _tail_of_stderr
@@ -78,6 +81,7 @@ class _Source:
     def __init__(self, raw, prefix):
         self.raw = raw
         self.prefix = prefix
+        self.count = 0  # compressed bytes handed on (for the bomb bound)
         # stall hooks belong to the thread that parses, not to ours
         self.stall, raw.stall = getattr(raw, "stall", None), None
 
@@ -96,16 +100,22 @@ class _Source:
         except OSError:
             return None
         self.prefix = b""
+        try:
+            self.count = os.fstat(raw.fd).st_size - pos
+        except OSError:
+            pass
         return raw.fd
 
     def read(self, n=BUFSIZE):
         if self.prefix:
             out, self.prefix = self.prefix, b""
+            self.count += len(out)
             return out
         try:
             data = os.read(self.raw.fd, n)
         except OSError as e:
             raise BadInput(f"{self.raw.url}: read error: {e.strerror}") from None
+        self.count += len(data)
         if not data:
             self.raw.eof = True
             self.raw._check_process()  # a failed download is not a short archive
@@ -118,6 +128,7 @@ class _Source:
             while self.prefix:
                 n = os.write(fd, self.prefix)
                 self.prefix = self.prefix[n:]
+                self.count += n
             splice = getattr(os, "splice", None)
             while splice is not None:
                 try:
@@ -132,6 +143,7 @@ class _Source:
                     self.raw.eof = True
                     self.raw._check_process()
                     return
+                self.count += n
             while True:
                 data = self.read()
                 if not data:
@@ -179,6 +191,7 @@ class _ProgramDecompressed(io.RawIOBase):
         self.program = os.path.basename(argv[0])
         self.feed_error = None
         self.thread = None
+        self.decoded = 0
         direct = source.child_stdin()
         try:
             self.proc = subprocess.Popen(
@@ -222,6 +235,8 @@ class _ProgramDecompressed(io.RawIOBase):
         n = self.reader.readinto(buf)
         if n == 0:
             self._finish()
+        self.decoded += n
+        check_ratio(self.url, self.codec, self.decoded, self.source.count)
         return n
 
     def _finish(self):
@@ -341,8 +356,12 @@ class _ThreadDecompressed(io.RawIOBase):
 
     def _run(self):
         put = self.queue.put
+        source, url, codec = self.source, self.url, self.codec
+        decoded = 0
         try:
-            for chunk in _decoded_chunks(self.codec, self.source.read):
+            for chunk in _decoded_chunks(codec, source.read):
+                decoded += len(chunk)
+                check_ratio(url, codec, decoded, source.count)
                 put(chunk)
                 if self.stopping:
                     return
