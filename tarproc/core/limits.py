@@ -14,6 +14,7 @@ name length in messages     200 characters      ``TARPROC_NAME_CHARS``
 keys tarcheck keeps in RAM  200,000 keys        ``TARPROC_CHECK_KEYS`` (then on disk)
 holes of a sparse member    1 GiB               ``TARPROC_SPARSE_HOLES``
 distinct fields tarcheck    10,000 names        ``TARPROC_CHECK_FIELDS`` (then "other")
+URLs (or ids) held as list  1,000,000           ``TARPROC_MAX_URLS``
 ==========================  ==================  ===========================================
 
 - :func:`head` is the bounded prefix of a field that previews, tables and
@@ -25,6 +26,11 @@ distinct fields tarcheck    10,000 names        ``TARPROC_CHECK_FIELDS`` (then "
   ``ValueError`` (never a ``RecursionError``), in linear time.
 - :class:`Tail` keeps the last bytes of a stream (a failed command's output,
   a download tool's stderr): messages quote at most that much.
+- :func:`bounded_list` holds the URLs of brace patterns and file lists that
+  a command must have all at once (tarpcat's per-worker lists, tarmix's
+  sources, kujob's shard ids): beyond the bound it is a one-line usage error,
+  never gigabytes of strings.  ``tarcat --shuffle`` shuffles longer lists
+  through a buffer of that many URLs instead.
 - :func:`shorten` cuts a name (key, member name, URL) for a one-line message:
   the beginning and the end, with the number of characters left out.
 
@@ -63,6 +69,22 @@ CHECK_KEYS = _env_int("TARPROC_CHECK_KEYS", 200_000)
 SPARSE_HOLES = _env_int("TARPROC_SPARSE_HOLES", 1 << 30)
 # distinct field names (and field combinations) one tarcheck report keeps
 CHECK_FIELDS = _env_int("TARPROC_CHECK_FIELDS", 10_000)
+#: Most URLs (shard ids) of patterns and file lists held in memory as a list.
+MAX_URLS = _env_int("TARPROC_MAX_URLS", 1_000_000)
+
+
+def bounded_list(items, what="the input list"):
+    """``list(items)``, refused with a :class:`~tarproc.errors.UsageError`
+    (before reading further) when it has more than :data:`MAX_URLS` items."""
+    import itertools
+
+    out = list(itertools.islice(items, MAX_URLS + 1))
+    if len(out) > MAX_URLS:
+        from ..errors import UsageError
+
+        raise UsageError(f"{what}: more than {MAX_URLS} entries, more than this command holds in memory "
+                         f"(TARPROC_MAX_URLS; split the pattern)")
+    return out
 
 
 def head(value, n=None):
