@@ -229,13 +229,9 @@ class Sink:
         elif scheme == "file":
             if os.path.isdir(url) or url.endswith("/"):
                 raise OutputError(f"{url}: names a directory, not a file")
-            if os.path.islink(url):
-                # as the shell's '>' does: write where the link points (the
-                # partial file beside the target, renamed onto it), never
-                # replace the link itself with a regular file
-                self.path = os.path.realpath(url)
-                if os.path.islink(self.path):
-                    raise OutputError(f"{url}: too many levels of symbolic links")
+            # a symbolic link is replaced by the committed file, never written
+            # through: its target (a git-annex or DVC cache object, a shared
+            # input) is not ours to change
             d = os.path.dirname(self.path) or "."
             if not os.path.isdir(d):
                 raise OutputError(f"{url}: directory {d} does not exist")
