@@ -10,6 +10,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 
@@ -502,3 +503,47 @@ def test_load_1_4_16_clients(data, serve, capsys):
         report.append(f"{clients:2d} clients: {16 / dt:5.1f} shards/s {mb / dt:6.1f} MB/s")
     with capsys.disabled():
         print(f"\ntarserve load, 16 GETs of {len(want[0]) / 1e6:.2f} MB per level: " + "; ".join(report))
+
+
+def test_range_request_gets_the_whole_transformed_shard(data, serve):
+    """The body is computed, not stored: a Range header is ignored (200, the
+    whole body, and 'Accept-Ranges: none' says so), never a 206 with the
+    bytes of some other stream."""
+    s = serve(["root", "-q", "--map", "up.py:up", "-p", "1"], cwd=data)
+    got = curl(s.url + "train-1.tar", "-r", "100-199", "-D", "-")
+    assert got.returncode == 0, got.stderr
+    head, _, body = got.stdout.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"Accept-Ranges: none" in head
+    assert body == offline("tarproc --map up.py:up root/train-1.tar", data)
+
+
+WIDS_CLIENT = r"""
+import json, sys
+import wids
+ds = wids.ShardListDataset(sys.argv[1], cache_dir=sys.argv[2], transformations=[])
+out = []
+for i in range(len(ds)):
+    s = ds[i]
+    v = s[".txt"]
+    out.append([s["__key__"], (v.read() if hasattr(v, "read") else v).decode()])
+print(json.dumps(out))
+"""
+
+
+def test_wids_reads_transformed_shards_from_tarserve(data, serve):
+    """wids (the real package, which downloads a shard with curl and reads it
+    by offsets) as a client: tarindex counts the served shards into a wids
+    index of tarserve URLs, and wids' samples are the transformed ones."""
+    s = serve(["root", "-q", "--map", "up.py:up", "-p", "1"], cwd=data)
+    p = subprocess.run(["tarindex", f"{s.url}train-{{0..2}}.tar", "-o", "index.json"], cwd=data,
+                       capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    index = json.loads((data / "index.json").read_text())
+    assert [e["url"] for e in index["shardlist"]] == [f"{s.url}train-{k}.tar" for k in range(3)]
+    assert [e["nsamples"] for e in index["shardlist"]] == [20, 20, 20]
+    p = subprocess.run([sys.executable, "-c", WIDS_CLIENT, "index.json", str(data / "cache")], cwd=data,
+                       capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr.decode()[-2000:]
+    got = json.loads(p.stdout.decode().strip().splitlines()[-1])
+    expect = [[f"s{i:05d}", f"SAMPLE {i} !"] for k in range(3) for i in range(100 * k, 100 * k + 20)]
+    assert got == expect

@@ -106,11 +106,9 @@ def tarcat_command(
     stats = S.Stats()
     urls = open_inputs(args)  # lazy: the first input opens before the rest is expanded
     if args.shuffle > 0:
-        import random
+        from ..sources.shardlist import shuffle_urls
 
-        urls = list(urls)
-
-        random.Random(args.seed).shuffle(urls)
+        urls = shuffle_urls(urls, args.seed)  # bounded: a longer list is shuffled through a buffer
 
     stages = [S.shuffle(args.shuffle, args.seed)] if args.shuffle > 0 else []
     if args.keys or args.exclude_keys:

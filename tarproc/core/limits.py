@@ -15,6 +15,7 @@ keys tarcheck keeps in RAM  200,000 keys        ``TARPROC_CHECK_KEYS`` (then on 
 holes of a sparse member    1 GiB               ``TARPROC_SPARSE_HOLES``
 distinct fields tarcheck    10,000 names        ``TARPROC_CHECK_FIELDS`` (then "other")
 decoded : compressed bytes  1000 : 1            ``TARPROC_MAX_RATIO`` (past ``TARPROC_RATIO_FLOOR``, 256 MiB)
+URLs (or ids) held as list  1,000,000           ``TARPROC_MAX_URLS``
 ==========================  ==================  ===========================================
 
 - :func:`head` is the bounded prefix of a field that previews, tables and
@@ -26,6 +27,11 @@ decoded : compressed bytes  1000 : 1            ``TARPROC_MAX_RATIO`` (past ``TA
   ``ValueError`` (never a ``RecursionError``), in linear time.
 - :class:`Tail` keeps the last bytes of a stream (a failed command's output,
   a download tool's stderr): messages quote at most that much.
+- :func:`bounded_list` holds the URLs of brace patterns and file lists that
+  a command must have all at once (tarpcat's per-worker lists, tarmix's
+  sources, kujob's shard ids): beyond the bound it is a one-line usage error,
+  never gigabytes of strings.  ``tarcat --shuffle`` shuffles longer lists
+  through a buffer of that many URLs instead.
 - :func:`shorten` cuts a name (key, member name, URL) for a one-line message:
   the beginning and the end, with the number of characters left out.
 
@@ -79,6 +85,24 @@ def check_ratio(url, codec, decoded, compressed):
 
         raise BadInput(f"{url}: {codec} stream decodes to more than {MAX_RATIO}:1 ({decoded:,} bytes from "
                        f"{compressed:,}): a compression bomb? (TARPROC_MAX_RATIO raises the bound)")
+
+
+#: Most URLs (shard ids) of patterns and file lists held in memory as a list.
+MAX_URLS = _env_int("TARPROC_MAX_URLS", 1_000_000)
+
+
+def bounded_list(items, what="the input list"):
+    """``list(items)``, refused with a :class:`~tarproc.errors.UsageError`
+    (before reading further) when it has more than :data:`MAX_URLS` items."""
+    import itertools
+
+    out = list(itertools.islice(items, MAX_URLS + 1))
+    if len(out) > MAX_URLS:
+        from ..errors import UsageError
+
+        raise UsageError(f"{what}: more than {MAX_URLS} entries, more than this command holds in memory "
+                         f"(TARPROC_MAX_URLS; split the pattern)")
+    return out
 
 
 def head(value, n=None):

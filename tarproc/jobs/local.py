@@ -23,16 +23,15 @@ def expand_ids(patterns):
 
     Several patterns are concatenated.  Duplicate ids are refused (two runs
     would write the same output)."""
-    import braceexpand
+    import itertools
+
+    from ..core.limits import bounded_list
+    from ..sources.shardlist import expand_braces
 
     if isinstance(patterns, str):
         patterns = [patterns]
-    ids = []
-    for pattern in patterns:
-        try:
-            ids.extend(braceexpand.braceexpand(pattern))
-        except Exception as e:  # braceexpand raises its own UnbalancedBracesError
-            raise UsageError(f"bad shard pattern {pattern!r}: {e}") from None
+    # expanded lazily and bounded: '{0..999999999}' is a one-line error, not gigabytes
+    ids = bounded_list(itertools.chain.from_iterable(expand_braces(p, "shard pattern") for p in patterns), "the shard ids")
     if not ids:
         raise UsageError("no shard ids (give -s PATTERN, e.g. -s '{0000..0999}')")
     seen = set()

@@ -371,7 +371,7 @@ class Server:
 
     def _send_head(self, conn, status, headers):
         lines = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}", "Server: tarserve",
-                 "Connection: close", "Cache-Control: no-store"]
+                 "Connection: close", "Cache-Control: no-store", "Accept-Ranges: none"]  # a Range gets the whole body
         lines += [f"{k}: {v}" for k, v in headers]
         conn.settimeout(self.client_timeout)
         conn.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))

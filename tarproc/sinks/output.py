@@ -204,6 +204,7 @@ class Sink:
 
     def __init__(self, url, compression="auto", stall=None, defer=True):
         self.url = url
+        self.path = url  # a local output's final path (a symlink's target)
         self.compression = compression_for(url) if compression == "auto" else compression
         self.defer = defer
         self.client = None  # a streaming writer process (pipe:, move mode)
@@ -226,11 +227,16 @@ class Sink:
             except OSError as e:
                 raise OutputError(f"{url}: cannot open: {e.strerror}") from None
         elif scheme == "file":
-            d = os.path.dirname(url) or "."
+            if os.path.isdir(url) or url.endswith("/"):
+                raise OutputError(f"{url}: names a directory, not a file")
+            # a symbolic link is replaced by the committed file, never written
+            # through: its target (a git-annex or DVC cache object, a shared
+            # input) is not ours to change
+            d = os.path.dirname(self.path) or "."
             if not os.path.isdir(d):
                 raise OutputError(f"{url}: directory {d} does not exist")
-            cleanup_partials(url)
-            fd = self._create_partial(url)
+            cleanup_partials(self.path)
+            fd = self._create_partial(self.path)
         elif scheme == "pipe":
             r, w = os.pipe()
             try:
@@ -414,7 +420,7 @@ class Sink:
             return
         try:
             if self.kind == "file":
-                os.rename(self.tmp, self.url)
+                os.rename(self.tmp, self.path)
                 self.tmp = None
             elif self.kind == "spool":
                 self._upload()

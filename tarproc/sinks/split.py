@@ -81,26 +81,58 @@ def sample_size(sample):
     return total
 
 
+#: Name endings of shards: a prefix ending in one keeps it after the number.
+_TAR_ENDINGS = (".tar.gz", ".tar.bz2", ".tar.xz", ".tar.zst", ".tgz", ".tbz2", ".txz", ".tzst", ".tar")
+
+
 def shard_pattern(output, compress=False):
     """The shard-name pattern of an ``-o`` value: a name with ``%d``-style or
     ``{shard...}`` placeholders is used as given; anything else is a prefix
-    that gets ``-000000.tar`` (``.tar.gz`` with ``compress``)."""
+    that gets ``-000000.tar`` (``.tar.gz`` with ``compress``).  A prefix that
+    already ends like a shard (``part.tar``, ``part.tar.gz``) gets the number
+    before that ending (``part-000000.tar.gz``), so its compression holds."""
     if "%" in output or "{" in output:
         return output
+    base = output.rsplit("/", 1)[-1]
+    for ending in _TAR_ENDINGS:
+        if base.endswith(ending) and len(base) > len(ending):
+            if compress and ending == ".tar":
+                ending, output = ".tar.gz", output + ".gz"
+            return output[: -len(ending)] + "-%06d" + ending
     return output + ("-%06d.tar.gz" if compress else "-%06d.tar")
+
+
+def _fill(pattern, index):
+    try:
+        if "{" in pattern:
+            return pattern.format(shard=index, index=index)
+        return pattern % index
+    except (KeyError, IndexError, ValueError, TypeError) as e:
+        raise UsageError(f"bad shard name pattern {pattern!r}: {e} (use e.g. out-%06d.tar or out-{{shard:06d}}.tar)") from None
+
+
+#: Shard numbers whose names must all differ: a pattern that cuts the number
+#: (``%.1s``, ``{shard!s:.2}``) makes two shards share a name, and the later
+#: one would silently replace the earlier.
+_PROBES = tuple(range(21)) + tuple(i for k in range(2, 8) for i in (10 ** k - 1, 10 ** k, 10 ** k + 1))
+_checked = set()
 
 
 def shard_name(pattern, index):
     """Fill a shard-name pattern with the shard number."""
-    try:
-        if "{" in pattern:
-            name = pattern.format(shard=index, index=index)
-        else:
-            name = pattern % index
-    except (KeyError, IndexError, ValueError, TypeError) as e:
-        raise UsageError(f"bad shard name pattern {pattern!r}: {e} (use e.g. out-%06d.tar or out-{{shard:06d}}.tar)") from None
-    if name == pattern.replace("%%", "%") and ("%" in pattern or "{" in pattern):
-        raise UsageError(f"shard name pattern {pattern!r} has no shard number")
+    name = _fill(pattern, index)
+    if pattern not in _checked:
+        if name == pattern.replace("%%", "%") and ("%" in pattern or "{" in pattern):
+            raise UsageError(f"shard name pattern {pattern!r} has no shard number")
+        seen = {}
+        for i in _PROBES + (index,):
+            other = _fill(pattern, i)
+            if other in seen and seen[other] != i:
+                raise UsageError(f"shard name pattern {pattern!r} gives shards {seen[other]} and {i} the same "
+                                 f"name {other!r} (use e.g. out-%06d.tar)")
+            seen[other] = i
+        if len(_checked) < 1000:
+            _checked.add(pattern)
     return name
 
 

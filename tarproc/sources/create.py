@@ -239,30 +239,76 @@ def read_plan(path, fmt="auto", delim=None, key_format="{index:09d}", basedir=No
     return items
 
 
+#: Files (and command outputs) up to this size are read into memory; larger
+#: ones are copied to the output in chunks (memory stays flat).
+SMALL_FILE = 1 << 20
+
+
+def _file_blob(where, path):
+    """The bytes of a plan file: ``bytes`` when small, else a
+    :class:`~tarproc.core.blob.Blob` over the open file, copied in chunks.
+    Its size is taken once, when opened: a file that grows meanwhile gives
+    that many bytes, one that shrinks is an error naming it."""
+    import stat
+
+    from ..core.blob import Blob, _File
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO swapped in since the check never blocks
+    except OSError as e:
+        raise BadInput(f"{where}: cannot read {path!r}: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BadInput(f"{where}: {path!r} is not a regular file")
+        os.set_blocking(fd, True)
+        if st.st_size <= SMALL_FILE:
+            parts = []
+            left = st.st_size
+            while left > 0:
+                piece = os.read(fd, left)
+                if not piece:
+                    raise BadInput(f"{where}: {path!r} shrank while being read")
+                parts.append(piece)
+                left -= len(piece)
+            return b"".join(parts)
+        blob = Blob(_File(fd, path, False), 0, st.st_size)
+        fd = -1  # the blob owns it now
+        return blob
+    except OSError as e:
+        raise BadInput(f"{where}: cannot read {path!r}: {e.strerror}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 def item_bytes(item, basedir=None):
-    """The bytes of one plan item (reads the file or runs the command)."""
+    """The bytes of one plan item (reads the file or runs the command): ``bytes``,
+    or for a large file or command output a :class:`~tarproc.core.blob.Blob`
+    that the tar writer copies in chunks (a command's output is spooled to an
+    unnamed temporary file, never held in memory)."""
     if item.kind == "text":
         return item.value.encode("utf-8")
     if item.kind == "file":
-        try:
-            with open(item.value, "rb") as f:
-                return f.read()
-        except OSError as e:
-            raise BadInput(f"{item.where}: cannot read {item.value!r}: {e.strerror}") from None
+        return _file_blob(item.where, item.value)
     import subprocess
     import tempfile
 
+    from ..core.blob import Blob, _File
     from ..core.limits import quote, shorten, tail_of_fd
 
-    with tempfile.TemporaryFile() as errf:  # stderr: only its tail is ever read
-        p = subprocess.run(item.value, shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    with tempfile.TemporaryFile() as errf, tempfile.TemporaryFile() as outf:  # stderr: only its tail is read
+        p = subprocess.run(item.value, shell=True, stdin=subprocess.DEVNULL, stdout=outf,
                            stderr=errf, cwd=basedir or None)
         if p.returncode != 0:
             err = tail_of_fd(errf.fileno())[0].decode("utf-8", "replace").strip().splitlines()
             tail = f": {shorten(err[-1])}" if err else ""
             raise SampleFailed(f"{item.where}: command {quote(item.value)} failed with exit status "
                                f"{p.returncode}{tail}")
-    return p.stdout
+        size = os.fstat(outf.fileno()).st_size
+        if size <= SMALL_FILE:
+            return os.pread(outf.fileno(), size, 0)
+        return Blob(_File(os.dup(outf.fileno()), None, False), 0, size)
 
 
 def write_plan(items, output="-", basedir=None, on_item=None):

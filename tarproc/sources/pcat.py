@@ -378,11 +378,13 @@ def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, st
 
 def url_list(urls):
     """A pattern string expanded (``"shard-{0..9}.tar"``), or the URLs of a list."""
+    from ..core.limits import bounded_list
+
     if isinstance(urls, str):
         from .shardlist import expand_urls
 
-        return list(expand_urls([urls]))
-    return list(urls)
+        return bounded_list(expand_urls([urls]), "the shard list")
+    return bounded_list(urls, "the shard list")
 
 
 def _shuffled_urls(urls, shuffle, seed):

@@ -47,6 +47,12 @@ def _expand(pattern):
     if "{" not in pattern or pattern.startswith("pipe:") or split_fragment(pattern) is not None:
         yield pattern  # 'PATTERN#START,END' (a sample range, see .fragment) is read as one unit
         return
+    yield from expand_braces(pattern)
+
+
+def expand_braces(pattern, what="brace pattern"):
+    """Yield the strings of one brace pattern, lazily, in braceexpand's order
+    (a bad pattern is a :class:`~tarproc.errors.UsageError`)."""
     import braceexpand
 
     from ..core.limits import quote
@@ -54,7 +60,7 @@ def _expand(pattern):
     try:
         factories = _parts(pattern, 0)
     except (braceexpand.UnbalancedBracesError, ValueError) as e:
-        raise UsageError(f"bad brace pattern {quote(pattern)}: {e}") from None
+        raise UsageError(f"bad {what} {quote(pattern)}: {e}") from None
     unescape = braceexpand.escape_re
     for url in _product(factories):
         yield unescape.sub(r"\1", url)
@@ -166,3 +172,23 @@ def _product(factories):
         else:
             i += 1
             iters[i] = factories[i]()
+
+
+def shuffle_urls(urls, seed=None):
+    """The URLs in a random order, reproducible with ``seed``: a full shuffle
+    of up to :data:`~tarproc.core.limits.MAX_URLS` of them; a longer list is
+    shuffled lazily through a buffer of that many (memory stays bounded)."""
+    import itertools
+    import random
+
+    from ..core import limits
+
+    it = iter(urls)
+    head = list(itertools.islice(it, limits.MAX_URLS + 1))
+    rng = random.Random(seed)
+    if len(head) <= limits.MAX_URLS:
+        rng.shuffle(head)
+        return head
+    from ..stages.basic import shuffle
+
+    return shuffle(limits.MAX_URLS, rng=rng)(itertools.chain(head, it))

@@ -258,10 +258,11 @@ def mix_sources(spec, seed=None, stats=None, strict=False, warn=None, shuffle=No
 
 
 def _source(spec, rng, stats, strict, warn):
+    from ..core.limits import bounded_list
     from ..sources.shardlist import expand_urls
     from .basic import shuffle as shuffle_stage
 
-    urls = list(expand_urls([spec["shards"]]))  # repeated: a list, not the lazy generator
+    urls = bounded_list(expand_urls([spec["shards"]]), "the shards of a source")  # repeated: a list
 
     def repeated():
         for _ in range(spec["nrepeats"]):
