@@ -98,6 +98,19 @@ def test_output_onto_its_own_input_keeps_every_sample(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["a.tar"]
 
 
+@pytest.mark.parametrize("cmd", ["tarcat a.tar", "tarshow a.tar", "tar2tsv a.tar", "tarsort a.tar"])
+def test_stdout_onto_its_own_input_is_refused(tmp_path, cmd):
+    """`tarcat a.tar >> a.tar` would read its own output forever: refused
+    with one line, as GNU cat does, and the input is left as it was."""
+    (tmp_path / "a.tar").write_bytes(shard(20))
+    before = (tmp_path / "a.tar").read_bytes()
+    p = run(f"{cmd} >> a.tar", tmp_path, timeout=30)
+    err = p.stderr.decode() if isinstance(p.stderr, bytes) else p.stderr
+    assert p.returncode == 2 and err.count("\n") == 1, err
+    assert "a.tar: input file is output file" in err
+    assert (tmp_path / "a.tar").read_bytes() == before
+
+
 # ------------------------------------------------------------------ tarcreate's sources
 
 

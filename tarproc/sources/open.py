@@ -176,6 +176,14 @@ def _child_setup():
     _pdeathsig()
 
 
+def _is_stdout(st):
+    try:
+        out = os.fstat(1)
+    except OSError:
+        return False
+    return (out.st_dev, out.st_ino) == (st.st_dev, st.st_ino)
+
+
 def open_source(url, decompress=True, stall=None):
     """Open an input by URL for reading; returns a buffered binary stream with
     ``.url`` and ``.compression`` attributes.  Compressed input is decoded.
@@ -192,9 +200,15 @@ def open_source(url, decompress=True, stall=None):
             raise BadInput(f"{url}: cannot open: {e.strerror}") from None
         import stat
 
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
             os.close(fd)
             raise BadInput(f"{url}: is a directory")
+        if stat.S_ISREG(st.st_mode) and _is_stdout(st):
+            # `tarcat a.tar >> a.tar` would read its own output forever
+            # (and `> a.tar` has already been emptied by the shell), as GNU cat says
+            os.close(fd)
+            raise BadInput(f"{url}: input file is output file (standard output)")
         raw = _FdReader(fd, url)
         name = url
     else:
