@@ -479,3 +479,14 @@ def test_gnu_tar_long_names_are_read_by_range(sh, tmp_path, fmt):
     ds = tarproc.IndexedDataset(str(tmp_path / "g.json"))
     ref = list(tarproc.iter_samples(ds.urls))
     assert len(ds) == 4 and ds[3]["txt"] == b"text 3\n" * 3 and [ds[i] for i in (3, 0, 2, 1)] == [ref[i] for i in (3, 0, 2, 1)]
+
+
+def test_tarsplit_exact_shards_over_a_long_input_list(sh, tmp_path):
+    """--shards without --total reads its inputs twice: a list longer than the
+    ones expanded ahead (1000) is held, not consumed by the counting pass."""
+    make_shard(tmp_path / "one.tar", 1, 1)
+    (tmp_path / "list.txt").write_text("one.tar\n" * 1005)
+    sh("tarsplit --shards 3 -T list.txt -o 'l-%d.tar'")
+    # every input holds the same key: count members (a .txt and a .cls per sample)
+    counts = [len(tarfile.open(tmp_path / f"l-{k}.tar").getnames()) for k in range(3)]
+    assert counts == [670, 670, 670]

@@ -118,7 +118,7 @@ def tarcat_command(
         if args.keys and args.exclude_keys:
             raise UsageError("give --keys or --exclude-keys, not both")
         keyfile = args.keys or args.exclude_keys
-        if keyfile == "-" and "-" in urls:
+        if keyfile == "-" and isinstance(urls, list) and "-" in urls:  # (a long lazy list is not consumed)
             raise UsageError("the key list and the samples cannot both come from stdin")
         stages.insert(0, select_keys(read_keys(keyfile), exclude=bool(args.exclude_keys), stats=stats))
     middle = []

@@ -135,6 +135,10 @@ def tarsplit_command(
             if args.total is not None:
                 total = _total_from(args.total, rep)
             else:
+                if not isinstance(urls, list):  # read twice: a long lazy list is held (bounded)
+                    from ..core.limits import bounded_list
+
+                    urls = bounded_list(urls, "--shards without --total")
                 if "-" in urls:
                     if urls != ["-"]:
                         raise UsageError("--shards without --total reads its input twice: stdin cannot be mixed "
