@@ -54,8 +54,9 @@ def test_pipe_source_is_killed_as_a_process_group(tmp_path):
     data = mc.member(b"a.txt", b"x") + mc.member(b"b.txt", b"y")
     (tmp_path / "a.tar").write_bytes(data)
     pidfile = tmp_path / "pid"
-    # the producer sends two samples, then a grandchild sleeps: the shell's child, not the shell
-    cmd = f"pipe:cat a.tar; sleep 300 & echo $! > pid; wait"
+    # a grandchild sleeps (the shell's child, not the shell), then the producer
+    # sends two samples (the pid file is written before any data: no race)
+    cmd = f"pipe:sleep 300 & echo $! > pid; cat a.tar; wait"
     t0 = time.monotonic()
     p = subprocess.run(["tarcat", "-c", "1", cmd], cwd=tmp_path, capture_output=True, timeout=60)
     assert time.monotonic() - t0 < 30
