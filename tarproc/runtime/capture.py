@@ -42,14 +42,14 @@ class Capture:
             self.wfd = None
 
     def pump(self):
-        """Read what the pipe holds now; False once it is at its end."""
+        """Read what the pipe holds now; False once it is at its end (then
+        :meth:`finish` closes it)."""
         while self.rfd is not None:
             try:
                 b = os.read(self.rfd, 1 << 16)
             except BlockingIOError:
                 return True
             if not b:
-                self._close_pipe()
                 return False
             if self.fd is not None:
                 _write_all(self.fd, b)

@@ -172,38 +172,70 @@ class _Inbox:
         os.close(self.rfd)
 
 
+class _Poller:
+    """``epoll`` (another thread may register while we wait), else ``poll``."""
+
+    def __init__(self):
+        import select
+
+        self.ep = select.epoll() if hasattr(select, "epoll") else None
+        self.p = select.poll() if self.ep is None else None
+        self.threadsafe = self.ep is not None
+
+    def register(self, fd):
+        (self.ep or self.p).register(fd, 1)  # EPOLLIN == POLLIN
+
+    def unregister(self, fd):
+        (self.ep or self.p).unregister(fd)
+
+    def wait(self, timeout):
+        if self.ep is not None:
+            return self.ep.poll(-1 if timeout is None else timeout)
+        return self.p.poll(None if timeout is None else timeout * 1000)
+
+    def close(self):
+        if self.ep is not None:
+            self.ep.close()
+
+
 def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None):
-    """Run ``runner``'s commands on ``samples``, ``parallel`` at a time, from
-    this thread; yield ``handle(result)``'s samples in input order (or as they
-    finish).  ``runner`` provides ``prepare(index, sample)`` (a job, or a
-    finished result), ``spawn(job)`` (None, or a result when it could not
-    start), ``finish(job, status)`` (the result), ``discard(job)`` and the
-    attributes ``timeout`` and ``spawner``; a job has ``index``, ``handle``,
-    ``pid``, ``pidfd``, ``deadline`` and ``timed_out``."""
-    import select
+    """Run ``runner``'s commands on ``samples``, ``parallel`` at a time; yield
+    ``handle(result)``'s samples in input order (or as they finish).
+    ``runner`` provides ``prepare(index, sample)`` (a job, or a finished
+    result), ``spawn(job)`` (None, or a result when it could not start),
+    ``finish(job, status)`` (the result), ``discard(job)`` and the attributes
+    ``timeout``, ``closed``, ``any_ok`` and ``spawner``; a job has ``index``, ``log``,
+    ``handle``, ``pid``, ``pidfd``, ``deadline`` and ``timed_out``.
+
+    This thread prepares, collects and hands out; the commands are started
+    by one more thread (``posix_spawn`` returns only once the child has
+    called ``exec``, which under load can take a while), which registers
+    them with the ``epoll`` this thread waits on."""
+    import queue
 
     inbox = _Inbox(samples, window)
-    poller = select.poll()
-    poller.register(inbox.rfd, select.POLLIN)
+    poller = _Poller()
+    poller.register(inbox.rfd)
     running = {}  # pidfd (or -pid without pidfds) -> job
     pipes = {}  # the read end of a running job's output pipe -> job
     exited = collections.deque()  # jobs whose waiting thread saw them exit (no pidfds)
+    failed = collections.deque()  # results of jobs that did not start
     prepared = collections.deque()
     results = {}
     emitted = 0
+    inflight = 0  # started or being started, not yet ended
     have_pidfd = hasattr(os, "pidfd_open")
-    lock = threading.Lock()
 
     def waiter(job):
         _wait_nowait(job.pid)
-        with lock:
-            exited.append(job)
+        exited.append(job)
         inbox.wake()
 
-    def start(job):
+    def start(job):  # in the starting thread (or this one without epoll)
         failure = runner.spawn(job)
         if failure is not None:
-            results[job.index] = failure
+            failed.append((job.index, failure))
+            inbox.wake()
             return
         job.pidfd = None
         if have_pidfd:
@@ -214,13 +246,33 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
         rfd = getattr(job.log, "rfd", None)
         if rfd is not None:  # its output is read while it runs
             pipes[rfd] = job
-            poller.register(rfd, select.POLLIN)
+            poller.register(rfd)
         if job.pidfd is not None:
             running[job.pidfd] = job
-            poller.register(job.pidfd, select.POLLIN)
+            poller.register(job.pidfd)
         else:
             running[-job.pid] = job
             threading.Thread(target=waiter, args=(job,), daemon=True).start()
+
+    def starter():
+        while True:
+            job = jobs.get()
+            if job is None:
+                return
+            try:
+                start(job)
+            except BaseException as e:  # a bug: the sample's failure
+                from .engine import _Result
+
+                runner.discard(job)
+                failed.append((job.index, _Result(job.key, error=f"internal error: {type(e).__name__}: {e}")))
+                inbox.wake()
+
+    jobs = queue.SimpleQueue()
+    thread = None
+    if poller.threadsafe:
+        thread = threading.Thread(target=starter, name="tarproc-spawn", daemon=True)
+        thread.start()
 
     def next_job():
         while inbox.items:
@@ -237,7 +289,8 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
         if rfd is not None and pipes.pop(rfd, None) is not None:
             poller.unregister(rfd)
 
-    def end(job, status):
+    def end(job):
+        nonlocal inflight
         unpipe(job)
         if job.pidfd is not None:
             poller.unregister(job.pidfd)
@@ -245,28 +298,37 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
             os.close(job.pidfd)
         else:
             del running[-job.pid]
-        if status is None:
-            _killpg(job.pid)  # any process left in its group
-            status = runner.spawner.reap(job.handle)
-            if job.timed_out:
-                status = "timeout"
-        # the next command starts before this one's output is collected
-        fill()
+        _killpg(job.pid)  # any process left in its group
+        status = runner.spawner.reap(job.handle)
+        if job.timed_out:
+            status = "timeout"
+        inflight -= 1
+        if status != 127 or runner.any_ok:  # (127 first: "command not found" stops the run at once)
+            fill()  # the next command starts before this one's output is collected
         results[job.index] = runner.finish(job, status)
 
     def fill():
-        while len(running) < parallel:
+        nonlocal inflight
+        while inflight < parallel:
             job = prepared.popleft() if prepared else next_job()
             if job is None:
                 break
-            start(job)
-        if not prepared and len(running) >= parallel:
+            inflight += 1
+            if thread is not None:
+                jobs.put(job)
+            else:
+                start(job)
+        if not prepared and inflight >= parallel:
             job = next_job()  # prepared while the commands run
             if job is not None:
                 prepared.append(job)
 
     try:
         while True:
+            while failed:
+                index, result = failed.popleft()
+                inflight -= 1
+                results[index] = result
             fill()
             # hand out what is done, in order
             if ordered:
@@ -284,41 +346,46 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
             if inbox.ended and emitted >= inbox.total and not inbox.items:
                 break
             # set before looking: the reader then wakes us after its next sample
-            inbox.waiting = len(running) < parallel or not prepared
-            if inbox.items and len(running) < parallel:
+            inbox.waiting = inflight < parallel or not prepared
+            if inbox.items and inflight < parallel or failed:
                 inbox.waiting = False
                 continue
             if on_stall is not None:
                 on_stall()
             timeout = None
-            if runner.timeout is not None and running:
+            if runner.timeout is not None and inflight:
                 now = time.monotonic()
-                for job in running.values():
-                    if not job.timed_out and job.deadline <= now:
+                timeout = runner.timeout  # a command being started has a later deadline
+                for job in list(running.values()):
+                    if job.timed_out:
+                        continue
+                    if job.deadline <= now:
                         job.timed_out = True
                         _killpg(job.pid)
-                pending = [j.deadline - now for j in running.values() if not j.timed_out]
-                timeout = max(0, min(pending)) * 1000 + 1 if pending else None
-            ready = poller.poll(timeout) if running or not inbox.ended else []
+                    else:
+                        timeout = min(timeout, job.deadline - now + 0.001)
+            ready = poller.wait(timeout) if inflight or not inbox.ended else []
             inbox.waiting = False
             done = [running[fd] for fd, _ in ready if fd in running]  # before a closed pidfd's number is reused
             for fd, _ in ready:
                 if fd == inbox.rfd:
                     inbox.drain()
-                elif fd in pipes and not pipes[fd].log.pump():  # at its end: closed by pump
+                elif fd in pipes and not pipes[fd].log.pump():  # at its end
                     poller.unregister(fd)
-                    del pipes[fd]
+                    pipes.pop(fd).log.finish()
             for job in done:
-                end(job, None)
+                end(job)
             while exited:
-                with lock:
-                    job = exited.popleft()
-                end(job, None)
+                end(exited.popleft())
         if inbox.error is not None:
             raise inbox.error
     finally:
+        runner.closed = True  # what is still queued is not started
+        if thread is not None:
+            jobs.put(None)
+            thread.join(10)
         inbox.close()
-        for job in running.values():
+        for job in list(running.values()):
             _killpg(job.pid)
         for job in list(running.values()):
             unpipe(job)
@@ -333,3 +400,4 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
             runner.finish(job, "closed")
         for job in prepared:
             runner.discard(job)
+        poller.close()

@@ -4,12 +4,12 @@
 directory (mode 0700) is made under one run directory (``workdir``, default
 ``$TMPDIR``); the fields are written there as ``sample.<field>`` plus
 ``sample.__key__``; the command runs there with ``bash -c`` (or the
-``interpreter``), stdin from ``/dev/null``, stdout and stderr to a log that is
+``interpreter``), stdin from ``/dev/null``, stdout and stderr captured together and
 passed to ``echo`` (default: our stderr) or stored in a field (``add_log``).
 Each command starts in its own session, so the whole process group can be
 killed: on ``timeout``, when the command exits (no stray background
 processes survive it), and when the iterator is closed.  Every sample gets a
-fresh directory with an unpredictable name and a fresh log, never reused, so
+fresh directory with an unpredictable name and a fresh output pipe, never reused, so
 a process that escapes its group (``setsid``) cannot write into another
 sample.  Directories are removed through descriptors (``unlinkat``), without
 following symbolic links and without recursion, whatever the command left
@@ -23,9 +23,16 @@ subdirectory becomes a sample (key from its ``sample.__key__`` or
 ``KEY-N``.  The directories are removed when the sample is done and when the
 iterator is closed (Ctrl-C, SIGTERM, an error), unless ``keepdir``.
 
-The commands run from a small pool of threads in this process, so a sample
-costs one ``fork``/``exec`` of the interpreter and a few file operations;
-samples are read ahead by at most ``2 * parallel``, so memory stays bounded.
+The commands are started with ``posix_spawn`` and waited for on pidfds by
+one loop (:func:`~tarproc.runtime.spawn.spawn_loop`): a sample costs one
+``exec`` of the interpreter, one directory, one file per field, and no
+thread hand-off but the start; the next sample's directory is made while
+the commands run, and a command that exits is replaced before its outputs
+are read.  Its stdout and stderr go through a pipe that is read while it
+runs (beyond :data:`~tarproc.runtime.capture.SPILL_BYTES` into an unnamed
+file) and closed when it exits, so a process that escaped its group cannot
+write into another sample's output.  Samples are read ahead by at most
+``2 * parallel + 2``, so memory stays bounded.
 
 **Errors** follow ``error_handling``: ``"skip"`` drops a failed sample,
 ``"ignore"`` keeps what it produced (for a function: the input sample),
@@ -50,10 +57,10 @@ from ..runtime.workdir import _clear_dir, _remove_entry, _remove_root
 
 
 class CommandRunner:
-    """Runs one command per sample in a private directory; thread-safe.
-
-    ``run(index, sample)`` returns a :class:`_Result`.  ``close()`` kills every
-    running command's process group and removes the run directory."""
+    """Runs one command per sample in a private directory, in three steps
+    driven by :func:`~tarproc.runtime.spawn.spawn_loop`: ``prepare`` (the
+    directory and field files), ``spawn``, ``finish`` (collect the outputs,
+    remove the directory).  ``close()`` removes the run directory."""
 
     def __init__(self, command=None, script=None, interpreter="bash", base="sample", subdirs=False,
                  multi=False, timeout=None, workdir=None, keepdir=False, add_log=None, spooler=None):
