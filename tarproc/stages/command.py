@@ -166,7 +166,7 @@ class CommandRunner:
                                log=log.tail())
             if isinstance(status, str):
                 return _Result(key, error=status)
-            outputs, why = self._collect(job.dfd, key, job.sample)
+            outputs, why = self._collect(job.dfd, key, job.sample, job.names)
             if why:
                 return _Result(key, outputs, error=why, log=log.tail())
             if status == 127 and not self.any_ok:
@@ -198,7 +198,7 @@ class CommandRunner:
             job.log = None
         if job.dfd is not None:
             if job.name is not None and not self.keepdir:
-                _clear_dir(self.rootfd, job.name, job.dfd)
+                _clear_dir(self.rootfd, job.name, job.dfd, job.names or None)
             os.close(job.dfd)
             job.dfd = None
         elif job.name is not None and not self.keepdir:
@@ -268,46 +268,45 @@ class CommandRunner:
                 os.close(fd)
         return None
 
-    def _collect(self, d, key, sample):  # d: the directory's descriptor
-        """The output samples of a finished command, and an error or None."""
+    def _collect(self, dfd, key, sample, names=None):
+        """The output samples of a finished command in directory ``dfd``, and
+        an error or None; ``names`` gets the names of its entries."""
         meta = {k: v for k, v in sample.items() if is_extra_meta(k)}
-        dfd = os.dup(d)
         problem = None
-        try:
-            if self.subdirs:
-                groups = []
-                for name, is_dir in _entries(dfd):
-                    if is_dir:
-                        groups.append((name, name))
-                groups.sort()
-                outputs = []
-                for name, _ in groups:
-                    try:
-                        sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dfd)
-                    except OSError:
-                        continue
-                    try:
-                        files, why = _read_files(sub, self.base + ".", self.spooler)
-                    finally:
-                        os.close(sub)
-                    if why:
-                        problem = problem or f"{name}/{why}"
-                    if files:
-                        outputs.append(self._make_sample(files, f"{key}/{name}", meta))
-            elif self.multi:
-                files, problem = _read_files(dfd, self.base + "-", self.spooler)
-                per = {}
-                for field, data in files.items():
-                    n, dot, rest = field.partition(".")
-                    if not dot or not n or not rest:
-                        continue
-                    per.setdefault(n, {})[rest] = data
-                outputs = [self._make_sample(per[n], f"{key}-{n}", meta) for n in sorted(per, key=_natural)]
-            else:
-                files, problem = _read_files(dfd, self.base + ".", self.spooler)
-                outputs = [self._make_sample(files, key, meta)] if files else []
-        finally:
-            os.close(dfd)
+        names = [] if names is None else names
+        if self.subdirs:
+            groups = []
+            for name, is_dir in _entries(dfd):
+                names.append(name)
+                if is_dir:
+                    groups.append((name, name))
+            groups.sort()
+            outputs = []
+            for name, _ in groups:
+                try:
+                    sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dfd)
+                except OSError:
+                    continue
+                try:
+                    files, why = _read_files(sub, self.base + ".", self.spooler)
+                finally:
+                    os.close(sub)
+                if why:
+                    problem = problem or f"{name}/{why}"
+                if files:
+                    outputs.append(self._make_sample(files, f"{key}/{name}", meta))
+        elif self.multi:
+            files, problem = _read_files(dfd, self.base + "-", self.spooler, names)
+            per = {}
+            for field, data in files.items():
+                n, dot, rest = field.partition(".")
+                if not dot or not n or not rest:
+                    continue
+                per.setdefault(n, {})[rest] = data
+            outputs = [self._make_sample(per[n], f"{key}-{n}", meta) for n in sorted(per, key=_natural)]
+        else:
+            files, problem = _read_files(dfd, self.base + ".", self.spooler, names)
+            outputs = [self._make_sample(files, key, meta)] if files else []
         seen = set()
         for out in outputs:
             k = out["__key__"]
@@ -356,10 +355,12 @@ class CommandRunner:
 class _Job:
     """A sample's command: its directory (name, descriptor), log, process."""
 
-    __slots__ = ("index", "key", "sample", "name", "dfd", "log", "handle", "pid", "pidfd", "deadline", "timed_out")
+    __slots__ = ("index", "key", "sample", "name", "dfd", "log", "handle", "pid", "pidfd", "deadline", "timed_out",
+                 "names")
 
     def __init__(self, index, key, sample):
         self.index, self.key, self.sample = index, key, sample
+        self.names = []  # what the directory held when its outputs were read
         self.name = self.dfd = self.log = self.handle = self.pid = self.pidfd = self.deadline = None
         self.timed_out = False
 
@@ -379,9 +380,9 @@ def _entries(dfd):
                 continue
 
 
-def _read_files(dfd, prefix, spooler=None):
+def _read_files(dfd, prefix, spooler=None, names=None):
     """``{suffix: bytes}`` of the regular files named ``prefix + suffix`` in a
-    directory; ``(files, problem)``.  Files of ``spooler.threshold`` bytes
+    directory; ``(files, problem)``; ``names`` gets every entry's name.  Files of ``spooler.threshold`` bytes
     or more become blobs (hard-linked into a spool file when possible).  A symlink is a problem (the other files
     are still read), never followed;
     FIFOs, directories and other special files are ignored."""
@@ -390,7 +391,10 @@ def _read_files(dfd, prefix, spooler=None):
     files = {}
     problem = None
     with os.scandir(dfd) as it:
-        entries = [e for e in it if e.name.startswith(prefix) and len(e.name) > len(prefix)]
+        entries = list(it)
+    if names is not None:
+        names.extend(e.name for e in entries)
+    entries = [e for e in entries if e.name.startswith(prefix) and len(e.name) > len(prefix)]
     for entry in sorted(entries, key=lambda e: e.name):
         name = entry.name
         try:
