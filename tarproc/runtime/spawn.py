@@ -1,5 +1,5 @@
-"""Starting per-sample commands cheaply, and the single-threaded loop that
-runs them (command mode, :func:`~tarproc.stages.command.map_command`).
+"""Starting per-sample commands cheaply, and the loop that runs them
+(command mode, :func:`~tarproc.stages.command.map_command`).
 
 :class:`Spawner` starts a command with ``posix_spawn`` from the C library
 (through ``ctypes``; the argument vector is built once): the child starts in
@@ -9,11 +9,12 @@ defaults and every other descriptor closed.  Where that C library lacks the
 needed calls it falls back to :class:`subprocess.Popen`, with the same
 effect.
 
-:func:`spawn_loop` keeps ``parallel`` commands running from the calling
-thread: samples are read ahead in one thread (at most ``window``), the next
-sample's directory is prepared while commands run, a command that exits is
-replaced at once, and exits are waited for on pidfds (``poll``), with a
-waiting thread per command only where pidfds are missing."""
+:func:`spawn_loop` keeps ``parallel`` commands running: samples are read
+ahead in one thread (at most ``window``), the next sample's directory is
+prepared while commands run, a command that exits is replaced at once (one
+more thread calls ``posix_spawn``), and exits are waited for on pidfds
+(``epoll``), with a waiting thread per command only where pidfds are
+missing."""
 
 import collections
 import os
@@ -264,6 +265,11 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
             except BaseException as e:  # a bug: the sample's failure
                 from .engine import _Result
 
+                if running.get(job.pidfd) is job or running.get(-(job.pid or 0)) is job:
+                    continue  # it runs and is waited for: its exit gives its result
+                if job.pid is not None:
+                    _killpg(job.pid)
+                    runner.spawner.reap(job.handle)
                 runner.discard(job)
                 failed.append((job.index, _Result(job.key, error=f"internal error: {type(e).__name__}: {e}")))
                 inbox.wake()
