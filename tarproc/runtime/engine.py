@@ -1,6 +1,7 @@
-"""The ordered engine shared by command and function mode: read ahead in a
-thread, run items on a pool, yield results in input order (or as they
-finish), and apply the error policy (``skip``, ``ignore``, ``abort``)."""
+"""The ordered engine of function mode (command mode has its own loop,
+:mod:`tarproc.runtime.spawn`): read ahead in a thread, run items on a pool,
+yield results in input order (or as they finish); and the error policy
+(``skip``, ``ignore``, ``abort``) both modes apply."""
 
 import os
 import sys
@@ -152,43 +153,6 @@ def _engine(samples, submit, window, ordered, handle, on_stall=None, finish=None
             raise error
     finally:
         closing.set()
-
-
-# ---------------------------------------------------------------- command mode
-
-
-class _ThreadPool:
-    """``n`` threads (a ``concurrent.futures.ThreadPoolExecutor``) running
-    ``fn(index, item)`` for submitted items; ``done(index, result)`` gets
-    the result, or a failed :class:`_Result` if ``fn`` raised."""
-
-    def __init__(self, n, fn):
-        from concurrent.futures import ThreadPoolExecutor
-
-        self.fn = fn
-        self.executor = ThreadPoolExecutor(n, thread_name_prefix="tarproc-worker")
-        self.running = set()
-
-    def _run(self, index, item, done):
-        try:
-            result = self.fn(index, item)
-        except BaseException as e:  # a bug: report it as the sample's failure
-            result = _Result(item.get("__key__") if isinstance(item, dict) else None,
-                             error=f"internal error: {type(e).__name__}: {e}")
-        done(index, result)
-
-    def submit(self, index, item, done):
-        future = self.executor.submit(self._run, index, item, done)
-        self.running.add(future)
-        future.add_done_callback(self.running.discard)
-
-    def stop(self, wait=None):
-        """Cancel what has not started; wait up to ``wait`` seconds for the rest."""
-        self.executor.shutdown(wait=False, cancel_futures=True)
-        if wait:
-            from concurrent.futures import wait as wait_for
-
-            wait_for(list(self.running), timeout=wait)
 
 
 def _handler(error_handling, stats, on_error, echo, quiet_log):

@@ -117,6 +117,21 @@ def _remove_entry(top, name):
                 os.close(entry[0])
 
 
+def _clear_dir(top, name, fd, names=None):
+    """Remove directory ``name`` in ``top``, held open as ``fd`` (``names``:
+    its entries, when just listed): the usual case (a few files) in a few
+    calls; anything else (a subdirectory, a directory that was replaced or
+    has new entries) through :func:`_remove_entry`."""
+    try:
+        for child in os.listdir(fd) if names is None else names:
+            os.unlink(child, dir_fd=fd)
+        os.rmdir(name, dir_fd=top)
+        return
+    except OSError:
+        pass
+    _remove_entry(top, name)
+
+
 def _remove_root(path, fd):
     """Empty the run directory held by ``fd`` and remove it, but only if
     ``path`` still names that directory (a command may have replaced it)."""

@@ -4,12 +4,12 @@
 directory (mode 0700) is made under one run directory (``workdir``, default
 ``$TMPDIR``); the fields are written there as ``sample.<field>`` plus
 ``sample.__key__``; the command runs there with ``bash -c`` (or the
-``interpreter``), stdin from ``/dev/null``, stdout and stderr to a log that is
+``interpreter``), stdin from ``/dev/null``, stdout and stderr captured together and
 passed to ``echo`` (default: our stderr) or stored in a field (``add_log``).
 Each command starts in its own session, so the whole process group can be
 killed: on ``timeout``, when the command exits (no stray background
 processes survive it), and when the iterator is closed.  Every sample gets a
-fresh directory with an unpredictable name and a fresh log, never reused, so
+fresh directory with an unpredictable name and a fresh output pipe, never reused, so
 a process that escapes its group (``setsid``) cannot write into another
 sample.  Directories are removed through descriptors (``unlinkat``), without
 following symbolic links and without recursion, whatever the command left
@@ -23,9 +23,16 @@ subdirectory becomes a sample (key from its ``sample.__key__`` or
 ``KEY-N``.  The directories are removed when the sample is done and when the
 iterator is closed (Ctrl-C, SIGTERM, an error), unless ``keepdir``.
 
-The commands run from a small pool of threads in this process, so a sample
-costs one ``fork``/``exec`` of the interpreter and a few file operations;
-samples are read ahead by at most ``2 * parallel``, so memory stays bounded.
+The commands are started with ``posix_spawn`` and waited for on pidfds by
+one loop (:func:`~tarproc.runtime.spawn.spawn_loop`): a sample costs one
+``exec`` of the interpreter, one directory, one file per field, and no
+thread hand-off but the start; the next sample's directory is made while
+the commands run, and a command that exits is replaced before its outputs
+are read.  Its stdout and stderr go through a pipe that is read while it
+runs (beyond :data:`~tarproc.runtime.capture.SPILL_BYTES` into an unnamed
+file) and closed when it exits, so a process that escaped its group cannot
+write into another sample's output.  Samples are read ahead by at most
+``2 * parallel + 2``, so memory stays bounded.
 
 **Errors** follow ``error_handling``: ``"skip"`` drops a failed sample,
 ``"ignore"`` keeps what it produced (for a function: the input sample),
@@ -37,22 +44,23 @@ of output, and counted in ``stats.failed``.
 
 import os
 import sys
-import threading
+import time
 
 from ..errors import UsageError, describe_exit
 from ..core.blob import Blob, Spooler
 from ..core.limits import quote
 from ..core.rules import bad_field_name, bad_key, is_extra_meta, is_meta
-from ..runtime.engine import _Result, _ThreadPool, _check_mode, _engine, _handler, _stderr_echo, _stderr_report, default_parallel
-from ..runtime.procs import _killpg, _wait_exit, _wait_nowait
-from ..runtime.workdir import _remove_entry, _remove_root
+from ..runtime.engine import _Result, _check_mode, _handler, _stderr_echo, _stderr_report, default_parallel
+from ..runtime.capture import Capture
+from ..runtime.spawn import Spawner, spawn_loop
+from ..runtime.workdir import _clear_dir, _remove_entry, _remove_root
 
 
 class CommandRunner:
-    """Runs one command per sample in a private directory; thread-safe.
-
-    ``run(index, sample)`` returns a :class:`_Result`.  ``close()`` kills every
-    running command's process group and removes the run directory."""
+    """Runs one command per sample in a private directory, in three steps
+    driven by :func:`~tarproc.runtime.spawn.spawn_loop`: ``prepare`` (the
+    directory and field files), ``spawn``, ``finish`` (collect the outputs,
+    remove the directory).  ``close()`` removes the run directory."""
 
     def __init__(self, command=None, script=None, interpreter="bash", base="sample", subdirs=False,
                  multi=False, timeout=None, workdir=None, keepdir=False, add_log=None, spooler=None):
@@ -79,7 +87,8 @@ class CommandRunner:
         exe = shutil.which(interpreter)
         if exe is None:
             raise UsageError(f"interpreter {interpreter!r} not found")
-        self.argv[0] = exe
+        if "\0" in "".join(self.argv):
+            raise UsageError("the command contains a NUL byte")
         self.base = base
         self.subdirs = subdirs
         self.multi = multi
@@ -90,11 +99,12 @@ class CommandRunner:
         self.parent = workdir or tempfile.gettempdir()
         if not os.path.isdir(self.parent):
             raise UsageError(f"working directory base {self.parent!r} does not exist")
+        self.argv[0] = os.path.abspath(exe)  # the command starts in another directory
+        self.spawner = Spawner(self.argv)
         self.root = None
         self.rootfd = None
         self.devnull = None
-        self.lock = threading.Lock()
-        self.running = set()
+        self.tmpfile = hasattr(os, "O_TMPFILE")
         self.closed = False
         self.any_ok = False  # a sample succeeded: exit 127 is then the sample's own failure
         self.keep_log = True  # False: a successful command's output is not wanted
@@ -105,27 +115,58 @@ class CommandRunner:
 
         self.root = tempfile.mkdtemp(prefix="tarproc-", dir=self.parent)
         self.rootfd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        self.devnull = os.open(os.devnull, os.O_RDONLY)
+        self.devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
 
-    # -- one sample
+    # -- one sample: prepare (directory, fields), spawn, finish (collect, clean up)
 
-    def run(self, index, sample):
+    def prepare(self, index, sample):
+        """A :class:`_Job` ready to start, or a failed :class:`_Result`."""
         key = sample.get("__key__")
         if not isinstance(key, str) or not key:
             return _Result(key, error="sample has no __key__")
-        name = dfd = log = None
+        job = _Job(index, key, sample)
         try:
-            name, dfd, log = self._slot(index)
-            why = self._write_fields(dfd, sample)
-            if why:
-                return _Result(key, error=why)
-            status = self._execute(dfd, name, log.fd)
+            job.name, job.dfd, job.log = self._slot(index)
+            why = self._write_fields(job.dfd, sample)
+        except OSError as e:
+            why = f"working directory: {e.strerror or e}"
+        if why:
+            self.discard(job)
+            return _Result(key, error=why)
+        return job
+
+    def spawn(self, job):
+        """Start the command of a prepared job; None, or a failed result."""
+        if self.closed:
+            return self.finish(job, "closed")
+        # the command starts in the directory we hold open, not in whatever
+        # a path names by then
+        cwd = f"/proc/self/fd/{job.dfd}" if self.spawner.libc is None and os.path.isdir("/proc/self/fd") \
+            else os.path.join(self.root, job.name)
+        try:
+            job.handle = self.spawner.spawn(job.dfd, cwd, self.devnull, job.log.child_fd())
+        except OSError as e:
+            return self.finish(job, f"could not start {self.argv[0]}: {e.strerror or e}")
+        job.log.started()
+        job.pid = self.spawner.pid(job.handle)
+        if self.timeout is not None:
+            job.deadline = time.monotonic() + self.timeout
+        return None
+
+    def finish(self, job, status):
+        """The result of a job whose command has exited with ``status`` (or
+        ``"timeout"``, ``"closed"``, an error message); removes its directory."""
+        key, log = job.key, job.log
+        try:
+            log.finish()
             if status == "closed":
                 return _Result(key, error="stopped", log=log.tail())
             if status == "timeout":
                 return _Result(key, error=f"timed out after {self.timeout:g} s (process group killed)",
                                log=log.tail())
-            outputs, why = self._collect(dfd, key, sample)
+            if isinstance(status, str):
+                return _Result(key, error=status)
+            outputs, why = self._collect(job.dfd, key, job.sample, job.names)
             if why:
                 return _Result(key, outputs, error=why, log=log.tail())
             if status == 127 and not self.any_ok:
@@ -143,17 +184,25 @@ class CommandRunner:
                 return _Result(key, outputs)
             if not self.keep_log or log.size() == 0:
                 return _Result(key, outputs)
-            result, log = _Result(key, outputs, log=log), None  # the main thread copies and closes it
-            return result
+            job.log = None  # the main loop copies and closes it
+            return _Result(key, outputs, log=log)
         except OSError as e:
             return _Result(key, error=f"working directory: {e.strerror or e}")
         finally:
-            if log is not None:
-                log.close()
-            if dfd is not None:
-                os.close(dfd)
-            if name is not None and not self.keepdir:
-                _remove_entry(self.rootfd, name)
+            self.discard(job)
+
+    def discard(self, job):
+        """Close a job's descriptors and remove its directory."""
+        if job.log is not None:
+            job.log.close()
+            job.log = None
+        if job.dfd is not None:
+            if job.name is not None and not self.keepdir:
+                _clear_dir(self.rootfd, job.name, job.dfd, job.names or None)
+            os.close(job.dfd)
+            job.dfd = None
+        elif job.name is not None and not self.keepdir:
+            _remove_entry(self.rootfd, job.name)
 
     def _slot(self, index):
         """A fresh working directory for a sample (name, descriptor) and a
@@ -171,15 +220,28 @@ class CommandRunner:
                 continue
         dfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self.rootfd)
         try:
-            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-            logname = name + ".log"
-            fd = os.open(logname, flags, 0o600, dir_fd=self.rootfd)
             if not self.keepdir:
-                os.unlink(logname, dir_fd=self.rootfd)
+                return name, dfd, Capture(spill=self._spill)
+            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            return name, dfd, Capture(file=os.open(name + ".log", flags, 0o600, dir_fd=self.rootfd))
         except BaseException:
             os.close(dfd)
             raise
-        return name, dfd, _Log(fd)
+
+    def _spill(self):
+        """An unnamed file in the run directory, for a command's long output."""
+        if self.tmpfile:
+            try:
+                return os.open(".", os.O_RDWR | os.O_TMPFILE | os.O_CLOEXEC, 0o600, dir_fd=self.rootfd)
+            except OSError:
+                self.tmpfile = False
+        import secrets
+
+        name = f"log-{secrets.token_hex(8)}"
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                     dir_fd=self.rootfd)
+        os.unlink(name, dir_fd=self.rootfd)
+        return fd
 
     def _write_fields(self, dfd, sample):
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
@@ -206,76 +268,45 @@ class CommandRunner:
                 os.close(fd)
         return None
 
-    def _execute(self, dfd, name, logfd):
-        import subprocess
-
-        # the command starts in the directory we hold open, not in whatever
-        # a path names by then (the child changes to it before exec)
-        cwd = f"/proc/self/fd/{dfd}" if os.path.isdir("/proc/self/fd") else os.path.join(self.root, name)
-        with self.lock:
-            if self.closed:
-                return "closed"
-            proc = subprocess.Popen(self.argv, cwd=cwd, stdin=self.devnull, stdout=logfd, stderr=logfd,
-                                    close_fds=True, start_new_session=True)
-            self.running.add(proc)
-        timed_out = False
-        try:
-            if self.timeout is not None:
-                timed_out = not _wait_exit(proc.pid, self.timeout)
-                if timed_out:
-                    _killpg(proc.pid)
-            # Wait for the exit without reaping: the group id cannot be reused
-            # while the leader is a zombie, so killing the group is safe.
-            _wait_nowait(proc.pid)
-            _killpg(proc.pid)
-            rc = proc.wait()
-        finally:
-            with self.lock:
-                self.running.discard(proc)
-        if self.closed:
-            return "closed"
-        return "timeout" if timed_out else rc
-
-    def _collect(self, d, key, sample):  # d: the directory's descriptor
-        """The output samples of a finished command, and an error or None."""
+    def _collect(self, dfd, key, sample, names=None):
+        """The output samples of a finished command in directory ``dfd``, and
+        an error or None; ``names`` gets the names of its entries."""
         meta = {k: v for k, v in sample.items() if is_extra_meta(k)}
-        dfd = os.dup(d)
         problem = None
-        try:
-            if self.subdirs:
-                groups = []
-                for name, is_dir in _entries(dfd):
-                    if is_dir:
-                        groups.append((name, name))
-                groups.sort()
-                outputs = []
-                for name, _ in groups:
-                    try:
-                        sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dfd)
-                    except OSError:
-                        continue
-                    try:
-                        files, why = _read_files(sub, self.base + ".", self.spooler)
-                    finally:
-                        os.close(sub)
-                    if why:
-                        problem = problem or f"{name}/{why}"
-                    if files:
-                        outputs.append(self._make_sample(files, f"{key}/{name}", meta))
-            elif self.multi:
-                files, problem = _read_files(dfd, self.base + "-", self.spooler)
-                per = {}
-                for field, data in files.items():
-                    n, dot, rest = field.partition(".")
-                    if not dot or not n or not rest:
-                        continue
-                    per.setdefault(n, {})[rest] = data
-                outputs = [self._make_sample(per[n], f"{key}-{n}", meta) for n in sorted(per, key=_natural)]
-            else:
-                files, problem = _read_files(dfd, self.base + ".", self.spooler)
-                outputs = [self._make_sample(files, key, meta)] if files else []
-        finally:
-            os.close(dfd)
+        names = [] if names is None else names
+        if self.subdirs:
+            groups = []
+            for name, is_dir in _entries(dfd):
+                names.append(name)
+                if is_dir:
+                    groups.append((name, name))
+            groups.sort()
+            outputs = []
+            for name, _ in groups:
+                try:
+                    sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dfd)
+                except OSError:
+                    continue
+                try:
+                    files, why = _read_files(sub, self.base + ".", self.spooler)
+                finally:
+                    os.close(sub)
+                if why:
+                    problem = problem or f"{name}/{why}"
+                if files:
+                    outputs.append(self._make_sample(files, f"{key}/{name}", meta))
+        elif self.multi:
+            files, problem = _read_files(dfd, self.base + "-", self.spooler, names)
+            per = {}
+            for field, data in files.items():
+                n, dot, rest = field.partition(".")
+                if not dot or not n or not rest:
+                    continue
+                per.setdefault(n, {})[rest] = data
+            outputs = [self._make_sample(per[n], f"{key}-{n}", meta) for n in sorted(per, key=_natural)]
+        else:
+            files, problem = _read_files(dfd, self.base + ".", self.spooler, names)
+            outputs = [self._make_sample(files, key, meta)] if files else []
         seen = set()
         for out in outputs:
             k = out["__key__"]
@@ -309,16 +340,8 @@ class CommandRunner:
 
     # -- cleanup
 
-    def kill_all(self):
-        """Kill the process group of every running command (from any thread)."""
-        with self.lock:
-            self.closed = True
-            procs = list(self.running)
-        for proc in procs:
-            _killpg(proc.pid)
-
     def close(self):
-        self.kill_all()
+        self.closed = True
         if self.devnull is not None:
             os.close(self.devnull)
             self.devnull = None
@@ -327,6 +350,19 @@ class CommandRunner:
                 _remove_root(self.root, self.rootfd)
             os.close(self.rootfd)
             self.rootfd = None
+
+
+class _Job:
+    """A sample's command: its directory (name, descriptor), log, process."""
+
+    __slots__ = ("index", "key", "sample", "name", "dfd", "log", "handle", "pid", "pidfd", "deadline", "timed_out",
+                 "names")
+
+    def __init__(self, index, key, sample):
+        self.index, self.key, self.sample = index, key, sample
+        self.names = []  # what the directory held when its outputs were read
+        self.name = self.dfd = self.log = self.handle = self.pid = self.pidfd = self.deadline = None
+        self.timed_out = False
 
 
 def _natural(s):
@@ -344,9 +380,9 @@ def _entries(dfd):
                 continue
 
 
-def _read_files(dfd, prefix, spooler=None):
+def _read_files(dfd, prefix, spooler=None, names=None):
     """``{suffix: bytes}`` of the regular files named ``prefix + suffix`` in a
-    directory; ``(files, problem)``.  Files of ``spooler.threshold`` bytes
+    directory; ``(files, problem)``; ``names`` gets every entry's name.  Files of ``spooler.threshold`` bytes
     or more become blobs (hard-linked into a spool file when possible).  A symlink is a problem (the other files
     are still read), never followed;
     FIFOs, directories and other special files are ignored."""
@@ -355,7 +391,10 @@ def _read_files(dfd, prefix, spooler=None):
     files = {}
     problem = None
     with os.scandir(dfd) as it:
-        entries = [e for e in it if e.name.startswith(prefix) and len(e.name) > len(prefix)]
+        entries = list(it)
+    if names is not None:
+        names.extend(e.name for e in entries)
+    entries = [e for e in entries if e.name.startswith(prefix) and len(e.name) > len(prefix)]
     for entry in sorted(entries, key=lambda e: e.name):
         name = entry.name
         try:
@@ -378,71 +417,17 @@ def _read_files(dfd, prefix, spooler=None):
             if spooler is not None and st.st_size >= spooler.threshold:
                 files[name[len(prefix):]] = spooler.adopt(name, dfd)
                 continue
-            chunks = []
-            while True:
-                b = os.read(fd, max(1 << 16, st.st_size + 1))
-                if not b:
-                    break
-                chunks.append(b)
-            files[name[len(prefix):]] = b"".join(chunks) if len(chunks) != 1 else chunks[0]
+            b = os.read(fd, st.st_size + 1)
+            if len(b) != st.st_size:  # changed since fstat (or a short read): read to the end
+                chunks = [b]
+                while b:
+                    b = os.read(fd, max(1 << 16, st.st_size + 1))
+                    chunks.append(b)
+                b = b"".join(chunks)
+            files[name[len(prefix):]] = b
         finally:
             os.close(fd)
     return files, problem
-
-
-class _Log:
-    """A command's captured output: a file (unlinked) given by descriptor.
-    Error messages take its :meth:`tail` (bounded, see
-    :data:`~tarproc.core.limits.TAIL_BYTES`); the echo of a successful
-    command copies it in chunks (:meth:`copy_to`), never whole in memory."""
-
-    def __init__(self, fd):
-        self.fd = fd
-
-    def size(self):
-        return os.fstat(self.fd).st_size
-
-    def __len__(self):
-        return self.size() if self.fd is not None else 0
-
-    def __bool__(self):
-        return self.fd is not None and self.size() > 0
-
-    def tail(self):
-        from ..core.limits import tail_of_fd
-
-        return tail_of_fd(self.fd)[0]
-
-    def read(self):
-        chunks = []
-        pos = 0
-        while True:
-            b = os.pread(self.fd, 1 << 20, pos)
-            if not b:
-                break
-            chunks.append(b)
-            pos += len(b)
-        return b"".join(chunks)
-
-    def copy_to(self, write):
-        """Pass the output to ``write(bytes)`` in chunks, then close."""
-        try:
-            pos = 0
-            while True:
-                b = os.pread(self.fd, 1 << 16, pos)
-                if not b:
-                    break
-                write(b)
-                pos += len(b)
-        finally:
-            self.close()
-
-    def close(self):
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-    __del__ = close
 
 
 def map_command(samples, command=None, parallel=None, *, script=None, interpreter="bash", base="sample",
@@ -478,7 +463,7 @@ def _log_echo(echo):
     """The echo of a command's output: the default copies it to stderr in
     chunks; a caller's ``echo(bytes)`` gets it whole."""
     def copy(log):
-        if isinstance(log, _Log):
+        if isinstance(log, Capture):
             if echo is None:
                 sys.stderr.flush()
                 out = getattr(sys.stderr, "buffer", None)
@@ -499,15 +484,10 @@ def _log_echo(echo):
 
 def _run_commands(samples, runner, parallel, error_handling, ordered, stats, on_error, echo, quiet_log, stall=None):
     runner.start()
-    pool = None
     try:
-        pool = _ThreadPool(parallel, runner.run)
         handle = _handler(error_handling, stats, on_error, echo, quiet_log)
-        yield from _engine(samples, pool.submit, 2 * parallel + 2, ordered, handle, on_stall=stall)
+        yield from spawn_loop(samples, runner, parallel, 2 * parallel + 2, ordered, handle, on_stall=stall)
     finally:
-        runner.kill_all()
-        if pool is not None:
-            pool.stop(wait=10)
         runner.close()
         if runner.keepdir:
             on_error(f"working directories kept in {runner.root}")

@@ -1,0 +1,409 @@
+"""Starting per-sample commands cheaply, and the loop that runs them
+(command mode, :func:`~tarproc.stages.command.map_command`).
+
+:class:`Spawner` starts a command with ``posix_spawn`` from the C library
+(through ``ctypes``; the argument vector is built once): the child starts in
+a directory given by descriptor (``fchdir``), in a new session, with stdin,
+stdout and stderr from descriptors, ``SIGPIPE`` and ``SIGXFSZ`` at their
+defaults and every other descriptor closed.  Where that C library lacks the
+needed calls it falls back to :class:`subprocess.Popen`, with the same
+effect.
+
+:func:`spawn_loop` keeps ``parallel`` commands running: samples are read
+ahead in one thread (at most ``window``), the next sample's directory is
+prepared while commands run, a command that exits is replaced at once (one
+more thread calls ``posix_spawn``), and exits are waited for on pidfds
+(``epoll``), with a waiting thread per command only where pidfds are
+missing."""
+
+import collections
+import os
+import threading
+import time
+
+from .procs import _killpg, _wait_nowait
+
+
+class Spawner:
+    """``spawn(dfd, cwd, stdin, out)`` starts ``argv`` (``argv[0]`` a path)
+    in directory ``dfd`` (``cwd``: a path to it, for the fallback) and returns
+    a handle for :meth:`pid` and :meth:`reap`."""
+
+    def __init__(self, argv):
+        self.argv = list(argv)
+        self.libc = None
+        try:
+            self._setup_libc()
+        except (OSError, AttributeError, ImportError, ValueError):
+            self.libc = None
+
+    def _setup_libc(self):
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        for name in ("posix_spawn", "posix_spawn_file_actions_addfchdir_np", "posix_spawn_file_actions_addclosefrom_np",
+                     "posix_spawn_file_actions_adddup2", "posix_spawnattr_setsigdefault"):
+            getattr(libc, name)  # AttributeError: use the fallback
+        args = [os.fsencode(a) for a in self.argv]
+        if any(b"\0" in a for a in args):
+            raise ValueError("NUL in an argument")
+        self._args = args  # keeps the buffers alive
+        self._argv = (ctypes.c_char_p * (len(args) + 1))(*args, None)
+        self._path = args[0]
+        self._attr = ctypes.create_string_buffer(1024)  # posix_spawnattr_t (336 bytes on glibc)
+        self._sigs = ctypes.create_string_buffer(256)  # sigset_t (128 bytes)
+        if libc.posix_spawnattr_init(self._attr) != 0:
+            raise OSError("posix_spawnattr_init failed")
+        libc.sigemptyset(self._sigs)
+        for sig in ("SIGPIPE", "SIGXFSZ"):  # what Popen's restore_signals resets
+            if hasattr(signal, sig):
+                libc.sigaddset(self._sigs, int(getattr(signal, sig)))
+        empty = ctypes.create_string_buffer(256)
+        libc.sigemptyset(empty)
+        libc.posix_spawnattr_setsigdefault(self._attr, self._sigs)
+        libc.posix_spawnattr_setsigmask(self._attr, empty)
+        # POSIX_SPAWN_SETSIGDEF 0x04, POSIX_SPAWN_SETSIGMASK 0x08, POSIX_SPAWN_SETSID 0x80 (glibc)
+        if libc.posix_spawnattr_setflags(self._attr, ctypes.c_short(0x04 | 0x08 | 0x80)) != 0:
+            raise OSError("posix_spawnattr_setflags failed")
+        self._fa = ctypes.create_string_buffer(1024)  # posix_spawn_file_actions_t (80 bytes on glibc)
+        self._pid = ctypes.c_int()
+        self._environ = ctypes.c_void_p.in_dll(libc, "environ")
+        self._byref = ctypes.byref
+        self.libc = libc
+
+    def spawn(self, dfd, cwd, stdin, out):
+        libc = self.libc
+        if libc is None:
+            import subprocess
+
+            return subprocess.Popen(self.argv, cwd=cwd, stdin=stdin, stdout=out, stderr=out, close_fds=True,
+                                    start_new_session=True)
+        fa = self._fa
+        libc.posix_spawn_file_actions_init(fa)
+        try:
+            libc.posix_spawn_file_actions_adddup2(fa, stdin, 0)
+            libc.posix_spawn_file_actions_adddup2(fa, out, 1)
+            libc.posix_spawn_file_actions_adddup2(fa, out, 2)
+            libc.posix_spawn_file_actions_addfchdir_np(fa, dfd)
+            libc.posix_spawn_file_actions_addclosefrom_np(fa, 3)
+            err = libc.posix_spawn(self._byref(self._pid), self._path, fa, self._attr, self._argv,
+                                   self._environ)  # the current environment (os.environ writes go through putenv)
+        finally:
+            libc.posix_spawn_file_actions_destroy(fa)
+        if err:
+            raise OSError(err, os.strerror(err))
+        return self._pid.value
+
+    @staticmethod
+    def pid(handle):
+        return handle if isinstance(handle, int) else handle.pid
+
+    @staticmethod
+    def reap(handle):
+        """Wait for the (exited) process; its exit code (``-N``: signal N)."""
+        if not isinstance(handle, int):
+            return handle.wait()
+        while True:
+            try:
+                _, status = os.waitpid(handle, 0)
+                return os.waitstatus_to_exitcode(status)
+            except InterruptedError:
+                continue
+            except ChildProcessError:  # reaped by someone else (SIGCHLD ignored)
+                return 0
+
+
+class _Inbox:
+    """Samples read ahead in a thread: ``take()`` gives ``(index, sample)``
+    or None; the reader wakes a waiting loop through a pipe."""
+
+    def __init__(self, samples, window):
+        self.items = collections.deque()
+        self.slots = threading.Semaphore(window)
+        self.closing = threading.Event()
+        self.ended = False
+        self.total = None
+        self.error = None
+        self.waiting = False
+        self.rfd, self.wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._read, args=(samples,), name="tarproc-reader", daemon=True)
+        self.thread.start()
+
+    def _read(self, samples):
+        n = 0
+        try:
+            for item in samples:
+                while not self.slots.acquire(timeout=1.0):
+                    if self.closing.is_set():
+                        return
+                if self.closing.is_set():
+                    return
+                self.items.append((n, item))
+                n += 1
+                if self.waiting:
+                    self.wake()
+        except BaseException as e:  # raised in the loop after the results before it
+            self.error = e
+        self.total = n
+        self.ended = True
+        self.wake()
+
+    def wake(self):
+        with self.lock:  # never a write to a closed (and maybe reused) descriptor
+            if self.wfd is not None:
+                try:
+                    os.write(self.wfd, b"x")
+                except OSError:  # full: a wake-up is pending anyway
+                    pass
+
+    def drain(self):
+        try:
+            while os.read(self.rfd, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def close(self):
+        self.closing.set()
+        with self.lock:
+            os.close(self.wfd)
+            self.wfd = None
+        os.close(self.rfd)
+
+
+class _Poller:
+    """``epoll`` (another thread may register while we wait), else ``poll``."""
+
+    def __init__(self):
+        import select
+
+        self.ep = select.epoll() if hasattr(select, "epoll") else None
+        self.p = select.poll() if self.ep is None else None
+        self.threadsafe = self.ep is not None
+
+    def register(self, fd):
+        (self.ep or self.p).register(fd, 1)  # EPOLLIN == POLLIN
+
+    def unregister(self, fd):
+        (self.ep or self.p).unregister(fd)
+
+    def wait(self, timeout):
+        if self.ep is not None:
+            return self.ep.poll(-1 if timeout is None else timeout)
+        return self.p.poll(None if timeout is None else timeout * 1000)
+
+    def close(self):
+        if self.ep is not None:
+            self.ep.close()
+
+
+def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None):
+    """Run ``runner``'s commands on ``samples``, ``parallel`` at a time; yield
+    ``handle(result)``'s samples in input order (or as they finish).
+    ``runner`` provides ``prepare(index, sample)`` (a job, or a finished
+    result), ``spawn(job)`` (None, or a result when it could not start),
+    ``finish(job, status)`` (the result), ``discard(job)`` and the attributes
+    ``timeout``, ``closed``, ``any_ok`` and ``spawner``; a job has ``index``, ``log``,
+    ``handle``, ``pid``, ``pidfd``, ``deadline`` and ``timed_out``.
+
+    This thread prepares, collects and hands out; the commands are started
+    by one more thread (``posix_spawn`` returns only once the child has
+    called ``exec``, which under load can take a while), which registers
+    them with the ``epoll`` this thread waits on."""
+    import queue
+
+    inbox = _Inbox(samples, window)
+    poller = _Poller()
+    poller.register(inbox.rfd)
+    running = {}  # pidfd (or -pid without pidfds) -> job
+    pipes = {}  # the read end of a running job's output pipe -> job
+    exited = collections.deque()  # jobs whose waiting thread saw them exit (no pidfds)
+    failed = collections.deque()  # results of jobs that did not start
+    prepared = collections.deque()
+    results = {}
+    emitted = 0
+    inflight = 0  # started or being started, not yet ended
+    have_pidfd = hasattr(os, "pidfd_open")
+
+    def waiter(job):
+        _wait_nowait(job.pid)
+        exited.append(job)
+        inbox.wake()
+
+    def start(job):  # in the starting thread (or this one without epoll)
+        failure = runner.spawn(job)
+        if failure is not None:
+            failed.append((job.index, failure))
+            inbox.wake()
+            return
+        job.pidfd = None
+        if have_pidfd:
+            try:
+                job.pidfd = os.pidfd_open(job.pid)
+            except OSError:
+                pass
+        rfd = getattr(job.log, "rfd", None)
+        if rfd is not None:  # its output is read while it runs
+            pipes[rfd] = job
+            poller.register(rfd)
+        if job.pidfd is not None:
+            running[job.pidfd] = job
+            poller.register(job.pidfd)
+        else:
+            running[-job.pid] = job
+            threading.Thread(target=waiter, args=(job,), daemon=True).start()
+
+    def starter():
+        while True:
+            job = jobs.get()
+            if job is None:
+                return
+            try:
+                start(job)
+            except BaseException as e:  # a bug: the sample's failure
+                from .engine import _Result
+
+                if running.get(job.pidfd) is job or running.get(-(job.pid or 0)) is job:
+                    continue  # it runs and is waited for: its exit gives its result
+                if job.pid is not None:
+                    _killpg(job.pid)
+                    runner.spawner.reap(job.handle)
+                runner.discard(job)
+                failed.append((job.index, _Result(job.key, error=f"internal error: {type(e).__name__}: {e}")))
+                inbox.wake()
+
+    jobs = queue.SimpleQueue()
+    thread = None
+    if poller.threadsafe:
+        thread = threading.Thread(target=starter, name="tarproc-spawn", daemon=True)
+        thread.start()
+
+    def next_job():
+        while inbox.items:
+            index, sample = inbox.items.popleft()
+            job = runner.prepare(index, sample)
+            if not hasattr(job, "pid"):  # failed before it started
+                results[index] = job
+                continue
+            return job
+        return None
+
+    def unpipe(job):
+        rfd = getattr(job.log, "rfd", None)
+        if rfd is not None and pipes.pop(rfd, None) is not None:
+            poller.unregister(rfd)
+
+    def end(job):
+        nonlocal inflight
+        unpipe(job)
+        if job.pidfd is not None:
+            poller.unregister(job.pidfd)
+            del running[job.pidfd]
+            os.close(job.pidfd)
+        else:
+            del running[-job.pid]
+        _killpg(job.pid)  # any process left in its group
+        status = runner.spawner.reap(job.handle)
+        if job.timed_out:
+            status = "timeout"
+        inflight -= 1
+        if status != 127 or runner.any_ok:  # (127 first: "command not found" stops the run at once)
+            fill()  # the next command starts before this one's output is collected
+        results[job.index] = runner.finish(job, status)
+
+    def fill():
+        nonlocal inflight
+        while inflight < parallel:
+            job = prepared.popleft() if prepared else next_job()
+            if job is None:
+                break
+            inflight += 1
+            if thread is not None:
+                jobs.put(job)
+            else:
+                start(job)
+        if not prepared and inflight >= parallel:
+            job = next_job()  # prepared while the commands run
+            if job is not None:
+                prepared.append(job)
+
+    try:
+        while True:
+            while failed:
+                index, result = failed.popleft()
+                inflight -= 1
+                results[index] = result
+            fill()
+            # hand out what is done, in order
+            if ordered:
+                while emitted in results:
+                    result = results.pop(emitted)
+                    emitted += 1
+                    inbox.slots.release()
+                    yield from handle(result)
+            else:
+                for index in list(results):
+                    result = results.pop(index)
+                    emitted += 1
+                    inbox.slots.release()
+                    yield from handle(result)
+            if inbox.ended and emitted >= inbox.total and not inbox.items:
+                break
+            # set before looking: the reader then wakes us after its next sample
+            inbox.waiting = inflight < parallel or not prepared
+            if inbox.items and inflight < parallel or failed:
+                inbox.waiting = False
+                continue
+            if on_stall is not None:
+                on_stall()
+            timeout = None
+            if runner.timeout is not None and inflight:
+                now = time.monotonic()
+                timeout = runner.timeout  # a command being started has a later deadline
+                for job in list(running.values()):
+                    if job.timed_out:
+                        continue
+                    if job.deadline <= now:
+                        job.timed_out = True
+                        _killpg(job.pid)
+                    else:
+                        timeout = min(timeout, job.deadline - now + 0.001)
+            ready = poller.wait(timeout) if inflight or not inbox.ended else []
+            inbox.waiting = False
+            done = [running[fd] for fd, _ in ready if fd in running]  # before a closed pidfd's number is reused
+            for fd, _ in ready:
+                if fd == inbox.rfd:
+                    inbox.drain()
+                elif fd in pipes and not pipes[fd].log.pump():  # at its end
+                    poller.unregister(fd)
+                    pipes.pop(fd).log.finish()
+            for job in done:
+                end(job)
+            while exited:
+                end(exited.popleft())
+        if inbox.error is not None:
+            raise inbox.error
+    finally:
+        runner.closed = True  # what is still queued is not started
+        if thread is not None:
+            jobs.put(None)
+            thread.join(10)
+        inbox.close()
+        for job in list(running.values()):
+            _killpg(job.pid)
+        for job in list(running.values()):
+            unpipe(job)
+            try:
+                if job.pidfd is not None:
+                    os.close(job.pidfd)
+                else:
+                    _wait_nowait(job.pid)
+                runner.spawner.reap(job.handle)
+            except OSError:
+                pass
+            runner.finish(job, "closed")
+        for job in prepared:
+            runner.discard(job)
+        poller.close()
