@@ -544,11 +544,13 @@ def spooler_of(args, pass_through=False):
                    PASS_THROUGH_REGION if pass_through else None)
 
 
-def read_inputs(args, rep, stats, urls=None, pass_through=False, spooler=None):
+def read_inputs(args, rep, stats, urls=None, pass_through=False, spooler=None, raw=False):
     """The samples of every input in turn (``-v`` names each one).  When
     the progress line is on and every input is a local uncompressed file,
     its total is their size and the position is estimated from the members
-    read (each: a 512-byte header and its data rounded up to 512)."""
+    read (each: a 512-byte header and its data rounded up to 512).  ``raw``:
+    samples carry the bytes they were read from, for a writer to copy
+    (only for commands that write samples unchanged, in order)."""
     from ..core.rules import is_meta
     from ..sources.samples import iter_samples
 
@@ -561,7 +563,7 @@ def read_inputs(args, rep, stats, urls=None, pass_through=False, spooler=None):
     for n, url in enumerate(urls):
         rep.info(f"reading {'stdin' if url == '-' else url}")
         samples = iter_samples([url], stats, strict=args.strict, warn=rep.warn, stall=rep.stall,
-                               spooler=spooler)
+                               spooler=spooler, raw=raw)
         if sizes is None:
             yield from samples
             continue

@@ -132,7 +132,9 @@ def tarcat_command(
 
     with open_sink(args.output, stall=rep.stall) as sink:
         writer = S.SampleWriter(sink, stats)
-        for sample in S.pipeline(read_inputs(args, rep, stats, urls, pass_through=True), *stages):
+        # samples that go out as they came in are copied as the bytes they were read from
+        raw = not (args.fields or args.rekey or args.shuffle)
+        for sample in S.pipeline(read_inputs(args, rep, stats, urls, pass_through=True, raw=raw), *stages):
             writer.write(sample)
         writer.close()
     rep.done(stats)

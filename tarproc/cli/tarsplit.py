@@ -150,7 +150,7 @@ def tarsplit_command(
         elif args.fractions:
             mode = {"fractions": args.fractions, "seed": args.seed}
         recorder = None
-        samples = progress_stage(rep, stats)(read_inputs(args, rep, stats, urls, pass_through=True))
+        samples = progress_stage(rep, stats)(read_inputs(args, rep, stats, urls, pass_through=True, raw=True))
         if args.index and not (exact or args.fractions):
             from ..sinks.index import IndexRecorder
 

@@ -7,6 +7,7 @@ members with the same key form one sample (the WebDataset convention)."""
 from ..errors import BadArchive, BadSample
 from .blob import Blob
 from .limits import quote
+from .passthru import RawSample, is_canonical_writer
 from .rules import bad_field_name, bad_key, is_meta, split_name, unsafe_name
 from .stats import Stats
 from .tario import REGULAR, TYPE_NAMES, TarWriter
@@ -82,9 +83,21 @@ class SampleWriter:
 
     def __init__(self, stream, stats=None, **header_defaults):
         self.tar = TarWriter(stream, **header_defaults)
+        self._raw_ok = is_canonical_writer(self.tar)
         self.stats = stats if stats is not None else Stats()
 
     def write(self, sample):
+        if type(sample) is RawSample and self._raw_ok:
+            raw = getattr(sample, "raw", None)
+            if raw is not None:  # the bytes it was read from are what we would write
+                pieces, members = raw
+                tar = self.tar
+                for piece in pieces:
+                    tar.stream.write(piece)
+                    tar.bytes_written += len(piece)
+                tar.members_written += members
+                self.stats.written += 1
+                return
         key = sample.get("__key__")
         write = self.tar.write
         if (isinstance(key, str) and key and "." not in key[key.rfind("/") + 1 :] and not key.endswith("/")

@@ -183,6 +183,7 @@ class TarReader:
         self.offset = 0
         self.truncated = False
         self.trailing = None  # offset of data ignored after the end-of-archive marker
+        self.gpax = {}  # global pax records in force (members() fills it)
         self.spooler = spooler if spooler is not None else Spooler()
         self._region = getattr(stream, "region_source", None)
         self._shared = {}
@@ -275,14 +276,18 @@ class TarReader:
             left -= len(piece)
 
     def members(self):
+        """Yield the members.  Between two members the caller may read whole
+        members from ``self.stream`` itself if it adds their bytes to
+        ``self.offset``, and may replace ``self.stream`` by a stream at the
+        same position: :func:`~tarproc.core.passthru.fast_group` does."""
         read = self.stream.read
         source = self.source
-        offset = 0
+        offset = self.offset
         zero_seen = False
         zero_end = eoa_end = -1  # where the last zero block / end-of-archive marker ends
         long_name = long_link = None
         pax = None
-        gpax = {}
+        gpax = self.gpax = {}
         pending_at = None  # offset of a special header still waiting for its member
         first_at = None  # offset of the first of those special headers
         while True:
@@ -392,28 +397,25 @@ class TarReader:
             start = here if pending_at is None else first_at
             pending_at = None
 
-            if flag in _REGULAR_FLAGS:
-                data = self._read_data(size, here, name)
-                yield Member(name, data, REGULAR, mode, mtime, linkname, here, start)
+            kind = REGULAR if flag in _REGULAR_FLAGS else _KNOWN_OTHER.get(flag, REGULAR)  # POSIX: unknown
+            if kind == REGULAR:  # flags are regular files
+                m = Member(name, self._read_data(size, here, name), REGULAR, mode, mtime, linkname, here, start)
+            elif kind == "S":  # GNU sparse: the file it stands for (core/sparse.py)
+                name, data, extra = read_sparse(self, buf, records, size, here, name)
+                offset += extra
+                m = Member(name, data, REGULAR, mode, mtime, linkname, here, start)
             else:
-                kind = _KNOWN_OTHER.get(flag)
-                if kind is None:
-                    # POSIX: unknown type flags are read as regular files.
-                    data = self._read_data(size, here, name)
-                    yield Member(name, data, REGULAR, mode, mtime, linkname, here, start)
-                    continue
-                if kind == "S":  # GNU sparse: the file it stands for (core/sparse.py)
-                    name, data, extra = read_sparse(self, buf, records, size, here, name)
-                    offset += extra
-                    yield Member(name, data, REGULAR, mode, mtime, linkname, here, start)
-                    continue
                 if kind in "123456":
                     # links, devices, directories and FIFOs carry no data,
                     # whatever their size field says (as tarfile and GNU tar)
                     offset = here + BLOCK
                 elif size:
                     self._skip_data(size, here, name)
-                yield Member(name, None, kind, mode, mtime, linkname, here, start)
+                m = Member(name, None, kind, mode, mtime, linkname, here, start)
+            self.offset = offset
+            yield m
+            offset = self.offset  # fast_group may have read on
+            read = self.stream.read
 
 
 def read_members(stream, source="-", strict=False, warn=None):

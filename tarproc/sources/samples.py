@@ -1,11 +1,11 @@
 """Reading samples from URLs: :func:`iter_samples`."""
 
-from ..core.grouping import group
+from ..core.passthru import fast_group
 from ..core.stats import Stats
 from ..core.tario import TarReader
 
 
-def iter_samples(urls, stats=None, strict=False, warn=None, stall=None, spooler=None):
+def iter_samples(urls, stats=None, strict=False, warn=None, stall=None, spooler=None, raw=False):
     """Yield the samples of one URL or a list of URLs, in order.
 
     Each sample gets ``__source__`` (its URL; ``stdin`` for ``-``).  ``warn(message)`` receives
@@ -17,7 +17,10 @@ def iter_samples(urls, stats=None, strict=False, warn=None, stall=None, spooler=
     would block on an empty pipe.  Members from ``spooler.threshold`` bytes
     on come as :class:`~tarproc.core.blob.Blob` (``spooler``: a
     :class:`~tarproc.core.blob.Spooler`, default 4 MiB or
-    ``TARPROC_BLOB_THRESHOLD``, spool files in ``TMPDIR``)."""
+    ``TARPROC_BLOB_THRESHOLD``, spool files in ``TMPDIR``).  With ``raw``,
+    samples that were read from plain headers carry their bytes, which
+    :class:`~tarproc.core.grouping.SampleWriter` copies instead of encoding
+    the sample again (:mod:`tarproc.core.passthru`)."""
     from .fragment import iter_fragment
     from .shardlist import expand_urls
     from .open import open_source
@@ -27,7 +30,7 @@ def iter_samples(urls, stats=None, strict=False, warn=None, stall=None, spooler=
     if stats is None:
         stats = Stats()
     for url in urls:
-        sliced = iter_fragment(url, lambda one: iter_samples(one, stats, strict, warn, stall=stall))
+        sliced = iter_fragment(url, lambda one: iter_samples(one, stats, strict, warn, stall=stall, raw=raw))
         if sliced is not None:  # 'PATTERN#START,END'
             yield from sliced
             continue
@@ -36,6 +39,6 @@ def iter_samples(urls, stats=None, strict=False, warn=None, stall=None, spooler=
         name = "stdin" if url == "-" else url
         try:
             reader = TarReader(stream, name, strict=strict, warn=warn, spooler=spooler)
-            yield from group(reader.members(), name, stats)
+            yield from fast_group(reader, name, stats, raw)
         finally:
             stream.close()

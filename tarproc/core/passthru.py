@@ -1,0 +1,299 @@
+"""Reading shards of small members fast, and copying unchanged samples as bytes.
+
+:func:`fast_group` yields exactly the samples of
+``group(reader.members(), source, stats)`` (same keys, fields, bytes, skips,
+counts and errors) but reads the common member straight from the input
+buffer: a plain ustar header that is byte for byte what
+:class:`~tarproc.core.tario.TarWriter` writes with its defaults (mode 0644,
+owner 0, time 0, no prefix, no pax) for an ASCII name of at most 100 bytes,
+and data below the blob threshold.  Such a header needs no decoding: it is
+recognised with a few ``startswith`` calls against the constant parts, its
+checksum is checked without summing the block, and nothing but the name,
+the size and the data is extracted.  Every other member (GNU tar's, pax,
+long names, links, damage, the end of the input) goes to the general parser
+of :class:`~tarproc.core.tario.TarReader`, which reads on from the same
+position.
+
+With ``raw``, samples come as :class:`RawSample`: when every member of a
+sample was such a header, the fields are in sorted order and named as a
+writer would name them, ``sample.raw`` holds the sample's bytes as they
+were read, and :class:`~tarproc.core.grouping.SampleWriter` writes those
+bytes instead of encoding the sample again: the same bytes, without the work.
+Any change to the sample (setting, deleting a field) drops ``raw``.
+"""
+
+import io
+
+from ..errors import BadArchive, BadSample
+from .limits import quote
+from .rules import split_name, unsafe_name
+from .stats import Stats
+from .tario import _LARGE_MEMBER, REGULAR, TYPE_NAMES, TarWriter
+
+#: After this many members in a row that the fast path could not take,
+#: an input is read by the general parser alone (a GNU tar shard).
+GIVE_UP = 32
+
+
+def _canonical_parts():
+    w = TarWriter(io.BytesIO())
+    return w._pre, w._mtime, w._end, w._const
+
+
+PRE, MTIME, END, CONST = _canonical_parts()
+
+
+class RawSample(dict):
+    """A sample (a ``dict``) that may carry the bytes it was read from:
+    ``raw`` is ``None`` or ``(pieces, members)``, a list of ``bytes`` whose
+    concatenation is the sample's members as a writer with default headers
+    would write them.  Any mutation sets ``raw`` to ``None``."""
+
+    __slots__ = ("raw",)
+
+    def __setitem__(self, key, value):
+        self.raw = None
+        dict.__setitem__(self, key, value)
+
+    def __delitem__(self, key):
+        self.raw = None
+        dict.__delitem__(self, key)
+
+    def __ior__(self, other):
+        self.raw = None
+        return dict.__ior__(self, other)
+
+    def _mutator(name):
+        method = getattr(dict, name)
+
+        def mutate(self, *args, **kwargs):
+            self.raw = None
+            return method(self, *args, **kwargs)
+
+        mutate.__name__ = name
+        return mutate
+
+    update = _mutator("update")
+    pop = _mutator("pop")
+    popitem = _mutator("popitem")
+    setdefault = _mutator("setdefault")
+    clear = _mutator("clear")
+    del _mutator
+
+
+def is_canonical_writer(tar):
+    """Whether a :class:`TarWriter` writes the headers that raw bytes carry."""
+    return tar._pre == PRE and tar._mtime == MTIME and tar._end == END
+
+
+#: Bytes asked of the input at a time (``read1``: what is there, up to this).
+CHUNK = 256 << 10
+
+
+class _Rest:
+    """The input as the general parser sees it: what the fast path has
+    buffered and not used (``head[pos:]``), then ``stream``."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.head = b""
+        self.pos = 0
+
+    def read(self, n=-1):
+        head, pos = self.head, self.pos
+        if pos + n <= len(head) and n >= 0:
+            self.pos = pos + n
+            return head[pos : pos + n]
+        part = head[pos:]
+        self.head, self.pos = b"", 0
+        more = self.stream.read(n - len(part) if n >= 0 else -1)
+        return part + more if part else more
+
+    def readinto(self, view):
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    def tell(self):
+        return self.stream.tell() - (len(self.head) - self.pos)
+
+    def seek(self, n, whence=0):
+        if whence != 1:
+            raise ValueError("only relative seeks")  # all that TarReader does
+        left = len(self.head) - self.pos
+        if n <= left:
+            self.pos += n
+            return self.tell()
+        self.head, self.pos = b"", 0
+        return self.stream.seek(n - left, 1)
+
+
+def fast_group(reader, source="-", stats=None, raw=False):
+    """The samples of ``reader`` (a :class:`~tarproc.core.tario.TarReader`),
+    as :func:`~tarproc.core.grouping.group` gives them; see the module doc."""
+    if stats is None:
+        stats = Stats()
+    stream = reader.stream
+    read1 = getattr(stream, "read1", None)
+    fast = read1 is not None and reader.offset == 0
+    if fast:
+        rest = reader.stream = _Rest(stream)
+        take = stream.read
+    general = reader.members()
+    limit = min(reader._blob_from, _LARGE_MEMBER)
+    sizes = {}  # size field -> (size, sum of its bytes, size rounded up to 512)
+    setitem = dict.__setitem__
+    current = None
+    key = None
+    last = None  # the last field of the current sample, while it can be raw
+    pieces = None  # the raw bytes of the current sample (None: it cannot be raw)
+    rchunk = None  # ... and its last run of members, chunk[rs:re]
+    rs = re = 0
+    nmem = 0
+    misses = 0
+    chunk = b""
+    pos = end = 0
+    base = 0  # the input offset of chunk[0]
+    while True:
+        if fast and end - pos < 512:
+            more = read1(CHUNK)
+            if pos < end:
+                more = chunk[pos:] + more
+            while 0 < len(more) < 512:  # a header cut by the buffer: one more read
+                piece = read1(CHUNK)
+                if not piece:
+                    break
+                more += piece
+            if rchunk is chunk and pieces is not None:
+                pieces.append(chunk[rs:re])
+                rchunk = None
+            base += pos
+            chunk, pos, end = more, 0, len(more)
+        p = pos
+        name = None
+        if fast and end - p >= 512 and chunk.startswith(END, p + 156) and chunk.startswith(PRE, p + 100) \
+                and chunk.startswith(MTIME, p + 136):
+            sf = chunk[p + 124 : p + 136]
+            sz = sizes.get(sf)
+            if sz is None:
+                if sf[11] != 0 or sf[:11].translate(None, b"01234567"):
+                    sz = (-1, 0, 0)
+                else:
+                    size = int(sf[:11], 8)
+                    sz = (size, sum(sf), size + (-size % 512))
+                if len(sizes) < 4096:
+                    sizes[sf] = sz
+            size, ssum, padded = sz
+            n = chunk.find(b"\0", p, p + 100)
+            if n < 0:
+                n = p + 100
+            nameb = chunk[p:n]
+            if 0 <= size < limit and nameb and nameb.isascii() \
+                    and chunk.count(0, n, p + 100) == p + 100 - n \
+                    and chunk.startswith(b"%06o\0 " % (CONST + sum(nameb) + ssum), p + 148):
+                stop = p + 512 + padded
+                if stop > end:
+                    # the member goes on past the buffer: get the rest, look again
+                    more = take(stop - end)
+                    if rchunk is chunk and pieces is not None:
+                        pieces.append(chunk[rs:re])
+                        rchunk = None
+                    chunk = chunk[p:] + more
+                    base += p
+                    pos = p = 0
+                    end = len(chunk)
+                    stop = 512 + padded
+                if stop <= end:
+                    data = chunk[p + 512 : p + 512 + size]
+                    pos = stop
+                    here = base + p
+                    misses = 0
+                    name = nameb.decode("ascii")
+                    # padding that is not zeros is not what a writer writes
+                    israw = stop - p - 512 == size or chunk.count(0, p + 512 + size, stop) == stop - p - 512 - size
+        if name is None:
+            # the general parser reads one member (and whatever comes before it)
+            if fast:
+                if end - p >= 512:
+                    misses += 1
+                    if misses >= GIVE_UP:
+                        fast = False
+                rest.head, rest.pos = chunk, pos
+                reader.offset = base + pos
+            m = next(general, None)
+            if fast:
+                chunk, pos, end = rest.head, rest.pos, len(rest.head)
+                base = reader.offset - pos
+                if reader.gpax:
+                    fast = False  # global pax records apply to every member from here on
+            elif reader.stream is not stream and rest.pos >= len(rest.head):
+                reader.stream = stream  # nothing left buffered: the parser reads the input directly
+            if m is None:
+                break
+            if m.type != REGULAR:
+                stats.skip_member(TYPE_NAMES.get(m.type, "special files"))
+                continue
+            name, data, here, israw = m.name, m.data, m.offset, False
+
+        # ---- grouping: what group() in grouping.py does, inlined
+        if name and name[0] != "/" and ".." not in name and name.isprintable():
+            slash = name.rfind("/")
+            dot = name.find(".", slash + 1)
+            if dot <= slash + 1:
+                stats.skip_member("names without an extension")
+                continue
+            k = name[:dot]
+            field = name[dot + 1 :]
+            lower = field.lower()
+            if lower != field:
+                field = lower
+                israw = False
+        else:
+            why = unsafe_name(name)
+            if why:
+                raise BadArchive(source, here, why)
+            parts = split_name(name)
+            if parts is None:
+                stats.skip_member("names without an extension")
+                continue
+            k, field = parts
+            israw = False
+        if field[:2] == "__" and field[-2:] == "__":  # as group(): a metadata name is never a field
+            raise BadArchive(source, here, f"member name {quote(name)}: field {quote(field)} is a metadata "
+                                           f"name (__...__), never a field")
+        if k != key:
+            if current is not None:
+                stats.read += 1
+                if raw:
+                    if pieces is not None and rchunk is not None:
+                        pieces.append(rchunk[rs:re])
+                    current.raw = (pieces, nmem) if pieces else None
+                yield current
+            current = RawSample(__key__=k, __source__=source) if raw else {"__key__": k, "__source__": source}
+            key = k
+            last = ""
+            pieces = [] if raw else None
+            rchunk = None
+            nmem = 0
+        elif field in current:
+            raise BadSample(k, f"field {field!r} appears twice (offset {here})", source)
+        setitem(current, field, data)
+        if pieces is not None:
+            if israw and field > last and field[:2] != "__":
+                last = field
+                nmem += 1
+                if rchunk is chunk and re == p:
+                    re = pos
+                else:
+                    if rchunk is not None:
+                        pieces.append(rchunk[rs:re])
+                    rchunk, rs, re = chunk, p, pos
+            else:
+                pieces = None
+    if current is not None:
+        stats.read += 1
+        if raw:
+            if pieces is not None and rchunk is not None:
+                pieces.append(rchunk[rs:re])
+            current.raw = (pieces, nmem) if pieces else None
+        yield current
