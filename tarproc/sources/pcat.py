@@ -162,7 +162,8 @@ def _worker(conn, urls, mode, strict, header_defaults):
 
                 if tar:
                     before = tw.bytes_written
-                    for sample in iter_samples([url], stats, strict=strict, warn=warn, stall=stall):
+                    # raw: unchanged samples go out as the bytes they were read from
+                    for sample in iter_samples([url], stats, strict=strict, warn=warn, stall=stall, raw=True):
                         if Blob in map(type, sample.values()):  # large fields: sent alone, by reference
                             flush()
                             one = _Collect()
