@@ -227,3 +227,24 @@ def test_any_members_any_writer_any_cut(items, cut, size):
         same(data[: cut % (len(data) + 1)])
     finally:
         passthru.CHUNK = old_chunk
+
+
+def test_commands_write_what_the_general_path_writes(sh, tmp_path):
+    """The installed tarcat, tarsplit and tarpcat on canonical, GNU-tar-made
+    and odd inputs: their output bytes are the general path's."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, data in CANON[:30]:
+        (src / name.replace("/", "_")).write_bytes(data)
+    subprocess.run(["tar", "-cf", str(tmp_path / "gnu.tar"), "-C", str(src), "--sort=name", "."], check=True)
+    inputs = {"canon.tar": canonical(CANON), "odd.tar": canonical([m for m in ODD if m[0] != "k1.txt"]),
+              "gnu.tar": (tmp_path / "gnu.tar").read_bytes()}
+    inputs["mixed.tar"] = inputs["canon.tar"][:-1024] + inputs["gnu.tar"]
+    for name, data in inputs.items():
+        (tmp_path / name).write_bytes(data)
+        expected = run(data, fast=False)[0]
+        assert sh(f"tarcat {name}", stderr_ok=True).stdout == expected, name
+        assert sh(f"cat {name} | tarcat -c 1000", stderr_ok=True).stdout == expected, name
+        sh(f"tarsplit -q -n 1000 -o {name}-%06d.tar {name}", stderr_ok=True)
+        assert (tmp_path / f"{name}-000000.tar").read_bytes() == expected, name
+        assert sh(f"tarpcat -w 2 {name}", stderr_ok=True).stdout == expected, name
