@@ -6,7 +6,7 @@ counts and errors) but reads the common member straight from the input
 buffer: a plain ustar header that is byte for byte what
 :class:`~tarproc.core.tario.TarWriter` writes with its defaults (mode 0644,
 owner 0, time 0, no prefix, no pax) for an ASCII name of at most 100 bytes,
-and data below the blob threshold.  Such a header needs no decoding: it is
+and data below 128 KiB and the blob threshold.  Such a header needs no decoding: it is
 recognised with a few ``startswith`` calls against the constant parts, its
 checksum is checked without summing the block, and nothing but the name,
 the size and the data is extracted.  Every other member (GNU tar's, pax,
@@ -41,6 +41,27 @@ def _canonical_parts():
 
 
 PRE, MTIME, END, CONST = _canonical_parts()
+#: ZEROS[n]: n zero bytes (the padding of a name field or of member data).
+ZEROS = tuple(bytes(n) for n in range(512))
+
+
+def _size_of(mid):
+    """``(size, sum of the size field, size rounded up to 512)`` from bytes
+    100..148 of a header when they are what a writer writes, else ``(-1, 0, 0)``."""
+    sf = mid[24:36]
+    if not mid.startswith(PRE) or not mid.endswith(MTIME) or sf[11] != 0 or sf[:11].translate(None, b"01234567"):
+        return (-1, 0, 0)
+    size = int(sf[:11], 8)
+    return (size, sum(sf), size + (-size % 512))
+
+
+def _checksum_field(sums, total):
+    """The checksum field a writer writes for a header whose bytes sum to
+    ``total`` beyond the constant parts (cached: few values repeat)."""
+    field = b"%06o\0 " % (CONST + total)
+    if len(sums) < 65536:
+        sums[total] = field
+    return field
 
 
 class RawSample(dict):
@@ -141,7 +162,8 @@ def fast_group(reader, source="-", stats=None, raw=False):
         take = stream.read
     general = reader.members()
     limit = min(reader._blob_from, _LARGE_MEMBER)
-    sizes = {}  # size field -> (size, sum of its bytes, size rounded up to 512)
+    sums = {}  # checksum fields by the sum of the name and size fields
+    sizes = {}  # bytes 100..148 of a header -> _size_of() them
     setitem = dict.__setitem__
     current = None
     key = None
@@ -171,26 +193,21 @@ def fast_group(reader, source="-", stats=None, raw=False):
             chunk, pos, end = more, 0, len(more)
         p = pos
         name = None
-        if fast and end - p >= 512 and chunk.startswith(END, p + 156) and chunk.startswith(PRE, p + 100) \
-                and chunk.startswith(MTIME, p + 136):
-            sf = chunk[p + 124 : p + 136]
-            sz = sizes.get(sf)
+        if fast and end - p >= 512 and chunk.startswith(END, p + 156):
+            mid = chunk[p + 100 : p + 148]  # mode, owner, group, size and time
+            sz = sizes.get(mid)
             if sz is None:
-                if sf[11] != 0 or sf[:11].translate(None, b"01234567"):
-                    sz = (-1, 0, 0)
-                else:
-                    size = int(sf[:11], 8)
-                    sz = (size, sum(sf), size + (-size % 512))
+                sz = _size_of(mid)
                 if len(sizes) < 4096:
-                    sizes[sf] = sz
+                    sizes[mid] = sz
             size, ssum, padded = sz
             n = chunk.find(b"\0", p, p + 100)
             if n < 0:
                 n = p + 100
             nameb = chunk[p:n]
-            if 0 <= size < limit and nameb and nameb.isascii() \
-                    and chunk.count(0, n, p + 100) == p + 100 - n \
-                    and chunk.startswith(b"%06o\0 " % (CONST + sum(nameb) + ssum), p + 148):
+            total = sum(nameb) + ssum
+            if 0 <= size < limit and nameb and nameb.isascii() and chunk.startswith(ZEROS[p + 100 - n], n) \
+                    and chunk.startswith(sums.get(total) or _checksum_field(sums, total), p + 148):
                 stop = p + 512 + padded
                 if stop > end:
                     # the member goes on past the buffer: get the rest, look again
@@ -210,7 +227,7 @@ def fast_group(reader, source="-", stats=None, raw=False):
                     misses = 0
                     name = nameb.decode("ascii")
                     # padding that is not zeros is not what a writer writes
-                    israw = stop - p - 512 == size or chunk.count(0, p + 512 + size, stop) == stop - p - 512 - size
+                    israw = padded == size or chunk.startswith(ZEROS[padded - size], p + 512 + size)
         if name is None:
             # the general parser reads one member (and whatever comes before it)
             if fast:
