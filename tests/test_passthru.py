@@ -41,7 +41,8 @@ def run(data, fast, raw=False, stream="buffered", threshold=None):
         src = io.BytesIO(data)
     else:
         src = ReadOnly(data)
-    reader = TarReader(src, "in", spooler=Spooler(threshold) if threshold else None)
+    warnings = []
+    reader = TarReader(src, "in", warn=warnings.append, spooler=Spooler(threshold) if threshold else None)
     writer = SampleWriter(out, stats)
     try:
         it = passthru.fast_group(reader, "in", stats, raw) if fast else group(reader.members(), "in", stats)
@@ -51,7 +52,7 @@ def run(data, fast, raw=False, stream="buffered", threshold=None):
         writer.close()
     except Exception as e:  # compared as text: same class, same message
         err = f"{type(e).__name__}: {e}"
-    return out.getvalue(), samples, err, stats.as_dict(), reader.truncated
+    return out.getvalue(), samples, err, stats.as_dict(), (reader.truncated, reader.trailing, warnings)
 
 
 def same(data, **kw):
@@ -113,7 +114,7 @@ ODD = [
     ("k1.JPEG", b"upper-case field: written lower-case"),
     ("k1.cls", b"1"),
     ("k2.txt", b"out of order"), ("k2.cls", b"2"),
-    ("k3.__index__", b"metadata-looking field"), ("k3.txt", b"x"),
+    ("k3.__index", b"metadata-looking field"), ("k3.txt", b"x"),
     ("noext", b"skipped"), (".hidden", b"skipped"), ("dir/.x", b"skipped"),
     ("a.b/c.seg.png", b"dotted directory"), ("a.b/c.txt", b"same key"),
     ("k4.", b"empty field"),
@@ -135,7 +136,8 @@ def test_odd_names_and_orders(chunk):
 
 @pytest.mark.parametrize("bad", [
     [("k.txt", b"1"), ("k.txt", b"2")],  # a repeated field
-    [("k.txt", b"1"), ("k.__source__", b"2")],  # a field that is metadata already there
+    [("k.txt", b"1"), ("k.__source__", b"2")],  # a field named like metadata
+    [("k.txt", b"1"), ("k.__index__", b"2")],
     [("ok.txt", b"1"), ("../up.txt", b"x")],  # unsafe names
     [("ok.txt", b"1"), ("/abs.txt", b"x")],
     [("ok.txt", b"1"), ("bad\x1b[2J.txt", b"x")],
@@ -248,3 +250,20 @@ def test_commands_write_what_the_general_path_writes(sh, tmp_path):
         sh(f"tarsplit -q -n 1000 -o {name}-%06d.tar {name}", stderr_ok=True)
         assert (tmp_path / f"{name}-000000.tar").read_bytes() == expected, name
         assert sh(f"tarpcat -w 2 {name}", stderr_ok=True).stdout == expected, name
+
+
+def test_data_after_the_end_marker_and_sparse_members(chunk, tmp_path):
+    data = canonical(CANON[:9])
+    _, samples, _, _, (_, trailing, warnings) = same(data + b"junk after the end" * 100)
+    assert trailing == len(data) and len(warnings) == 1 and len(samples) == 3
+    _, samples, err, _, _ = same(data + canonical(CANON[9:18]))  # another archive: read on
+    assert err is None and len(samples) == 6
+    sparse = tmp_path / "s" / "hole.bin"
+    sparse.parent.mkdir()
+    with open(sparse, "wb") as f:
+        f.write(b"start")
+        f.seek(300000)
+        f.write(b"end")
+    subprocess.run(["tar", "-cSf", str(tmp_path / "sp.tar"), "-C", str(sparse.parent), "hole.bin"], check=True)
+    _, samples, err, _, _ = same(canonical(CANON[:6])[:-1024] + (tmp_path / "sp.tar").read_bytes())
+    assert err is None and samples[-1]["bin"][-3:] == b"end"
