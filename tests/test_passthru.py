@@ -5,6 +5,7 @@ bytes as ``group(TarReader(...).members())`` written by ``SampleWriter``."""
 import io
 import os
 import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -267,3 +268,12 @@ def test_data_after_the_end_marker_and_sparse_members(chunk, tmp_path):
     subprocess.run(["tar", "-cSf", str(tmp_path / "sp.tar"), "-C", str(sparse.parent), "hole.bin"], check=True)
     _, samples, err, _, _ = same(canonical(CANON[:6])[:-1024] + (tmp_path / "sp.tar").read_bytes())
     assert err is None and samples[-1]["bin"][-3:] == b"end"
+
+
+def test_stdout_pipe_is_grown_to_one_mib(sh, tmp_path):
+    """A pipe of 1 MiB to the next stage: one write (or sendfile) per
+    buffer instead of 16 (large members went 5x faster through `| cat`)."""
+    (tmp_path / "a.tar").write_bytes(canonical(CANON[:3]))
+    probe = "import fcntl, sys; sys.stdin.buffer.read(1); print(fcntl.fcntl(0, 1032)); sys.stdin.buffer.read()"
+    out = sh(f"tarcat a.tar | {sys.executable} -c '{probe}'").stdout
+    assert int(out) >= 1 << 20

@@ -218,6 +218,9 @@ class Sink:
             if os.isatty(1) and not os.environ.get("TARPROC_ALLOW_TTY"):
                 raise UsageError("refusing to write a tar archive to a terminal (use -o FILE or a pipe)")
             fd = os.dup(1)
+            from ..sources.compression import _grow_pipe
+
+            _grow_pipe(fd)  # stdout a pipe: 1 MiB, so a buffer (or sendfile) moves in one go, not 16
         elif scheme == "file" and _is_special_file(url):
             # /dev/null, a FIFO, /dev/stdout: write straight into it; a rename
             # would replace the device with a regular file

@@ -271,11 +271,13 @@ class _ProgramDecompressed(io.RawIOBase):
 
 
 def _grow_pipe(fd):
-    """A 1 MiB pipe: fewer wake-ups between the decoder and us (Linux)."""
+    """A 1 MiB pipe: fewer wake-ups between the decoder and us, or between
+    us and the next stage of a pipeline (Linux; anything else: unchanged)."""
     try:
         import fcntl
 
-        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+        if fcntl.fcntl(fd, getattr(fcntl, "F_GETPIPE_SZ", 1032)) < 1 << 20:  # never shrink it
+            fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
     except OSError:
         pass
 
