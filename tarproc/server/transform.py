@@ -74,7 +74,13 @@ def job_main():
     from ..runtime.stall import Stall
     from ..sinks.output import open_sink
 
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))  # run the cleanups
+    from ..sources.open import stop_sources
+
+    def on_term(signum, frame):
+        stop_sources()  # the input commands run in their own process groups: not reached by killpg
+        sys.exit(143)  # run the cleanups
+
+    signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's business
     options, url, name = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
 

@@ -125,6 +125,7 @@ class _FdReader(io.RawIOBase):
         if proc is None:
             return
         rc = proc.wait()
+        _LIVE.pop(proc.pid, None)
         err = _tail_of_stderr(proc)
         if rc != 0:
             what = self.what or "command"
@@ -140,6 +141,8 @@ class _FdReader(io.RawIOBase):
                 # children): it runs in its own process group.
                 _killpg(self.proc.pid)
                 self.proc.wait()
+            if self.proc is not None:
+                _LIVE.pop(self.proc.pid, None)
             if self.closefd:
                 os.close(self.fd)
         finally:
@@ -174,6 +177,33 @@ def _child_setup():
     ``pipe:ssh ...`` source needs keys or an agent, as in any pipeline.)"""
     os.setpgid(0, 0)
     _pdeathsig()
+
+
+#: Process groups of the input commands this process started and has not
+#: yet ended: {pgid: owner pid}.  They run in their own groups, so a signal
+#: to our group does not reach them; :func:`stop_sources` ends them (also at
+#: exit), and the kernel's parent-death signal ends the shell of one whose
+#: reader was killed outright.
+_LIVE = {}
+
+
+def stop_sources():
+    """Kill every input command (its whole process group) this process
+    started and has not closed: for a signal handler or an exit path that
+    cannot unwind to the readers (a job process told to stop)."""
+    me = os.getpid()
+    for pgid, owner in list(_LIVE.items()):
+        if owner == me:  # never a parent's, in a forked child
+            _killpg(pgid)
+        _LIVE.pop(pgid, None)
+
+
+def _track(proc):
+    if not _LIVE:
+        import atexit
+
+        atexit.register(stop_sources)  # (registering twice is harmless: stop_sources is idempotent)
+    _LIVE[proc.pid] = os.getpid()
 
 
 def _is_stdout(st):
@@ -226,6 +256,7 @@ def open_source(url, decompress=True, stall=None):
             )
         except OSError as e:
             raise BadInput(f"{url}: cannot start {cmd!r}: {e.strerror}") from None
+        _track(proc)
         _drain_stderr(proc)
         raw = _FdReader(proc.stdout.fileno(), url, proc, closefd=False, what=what, stall=stall)
         raw._keep = proc.stdout
