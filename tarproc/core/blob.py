@@ -580,12 +580,19 @@ class SizesOnly(Spooler):
     members are read through a small buffer and dropped, never stored."""
 
     def spool(self, read_into, size, fail):
-        buf = bytearray(min(size, CHUNK))
-        view = memoryview(buf)
-        got = 0
-        while got < size:
-            n = read_into(view[: min(len(buf), size - got)])
-            if not n:
-                fail(got)
-            got += n
+        read_past(read_into, size, fail)
         return Skipped(size)
+
+
+def read_past(read_into, size, fail, keep=0):
+    """Read a member's ``size`` bytes through a small buffer (``fail(got)`` if
+    the input ends first); return only its first ``keep`` bytes."""
+    kept, view, got = bytearray(), memoryview(bytearray(min(size, CHUNK))), 0
+    while got < size:
+        n = read_into(view[: min(len(view), size - got)])
+        if not n:
+            fail(got)
+        if len(kept) < keep:
+            kept += view[: min(n, keep - len(kept))]
+        got += n
+    return bytes(kept)

@@ -149,6 +149,15 @@ class _Rest:
         return self.stream.seek(n - left, 1)
 
 
+def _seal(sample, pieces, rchunk, rs, re, nmem):
+    """A finished sample keeps its input bytes (the pieces, with the last
+    run of buffer ``rchunk[rs:re]``) only when all its members were copied
+    as read; otherwise it is written by the encoder."""
+    if pieces is not None and rchunk is not None:
+        pieces.append(rchunk[rs:re])
+    sample.raw = (pieces, nmem) if pieces else None
+
+
 def fast_group(reader, source="-", stats=None, raw=False):
     """The samples of ``reader`` (a :class:`~tarproc.core.tario.TarReader`),
     as :func:`~tarproc.core.grouping.group` gives them; see the module doc."""
@@ -282,9 +291,7 @@ def fast_group(reader, source="-", stats=None, raw=False):
             if current is not None:
                 stats.read += 1
                 if raw:
-                    if pieces is not None and rchunk is not None:
-                        pieces.append(rchunk[rs:re])
-                    current.raw = (pieces, nmem) if pieces else None
+                    _seal(current, pieces, rchunk, rs, re, nmem)
                 yield current
             current = RawSample(__key__=k, __source__=source) if raw else {"__key__": k, "__source__": source}
             key = k
@@ -310,7 +317,5 @@ def fast_group(reader, source="-", stats=None, raw=False):
     if current is not None:
         stats.read += 1
         if raw:
-            if pieces is not None and rchunk is not None:
-                pieces.append(rchunk[rs:re])
-            current.raw = (pieces, nmem) if pieces else None
+            _seal(current, pieces, rchunk, rs, re, nmem)
         yield current

@@ -19,7 +19,7 @@ module is cheap.
 import io
 import json
 import re
-from ..core.blob import CHUNK, Blob, Spooler
+from ..core.blob import Blob, Spooler, read_past
 
 #: How much of a spooled (large) field a preview reads.
 PREFIX = 1 << 16
@@ -207,19 +207,7 @@ class PrefixOnly(Spooler):
     decompression time only, never memory or disk."""
 
     def spool(self, read_into, size, fail):
-        keep = bytearray()
-        want = min(size, limits.PREVIEW_BYTES)
-        buf = bytearray(min(size, CHUNK))
-        view = memoryview(buf)
-        got = 0
-        while got < size:
-            n = read_into(view[: min(len(buf), size - got)])
-            if not n:
-                fail(got)
-            if len(keep) < want:
-                keep += view[: min(n, want - len(keep))]
-            got += n
-        return Prefix(size, bytes(keep))
+        return Prefix(size, read_past(read_into, size, fail, keep=limits.PREVIEW_BYTES))
 
 
 def prefix_only(spooler):
