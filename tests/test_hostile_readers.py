@@ -73,6 +73,55 @@ def test_pipe_source_is_killed_as_a_process_group(tmp_path):
     assert not alive, "the pipe: command's child outlived the reader"
 
 
+def test_download_dies_with_a_reader_killed_outright(tmp_path):
+    """A reader SIGKILLed (a preempted pod, the OOM killer) runs no cleanup:
+    the download program itself must carry the parent-death signal, not only
+    the shell that started it."""
+    import http.server
+    import threading
+
+    body = mc.member(b"a.txt", b"x")
+    gate = threading.Event()
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+            self.wfile.flush()
+            gate.wait(60)
+
+        def log_message(self, *a):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/slow-{os.getpid()}.tar"
+    p = subprocess.Popen(["tarcat", url], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        curl = []
+        for _ in range(200):
+            curl = [int(x) for x in subprocess.run(["pgrep", "-f", f"curl.*{url}"], capture_output=True,
+                                                   text=True).stdout.split()]
+            if curl:
+                break
+            time.sleep(0.05)
+        assert curl, "the download never started"
+        p.kill()
+        p.wait()
+        for _ in range(100):
+            if not any(_alive(c) for c in curl):
+                break
+            time.sleep(0.05)
+        left = [c for c in curl if _alive(c)]
+        for c in left:
+            os.kill(c, 9)
+        assert not left, "curl outlived a reader killed with SIGKILL"
+    finally:
+        gate.set()
+        httpd.shutdown()
+
+
 # ---------------------------------------------------------------- tarcheck memory
 
 

@@ -249,6 +249,10 @@ def open_source(url, decompress=True, stall=None):
         else:
             cmd = _command_for(url, READ_COMMANDS, "READ")
             what = cmd.split()[0]
+            if not os.environ.get(f"TARPROC_READ_{scheme.upper()}"):
+                # our own one-program templates: the shell becomes the program, which so
+                # keeps the parent-death signal (a reader killed outright leaves no curl)
+                cmd = "exec " + cmd
         try:
             proc = subprocess.Popen(
                 cmd, shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
