@@ -299,7 +299,6 @@ def test_tarcreate_refuses_unsafe_names(plan, sh, tmp_path):
 # depends on the machine's load) and generous: they catch quadratic code, they
 # are not benchmarks.
 
-import resource  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
 import zlib  # noqa: E402
@@ -332,16 +331,7 @@ def _tar(members):
 
 def _png(width, height):
     """A grey PNG of any size made with zlib (no pixels in memory)."""
-    import struct
-
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    comp = zlib.compressobj(9)
-    row = bytes(width + 1)
-    idat = b"".join(comp.compress(row) for _ in range(height)) + comp.flush()
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
-            + chunk(b"IDAT", idat) + chunk(b"IEND", b""))
+    return make_corpus.png_header_bomb(width, height)
 
 
 # ---------------------------------------------------------------- 1. bounded sizes
