@@ -2,7 +2,7 @@
 
 from typing import Annotated, Literal, Optional
 
-from .base import (Args, BraceExpand, Count, FileList, Inputs, Skip, Strict, command, opt, read_inputs, run,
+from .base import (Args, BraceExpand, Count, FileList, Inputs, Strict, command, opt, read_inputs, run,
                    Reporter, selection_stages)
 
 EXAMPLES = """

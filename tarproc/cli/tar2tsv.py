@@ -2,7 +2,7 @@
 
 from typing import Annotated, Literal, Optional
 
-from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FileList, Inputs, Strict,
+from .base import (BlobThreshold, TmpDir, Args, BraceExpand, Count, FileList, Inputs, Strict,
                    command, nonneg, opt, positive, read_inputs, run, Reporter, selection_stages)
 from .fieldcheck import FieldCheck
 
@@ -84,7 +84,6 @@ def main(args, prog="tar2tsv"):
 
     import tarproc as S
     from ..sinks import table as T
-    from ..errors import UsageError
 
     rep = Reporter(prog, args.verbose, args.quiet, False)
     columns = T.parse_columns(args.fields) if args.fields else None

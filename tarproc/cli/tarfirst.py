@@ -51,7 +51,6 @@ def main(args, prog="tarfirst"):
     import sys
 
     import tarproc as S
-    from ..errors import UsageError
     from ..sinks.show import find_match
 
     rep = Reporter(prog, args.verbose, args.quiet, False)

@@ -161,7 +161,7 @@ def open_image(data):
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
             img = Image.open(io.BytesIO(data))
-        except Image.DecompressionBombError as e:
+        except Image.DecompressionBombError:
             raise OverBudget(f"image over the {MAX_PIXELS} pixel budget (TARPROC_MAX_PIXELS)") from None
     try:
         check_pixels(img.width, img.height)

@@ -18,7 +18,6 @@ more than :data:`~tarproc.core.limits.SPARSE_HOLES` (a small shard that
 claims a terabyte of zeros would otherwise fill the disk).
 """
 
-from ..errors import BadArchive
 from . import limits
 
 BLOCK = 512
@@ -33,7 +32,7 @@ def read_sparse(reader, buf, records, size, here, name):
     :class:`~tarproc.core.tario.TarReader`); ``records`` its pax records
     (or ``None``), ``size`` its stored size.  ``extra``: bytes read beyond
     ``size`` and its padding (old GNU extension blocks)."""
-    from .tario import _cstr, _decode, _number
+    from .tario import _decode, _number
 
     source = reader.source
     read = reader.stream.read

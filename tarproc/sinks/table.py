@@ -10,7 +10,6 @@ anything not UTF-8) as their size in bytes, or their sha256 with ``hash``;
 indices); a missing field is an empty cell (``null`` in JSON lines).
 """
 
-import json
 
 from ..core.blob import Blob
 

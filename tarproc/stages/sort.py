@@ -34,7 +34,6 @@ import sys
 from ..core.blob import Blob
 from ..errors import BadSample, UsageError
 from ..core.rules import is_extra_meta
-from ..runtime.procs import pid_alive
 
 #: Most runs merged at once.
 FANIN = 64
@@ -237,8 +236,6 @@ def _write_run(path, records, chunk_bytes, blobs=False):
 
 def _read_run(path, bufsize):
     """Yield the ``(sortkey, sample)`` records of a run file, a chunk at a time."""
-    import pickle
-
     with open(path, "rb", buffering=bufsize) as f:
         while True:
             try:
