@@ -6,13 +6,16 @@ counts and errors) but reads the common member straight from the input
 buffer: a plain ustar header that is byte for byte what
 :class:`~tarproc.core.tario.TarWriter` writes with its defaults (mode 0644,
 owner 0, time 0, no prefix, no pax) for an ASCII name of at most 100 bytes,
-and data below 128 KiB and the blob threshold.  Such a header needs no decoding: it is
-recognised with a few ``startswith`` calls against the constant parts, its
-checksum is checked without summing the block, and nothing but the name,
-the size and the data is extracted.  Every other member (GNU tar's, pax,
-long names, links, damage, the end of the input) goes to the general parser
-of :class:`~tarproc.core.tario.TarReader`, which reads on from the same
-position.
+and data below 128 KiB and the blob threshold.  Such a header needs no decoding:
+its name field is one match of :data:`NAME` (which splits key and field
+as :func:`~tarproc.core.grouping.group` does, for the names it accepts),
+bytes 100..148 are looked up in a small cache of the constant parts and
+sizes seen, and the checksum and the rest of the block are compared with
+the bytes a writer would write for that name sum, without summing the
+block (the name's byte sum is the low half of its Adler-32).  Every other
+member (GNU tar's, pax, long names, links, damage, the end of the input)
+goes to the general parser of :class:`~tarproc.core.tario.TarReader`,
+which reads on from the same position.
 
 With ``raw``, samples come as :class:`RawSample`: when every member of a
 sample was such a header, the fields are in sorted order and named as a
@@ -23,6 +26,8 @@ Any change to the sample (setting, deleting a field) drops ``raw``.
 """
 
 import io
+import re
+from zlib import adler32
 
 from ..errors import BadArchive, BadSample
 from .limits import quote
@@ -44,22 +49,39 @@ PRE, MTIME, END, CONST = _canonical_parts()
 #: ZEROS[n]: n zero bytes (the padding of a name field or of member data).
 ZEROS = tuple(bytes(n) for n in range(512))
 
+#: The name field of a header (bytes 0..100) as a writer writes it, in one
+#: match: the key (directories, then a base name up to its first dot), the
+#: field (printable ASCII, no ``/``, lower case, not starting with ``_``) and
+#: NUL padding.  Other names (upper case, ``..``, ``__x__``, no extension, not
+#: ASCII) go to the general path, which decides on them as :func:`group` does.
+NAME = re.compile(
+    rb"((?:[ -.0-~]++/)*+[ -\-0-~]++)"  # the key
+    rb"\.([ -.0-@\[-^`-~][ -.0-@\[-~]*+)\x00*+",  # the field, the padding
+    re.S,
+)
 
-def _size_of(mid):
-    """``(size, sum of the size field, size rounded up to 512)`` from bytes
-    100..148 of a header when they are what a writer writes, else ``(-1, 0, 0)``."""
-    sf = mid[24:36]
-    if not mid.startswith(PRE) or not mid.endswith(MTIME) or sf[11] != 0 or sf[:11].translate(None, b"01234567"):
-        return (-1, 0, 0)
-    size = int(sf[:11], 8)
-    return (size, sum(sf), size + (-size % 512))
+
+def _size_of(sizes, mid):
+    """``(size, sum of the size field, size rounded up to 512, the padding a
+    writer writes after the data)`` from bytes 100..148 of a header when they
+    are what a writer writes, else ``(-1, 0, 0, b"")`` (cached: few values repeat)."""
+    sf = mid[24:35]
+    if mid.startswith(PRE) and mid.endswith(MTIME) and mid[35] == 0 and not sf.translate(None, b"01234567"):
+        size = int(sf, 8)
+        sz = (size, sum(sf), size + (-size % 512), ZEROS[-size % 512])
+    else:
+        sz = (-1, 0, 0, b"")
+    if len(sizes) < 4096:
+        sizes[mid] = sz
+    return sz
 
 
-def _checksum_field(sums, total):
-    """The checksum field a writer writes for a header whose bytes sum to
-    ``total`` beyond the constant parts (cached: few values repeat)."""
-    field = b"%06o\0 " % (CONST + total)
-    if len(sums) < 65536:
+def _checksum(sums, total):
+    """Bytes 148..512 (the checksum field and the rest) of the header a
+    writer writes whose name and size fields sum to ``total - 1`` (cached:
+    few values repeat)."""
+    field = b"%06o\0 " % (CONST + total - 1) + END
+    if len(sums) < 4096:
         sums[total] = field
     return field
 
@@ -171,11 +193,13 @@ def fast_group(reader, source="-", stats=None, raw=False):
         take = stream.read
     general = reader.members()
     limit = min(reader._blob_from, _LARGE_MEMBER)
-    sums = {}  # checksum fields by the sum of the name and size fields
+    name_of = NAME.fullmatch
+    sums = {}  # header bytes 148..512 by the sum of the name and size fields (+1)
     sizes = {}  # bytes 100..148 of a header -> _size_of() them
+    fields = {}  # field names as bytes -> str
     setitem = dict.__setitem__
     current = None
-    key = None
+    key = keyb = None  # the current sample's key (and its bytes, when a fast member set it)
     last = None  # the last field of the current sample, while it can be raw
     pieces = None  # the raw bytes of the current sample (None: it cannot be raw)
     rchunk = None  # ... and its last run of members, chunk[rs:re]
@@ -201,43 +225,50 @@ def fast_group(reader, source="-", stats=None, raw=False):
             base += pos
             chunk, pos, end = more, 0, len(more)
         p = pos
-        name = None
-        if fast and end - p >= 512 and chunk.startswith(END, p + 156):
+        k = None
+        if fast and end - p >= 512:
             mid = chunk[p + 100 : p + 148]  # mode, owner, group, size and time
             sz = sizes.get(mid)
             if sz is None:
-                sz = _size_of(mid)
-                if len(sizes) < 4096:
-                    sizes[mid] = sz
-            size, ssum, padded = sz
-            n = chunk.find(b"\0", p, p + 100)
-            if n < 0:
-                n = p + 100
-            nameb = chunk[p:n]
-            total = sum(nameb) + ssum
-            if 0 <= size < limit and nameb and nameb.isascii() and chunk.startswith(ZEROS[p + 100 - n], n) \
-                    and chunk.startswith(sums.get(total) or _checksum_field(sums, total), p + 148):
-                stop = p + 512 + padded
-                if stop > end:
-                    # the member goes on past the buffer: get the rest, look again
-                    more = take(stop - end)
-                    if rchunk is chunk and pieces is not None:
-                        pieces.append(chunk[rs:re])
-                        rchunk = None
-                    chunk = chunk[p:] + more
-                    base += p
-                    pos = p = 0
-                    end = len(chunk)
-                    stop = 512 + padded
-                if stop <= end:
-                    data = chunk[p + 512 : p + 512 + size]
-                    pos = stop
-                    here = base + p
-                    misses = 0
-                    name = nameb.decode("ascii")
-                    # padding that is not zeros is not what a writer writes
-                    israw = padded == size or chunk.startswith(ZEROS[padded - size], p + 512 + size)
-        if name is None:
+                sz = _size_of(sizes, mid)
+            size, ssum, padded, padding = sz
+            h = name_of(chunk, p, p + 100)
+            if h is not None and 0 <= size < limit:
+                total = (adler32(chunk[p : p + 100]) & 0xFFFF) + ssum
+                if chunk.startswith(sums.get(total) or _checksum(sums, total), p + 148) \
+                        and chunk.find(b"..", p, p + 100) < 0:
+                    kb, fb = h.groups()
+                    stop = p + 512 + padded
+                    if stop > end:
+                        # the member goes on past the buffer: get the rest
+                        more = take(stop - end)
+                        if rchunk is chunk and pieces is not None:
+                            pieces.append(chunk[rs:re])
+                            rchunk = None
+                        chunk = chunk[p:] + more
+                        base += p
+                        pos = p = 0
+                        end = len(chunk)
+                        stop = 512 + padded
+                    if stop <= end:
+                        data = chunk[p + 512 : p + 512 + size]
+                        pos = stop
+                        here = base + p
+                        if misses:
+                            misses = 0
+                        # padding that is not zeros is not what a writer writes
+                        israw = not padding or chunk[p + 512 + size : stop] == padding
+                        if kb == keyb:
+                            k = key
+                        else:
+                            k = kb.decode("ascii")
+                            keyb = kb
+                        field = fields.get(fb)
+                        if field is None:
+                            field = fb.decode("ascii")
+                            if len(fields) < 4096:
+                                fields[fb] = field
+        if k is None:
             # the general parser reads one member (and whatever comes before it)
             if fast:
                 if end - p >= 512:
@@ -260,33 +291,28 @@ def fast_group(reader, source="-", stats=None, raw=False):
                 stats.skip_member(TYPE_NAMES.get(m.type, "special files"))
                 continue
             name, data, here, israw = m.name, m.data, m.offset, False
-
-        # ---- grouping: what group() in grouping.py does, inlined
-        if name and name[0] != "/" and ".." not in name and name.isprintable():
-            slash = name.rfind("/")
-            dot = name.find(".", slash + 1)
-            if dot <= slash + 1:
-                stats.skip_member("names without an extension")
-                continue
-            k = name[:dot]
-            field = name[dot + 1 :]
-            lower = field.lower()
-            if lower != field:
-                field = lower
-                israw = False
-        else:
-            why = unsafe_name(name)
-            if why:
-                raise BadArchive(source, here, why)
-            parts = split_name(name)
-            if parts is None:
-                stats.skip_member("names without an extension")
-                continue
-            k, field = parts
-            israw = False
-        if field[:2] == "__" and field[-2:] == "__":  # as group(): a metadata name is never a field
-            raise BadArchive(source, here, f"member name {quote(name)}: field {quote(field)} is a metadata "
-                                           f"name (__...__), never a field")
+            # ---- what group() in grouping.py does with a name
+            if name and name[0] != "/" and ".." not in name and name.isprintable():
+                slash = name.rfind("/")
+                dot = name.find(".", slash + 1)
+                if dot <= slash + 1:
+                    stats.skip_member("names without an extension")
+                    continue
+                k = name[:dot]
+                field = name[dot + 1 :].lower()
+            else:
+                why = unsafe_name(name)
+                if why:
+                    raise BadArchive(source, here, why)
+                parts = split_name(name)
+                if parts is None:
+                    stats.skip_member("names without an extension")
+                    continue
+                k, field = parts
+            if field[:2] == "__" and field[-2:] == "__":  # as group(): a metadata name is never a field
+                raise BadArchive(source, here, f"member name {quote(name)}: field {quote(field)} is a "
+                                                   f"metadata name (__...__), never a field")
+            keyb = None
         if k != key:
             if current is not None:
                 stats.read += 1
@@ -303,7 +329,7 @@ def fast_group(reader, source="-", stats=None, raw=False):
             raise BadSample(k, f"field {field!r} appears twice (offset {here})", source)
         setitem(current, field, data)
         if pieces is not None:
-            if israw and field > last and field[:2] != "__":
+            if israw and field > last:
                 last = field
                 nmem += 1
                 if rchunk is chunk and re == p:
