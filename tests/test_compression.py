@@ -19,6 +19,7 @@ from conftest import VENV_BIN, require
 from helpers import read_tar, tar_bytes
 from tarproc.errors import BadInput
 from tarproc.sources import compression as C
+from tarproc.sources import unzip
 from tarproc.sources.open import _FdReader, open_source
 
 MEMBERS = [(f"s{i:03d}.{ext}", random.Random(i).randbytes(i * 37 % 3000) if ext == "bin" else b"x%d" % i)
@@ -113,8 +114,8 @@ def test_thread_decoder_bounds_its_chunks():
     """A gzip bomb comes out in chunks of at most 1 MiB, never at once."""
     bomb = gzip.compress(bytes(50 << 20), mtime=0)
     pieces = [bomb[i : i + 4096] for i in range(0, len(bomb), 4096)] + [b""]
-    sizes = [len(c) for c in C._decoded_chunks("gzip", iter(pieces).__next__)]
-    assert sum(sizes) == 50 << 20 and max(sizes) <= C._CHUNK
+    sizes = [len(c) for c in C.decoded_chunks("gzip", iter(pieces).__next__)]
+    assert sum(sizes) == 50 << 20 and max(sizes) <= unzip.CHUNK
 
 
 SLOW = "import sys, time; sys.stdout.buffer.write(open('big.z', 'rb').read()); sys.stdout.flush(); time.sleep(600)"

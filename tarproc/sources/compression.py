@@ -4,9 +4,11 @@ Decoding runs beside the tar parsing, never in its thread, so compressed
 input costs about what the decoder costs (the parser and the decoder each
 keep a core busy, as with ``tar -xzf``):
 
-* gzip, bzip2 and xz: a thread decodes with :mod:`zlib`, :mod:`bz2` or
-  :mod:`lzma` (they release the GIL while they work) into a bounded queue of
-  chunks of at most 1 MiB;
+* gzip, bzip2 and xz from a pipe, a download or a small file: a thread
+  decodes with :mod:`zlib`, :mod:`bz2` or :mod:`lzma` (they release the GIL
+  while they work) into a bounded queue of chunks of at most 1 MiB; from a
+  file of 1 MiB or more, the same decoder runs as a program of its own
+  (:mod:`tarproc.sources.unzip`, see :data:`FILE_PROGRAMS`);
 * zstd (and any codec given a program in :data:`PROGRAMS`): the program
   decodes and we read its output through a pipe.  A plain file is handed to
   it as its stdin; any other input (a pipe, a download) is fed to it by a
@@ -26,6 +28,7 @@ from ..core.limits import check_ratio
 from ..errors import BadInput, TarprocError
 from ..runtime.procs import _pdeathsig
 from .open import BUFSIZE, _FdReader, _drain_stderr, _tail_of_stderr
+from .unzip import decoded_chunks
 
 
 _MAGIC = (
@@ -46,19 +49,23 @@ _MAGIC = (
 PROGRAMS = {
     "zstd": (("zstd", "-dcq"),),
 }
-#: Programs for a codec when the input is a plain file (whole, so a program
-#: that holds back a partial block delays nothing).  Measured with the faster
-#: parser (issue 18, a 300 MB shard of small members, idle 2-core machine):
-#: the zlib thread 2.6-2.9 s, its decoding serialised with the parser by the
-#: GIL (user time = elapsed time); ``gzip -dc`` 1.8-2.3 s, about the parser
-#: alone (1.8-2.2 s); ``pigz -dc`` 2.4 s (its helper threads compete for the
-#: two cores); ``tar -xzOf`` 1.3-1.5 s.  Pipes and downloads keep the thread:
-#: it decodes what has arrived at once, where ``gzip``/``pigz`` wait for more.
+#: Programs for a codec when the input is a plain file of at least
+#: :data:`FILE_PROGRAM_FROM` bytes (whole, so a program that holds back a
+#: partial block delays nothing).  ``python`` stands for this interpreter
+#: running :mod:`tarproc.sources.unzip`: the standard library's decoders
+#: in a process of their own.  Measured on a 300 MB shard of small members
+#: (6 MB gzipped, ``bench/README.md``; CPU seconds of the decoder alone):
+#: zlib 0.6 s, ``gzip -dc`` 1.1 s, ``pigz -dc`` 0.85 s (0.5 s of it in the
+#: kernel, and it ignores junk after the last stream); the same decoder in
+#: a thread of ours is serialised with the parser by the GIL.  Pipes and
+#: downloads keep the thread: it decodes what has arrived at once.
 FILE_PROGRAMS = {
-    "gzip": (("gzip", "-dc"),),
+    "gzip": (("python",),),
+    "bzip2": (("python",),),
+    "xz": (("python",),),
 }
-#: Largest piece the in-process decoder hands over at once.
-_CHUNK = 1 << 20
+#: Smaller compressed files are decoded in a thread (no process to start).
+FILE_PROGRAM_FROM = 1 << 20
 #: Words in a decoder's message that say its input ended too early.
 _TRUNCATED_WORDS = ("unexpected end", "premature end", "incomplete", "truncated", "missing trailer")
 
@@ -183,6 +190,13 @@ class _Source:
             pass
 
 
+def _file_size(fd):
+    try:
+        return os.fstat(fd).st_size
+    except OSError:
+        return 0
+
+
 def _which(name):
     import shutil
 
@@ -296,59 +310,6 @@ def _grow_pipe(fd):
 # ------------------------------------------------------- in-process decoding
 
 
-def _decoded_chunks(codec, read):
-    """Decode what ``read()`` returns (``b""`` at the end) into chunks of at
-    most ``_CHUNK`` bytes.  Concatenated streams are read as one; zero bytes
-    after the last one are padding; anything else there is a new stream and
-    must decode.  Raises ``EOFError`` when the input ends inside a stream and
-    the codec's own error when it is damaged."""
-    import zlib
-
-    if codec == "gzip":
-        def new():
-            return zlib.decompressobj(31)
-    elif codec == "bzip2":
-        import bz2
-
-        new = bz2.BZ2Decompressor
-    else:
-        import lzma
-
-        new = lzma.LZMADecompressor
-    d = None
-    data = b""
-    while True:
-        if not data:
-            data = read()
-            if not data:
-                if d is not None:
-                    raise EOFError
-                return
-        if d is None:
-            if not data.strip(b"\0"):
-                data = b""  # padding
-                continue
-            d = new()
-        if codec == "gzip":
-            out = d.decompress(data, _CHUNK)
-            data = d.unconsumed_tail
-            while not data and len(out) == _CHUNK and not d.eof:
-                yield out  # output still held inside the decoder
-                out = d.decompress(b"", _CHUNK)
-                data = d.unconsumed_tail
-        else:
-            out = d.decompress(data, _CHUNK)
-            data = b""
-            while not d.eof and not d.needs_input:
-                yield out
-                out = d.decompress(b"", _CHUNK)
-        if out:
-            yield out
-        if d.eof:
-            data = d.unused_data + data
-            d = None
-
-
 class _ThreadDecompressed(io.RawIOBase):
     """Decode in a thread into a bounded queue of chunks."""
 
@@ -372,7 +333,7 @@ class _ThreadDecompressed(io.RawIOBase):
         source, url, codec = self.source, self.url, self.codec
         decoded = 0
         try:
-            for chunk in _decoded_chunks(codec, source.read):
+            for chunk in decoded_chunks(codec, source.read):
                 decoded += len(chunk)
                 check_ratio(url, codec, decoded, source.count)
                 put(chunk)
@@ -464,9 +425,15 @@ def _wrap_compression(raw, url, programs=None):
     buffered.detach()
     source = _Source(raw, prefix)
     candidates = (PROGRAMS if programs is None else programs).get(codec, ())
-    if programs is None and not raw.pollable and raw.proc is None:  # a plain file
+    if programs is None and not raw.pollable and raw.proc is None and _file_size(raw.fd) >= FILE_PROGRAM_FROM:
         candidates += FILE_PROGRAMS.get(codec, ())
     for argv in candidates:
+        if argv == ("python",):
+            import sys
+
+            from . import unzip
+
+            argv = (sys.executable, "-I", "-S", unzip.__file__, codec)
         path = _which(argv[0])
         if path:
             return io.BufferedReader(_ProgramDecompressed((path,) + argv[1:], codec, url, source), BUFSIZE), codec
