@@ -155,3 +155,34 @@ def test_the_empty_field_round_trips_through_every_writer(tmp_path):
         p = subprocess.run([sys.executable, "-c", code], stdout=f, stderr=subprocess.PIPE)
     assert p.returncode == 0, p.stderr
     assert names(tmp_path / "lib.tar") == ["k.", "k.txt"]
+
+
+# ------------------------------------------------------------------ tarcheck over many shards
+
+
+def test_tarcheck_json_streams_shard_reports_and_keeps_none(tmp_path):
+    """tarcheck kept every shard's report until the end (memory grew with
+    the number of shards; --json printed nothing before the last one): the
+    reports now stream out, --json too, and only the total is kept."""
+    (tmp_path / "a.tar").write_bytes(shard(2))
+    proc = subprocess.Popen(["tarcheck", "--json", "-T", "-"], cwd=tmp_path, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        proc.stdin.write(b"a.tar\n" * 1002)  # past the URLs read ahead
+        proc.stdin.flush()
+        head = b""
+        deadline = time.monotonic() + 20
+        while b'"url": "a.tar"' not in head and time.monotonic() < deadline:
+            head += os.read(proc.stdout.fileno(), 65536)
+        assert b'"url": "a.tar"' in head  # a shard's report while the list is still open
+        proc.stdin.close()
+        rest = proc.stdout.read()
+        assert proc.wait(30) == 1, proc.stderr.read()  # the same keys in every shard
+    finally:
+        proc.kill()
+        proc.wait()
+    report = json.loads(head + rest)
+    assert len(report["shards"]) == 1002 and report["ok"] is False
+    total = report["total"]
+    assert (total["shards"], total["samples"], total["bad_shards"]) == (1002, 2004, 1001)
+    assert total["problems"][0]["kind"] == "duplicate_keys" and total["problems"][0]["count"] == 2002
