@@ -6,6 +6,7 @@ webdataset.  Each test failed before the fix it comes with."""
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -173,7 +174,8 @@ def test_tarcheck_json_streams_shard_reports_and_keeps_none(tmp_path):
         head = b""
         deadline = time.monotonic() + 20
         while b'"url": "a.tar"' not in head and time.monotonic() < deadline:
-            head += os.read(proc.stdout.fileno(), 65536)
+            if select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                head += os.read(proc.stdout.fileno(), 65536)
         assert b'"url": "a.tar"' in head  # a shard's report while the list is still open
         proc.stdin.close()
         rest = proc.stdout.read()
