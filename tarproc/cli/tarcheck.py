@@ -64,7 +64,10 @@ def main(args, prog="tarcheck"):
             if p["kind"] == "unreadable":  # the error line on stderr too, as for any unreadable input
                 unreadable.append(rep["url"])
                 print(f"{prog}: {p['examples'][0]}", file=sys.stderr, flush=True)
-        if args.json:
+        if args.json:  # streamed: the shards' reports are not kept
+            out.write(("" if first[0] else ",\n") + _indent(json.dumps(rep, indent=2, ensure_ascii=False), 4))
+            first[0] = False
+            out.flush()
             return
         if args.quiet:
             lines = [f"{rep['url']}:"] + [check.format_problem(p) for p in rep["problems"]] if rep["problems"] else []
@@ -74,15 +77,24 @@ def main(args, prog="tarcheck"):
             out.write("\n".join(lines) + "\n")
             out.flush()
 
-    report = check.check_shards(urls, args.majority, args.strict, on_shard)
+    first = [True]
     if args.json:
-        out.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+        out.write('{\n  "shards": [\n')
+    report = check.check_shards(urls, args.majority, args.strict, on_shard, keep=False)
+    if args.json:
+        out.write(f'\n  ],\n  "total": {_indent(json.dumps(report["total"], indent=2, ensure_ascii=False), 2)[2:]},'
+                  f'\n  "ok": {json.dumps(report["ok"])}\n}}\n')
     elif args.quiet:
         if report["total"]["problems"]:
             out.write("\n".join(["total:"] + [check.format_problem(p) for p in report["total"]["problems"]]) + "\n")
     else:
         out.write("\n".join(check.format_total(report)) + "\n")
     return 0 if report["ok"] else 2 if unreadable else 1
+
+
+def _indent(text, n):
+    pad = " " * n
+    return "\n".join(pad + line for line in text.split("\n"))
 
 
 def entry():

@@ -51,7 +51,9 @@ def tarindex_command(
     args = Args(locals())
     if args.no_offsets and args.offsets:
         raise UsageError("give --offsets FILE or --no-offsets, not both")
-    urls = open_inputs(args)
+    from ..core.limits import bounded_list
+
+    urls = bounded_list(open_inputs(args), "the shard list")  # (a long list comes as an iterator)
     rep = Reporter("tarindex", args.verbose, args.quiet, args.progress, total=len(urls), unit="shards")
     offsets = False if args.no_offsets else (args.offsets or True)
     if args.output == "-" and offsets is True and not args.quiet:

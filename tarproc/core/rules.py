@@ -64,9 +64,13 @@ def unsafe_name(name):
 
 
 def bad_field_name(field):
-    """Why ``field`` cannot be a field (a member name suffix), ``None`` if it can."""
-    if not isinstance(field, str) or not field:
-        return "empty field name"
+    """Why ``field`` cannot be a field (a member name suffix), ``None`` if it can.
+
+    The empty field is a field: the member ``KEY.`` (a name ending in a dot)
+    groups as field ``""`` of sample ``KEY``, as webdataset reads it, and is
+    written back as ``KEY.``: it round-trips, so every writer accepts it."""
+    if not isinstance(field, str):
+        return "field name is not a string"
     if "/" in field or "\0" in field:
         return f"field name {quote(field)} contains '/' or NUL"
     if field in (".", ".."):

@@ -314,10 +314,15 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
     }
 
 
-def check_shards(urls, majority=0.5, strict=False, on_shard=None):
+def check_shards(urls, majority=0.5, strict=False, on_shard=None, keep=True):
     """Check every shard of ``urls`` (a pattern string or a list of URLs);
     returns the report dict.  ``on_shard(report)`` is called as each shard is
-    done (for streaming output).  Duplicate keys are looked for across shards."""
+    done (for streaming output).  Duplicate keys are looked for across shards.
+
+    The total is summed as the shards are done; with ``keep=False`` the
+    shards' reports are not kept (the report's ``"shards"`` is empty), so
+    memory stays flat over any number of shards: give ``on_shard`` to see
+    them.  ``total["bad_shards"]`` counts the shards with problems."""
     if isinstance(urls, str):
         from ..sources.shardlist import expand_urls
 
@@ -325,46 +330,42 @@ def check_shards(urls, majority=0.5, strict=False, on_shard=None):
     keys_seen = SeenKeys()
     shards = []
     total_fields = {}
+    total_probs = []
+    total = {"shards": 0, "samples": 0, "members": 0, "tar_bytes": 0, "size": 0, "bad_shards": 0}
     try:
         for url in urls:
             rep = check_shard(url, majority, keys_seen, strict)
-            shards.append(rep)
+            if keep:
+                shards.append(rep)
             for k, v in rep["fields"].items():
                 if k not in total_fields and len(total_fields) >= limits.CHECK_FIELDS:
                     k = OTHER  # bounded across shards too
                 t = total_fields.setdefault(k, {"count": 0, "bytes": 0})
                 t["count"] += v["count"]
                 t["bytes"] += v["bytes"]
+            for name in ("samples", "members", "tar_bytes"):
+                total[name] += rep[name]
+            total["shards"] += 1
+            total["size"] = None if total["size"] is None or rep["size"] is None else total["size"] + rep["size"]
+            total["bad_shards"] += bool(rep["problems"])
+            for p in rep["problems"]:  # cross-shard problems are summed in the total too
+                if p["kind"] == "duplicate_keys":
+                    for t in total_probs:
+                        if t["kind"] == "duplicate_keys":
+                            t["count"] += p["count"]
+                            t["examples"] = (t["examples"] + p["examples"])[:EXAMPLES]
+                            break
+                    else:
+                        total_probs.append(dict(p, examples=list(p["examples"])))
             if on_shard is not None:
                 on_shard(rep)
     finally:
         keys_seen.close()
-    # move cross-shard problems to the total
-    total_probs = []
-    for rep in shards:
-        keep = []
-        for p in rep["problems"]:
-            if p["kind"] == "duplicate_keys":
-                for t in total_probs:
-                    if t["kind"] == "duplicate_keys":
-                        t["count"] += p["count"]
-                        t["examples"] = (t["examples"] + p["examples"])[:EXAMPLES]
-                        break
-                else:
-                    total_probs.append(dict(p, examples=list(p["examples"])))
-            keep.append(p)
-        rep["problems"] = keep
-    sizes = [r["size"] for r in shards]
-    total = {
-        "shards": len(shards),
-        "samples": sum(r["samples"] for r in shards),
-        "members": sum(r["members"] for r in shards),
-        "tar_bytes": sum(r["tar_bytes"] for r in shards),
-        "size": sum(sizes) if sizes and all(s is not None for s in sizes) else None,
-        "fields": {k: total_fields[k] for k in sorted(total_fields)},
-        "problems": total_probs,
-    }
-    ok = not any(r["problems"] for r in shards) and not total_probs
+    if not total["shards"]:
+        total["size"] = None
+    total["fields"] = {k: total_fields[k] for k in sorted(total_fields)}
+    total["problems"] = total_probs
+    ok = not total["bad_shards"] and not total_probs
     return {"ok": ok, "shards": shards, "total": total}
 
 
@@ -410,6 +411,6 @@ def format_total(report):
     lines.extend(format_fields(t["fields"]))
     for p in t["problems"]:
         lines.append(format_problem(p))
-    bad = sum(1 for r in report["shards"] if r["problems"])
+    bad = t["bad_shards"]
     lines.append("ok" if report["ok"] else f"problems found in {bad} of {t['shards']} shards")
     return lines

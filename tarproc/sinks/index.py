@@ -204,9 +204,11 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
     from ..sources.open import scheme_of
     from ..sources.shardlist import expand_urls
 
+    from ..core.limits import bounded_list
+
     if isinstance(urls, str):
         urls = expand_urls([urls])
-    urls = list(urls)
+    urls = bounded_list(urls, "the shard list")  # the index holds one entry per shard
     if not urls:
         raise UsageError("no shards to index")
     sidecar = sidecar_path = index_dir = None

@@ -99,7 +99,10 @@ class _FdReader(io.RawIOBase):
             return 0
         stall = self.stall
         if stall and self.pollable:
-            ready, _, _ = select.select([self.fd], [], [], 0)
+            try:
+                ready, _, _ = select.select([self.fd], [], [], 0)
+            except (OSError, ValueError):  # a closed descriptor: the read below says so
+                ready = True
             if not ready:
                 stall()
         try:

@@ -109,6 +109,9 @@ def _worker(conn, urls, mode, strict, header_defaults):
     from .samples import iter_samples
     from ..core.blob import Blob
 
+    import signal
+
+    signal.signal(signal.SIGTERM, _on_term)  # told to stop: end our input commands too
     out = _Out(conn)
     stall = Stall()  # the input is about to wait: send the complete samples of the batch so far
     send = out.control
@@ -214,6 +217,21 @@ def _worker(conn, urls, mode, strict, header_defaults):
         _remove_live()  # a process pool ends its workers with os._exit: no atexit
 
 
+def _on_term(signum, frame):
+    """SIGTERM in a worker (the parent stops it: an error, --count reached,
+    the parent itself told to stop): end the worker's input commands
+    (``pipe:``, downloads: their process groups) and its spool files, then
+    exit at once."""
+    from ..core.blob import _remove_live
+    from .open import stop_sources
+
+    try:
+        stop_sources()
+        _remove_live()
+    finally:
+        os._exit(143)
+
+
 class _Ref:
     """A blob in a pickled sample (see :func:`tarproc.core.blob.handover`)."""
 
@@ -264,6 +282,19 @@ def _parallel(urls, workers, mode, strict=False, ignore_errors=False, warn=None,
 
 
 def _stop(procs, readers, conns):
+    # SIGTERM first: a worker ends its input commands (their own process
+    # groups, which SIGKILL would leave running), then SIGKILL what is left
+    import time
+
+    for p in procs:
+        if p.exitcode is None:
+            try:
+                p.terminate()
+            except (OSError, ValueError):
+                pass
+    deadline = time.monotonic() + 2
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
     for p in procs:
         if p.exitcode is None:
             p.kill()

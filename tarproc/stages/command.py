@@ -394,7 +394,7 @@ def _read_files(dfd, prefix, spooler=None, names=None):
         entries = list(it)
     if names is not None:
         names.extend(e.name for e in entries)
-    entries = [e for e in entries if e.name.startswith(prefix) and len(e.name) > len(prefix)]
+    entries = [e for e in entries if e.name.startswith(prefix)]  # "sample." itself is the field ""
     for entry in sorted(entries, key=lambda e: e.name):
         name = entry.name
         try:
