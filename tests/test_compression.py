@@ -33,7 +33,8 @@ def zstd(data):
 
 PACK = {"gzip": lambda d: gzip.compress(d, mtime=0), "bzip2": bz2.compress, "xz": lzma.compress, "zstd": zstd}
 # program: the codec's program where it has one; thread: decoded in-process
-MODES = [("gzip", "thread"), ("bzip2", "thread"), ("xz", "thread"), ("zstd", "program"), ("gzip", "program")]
+MODES = [("gzip", "thread"), ("bzip2", "thread"), ("xz", "thread"), ("zstd", "program"), ("gzip", "program"),
+         ("gzip", "unzip"), ("bzip2", "unzip"), ("xz", "unzip")]  # unzip: a file's default decoder program
 GZIP_PROGRAM = {"gzip": (("gzip", "-dc"),)}  # not the default: shows the program path works for any codec
 
 
@@ -45,6 +46,15 @@ def open_with(path, mode, pipe=False, codec=None):
         raw._keep = proc.stdout
     else:
         raw = _FdReader(os.open(str(path), os.O_RDONLY), str(path))
+    if mode == "unzip":  # the default for a file: tarproc.sources.unzip as a program, from any size
+        old, C.FILE_PROGRAM_FROM = C.FILE_PROGRAM_FROM, 0
+        try:
+            stream, codec = C._wrap_compression(raw, str(path))
+        finally:
+            C.FILE_PROGRAM_FROM = old
+        if not pipe:
+            assert list(stream.raw.proc.args[-2:]) == [unzip.__file__, codec]
+        return stream, codec
     programs = {} if mode == "thread" else GZIP_PROGRAM if codec == "gzip" else None
     stream, codec = C._wrap_compression(raw, str(path), programs)
     return stream, codec
@@ -95,7 +105,7 @@ def test_truncated_and_damaged_streams_are_one_clean_error(tmp_path, codec, mode
     assert str(e.value).startswith(str(path)) and f"{codec} stream is" in str(e.value)
 
 
-@pytest.mark.parametrize("mode", ["program", "thread"])
+@pytest.mark.parametrize("mode", ["program", "thread", "unzip"])
 def test_gzip_zero_padding_is_fine_junk_is_an_error(tmp_path, mode):
     """As Python's gzip module and ``gzip -d`` do."""
     path = tmp_path / "in.tgz"
@@ -245,3 +255,24 @@ def test_compression_bomb_is_refused_real_data_is_not(tmp_path, codec, feed):
             assert p.returncode == 2 and err.count("\n") == 1, err
             assert f"{codec} stream decodes to more than 50:1" in err and "TARPROC_MAX_RATIO" in err, err
             assert not (tmp_path / "out.tar").exists()
+
+
+def test_large_compressed_files_decode_in_a_process_of_their_own(sh, tmp_path):
+    """tarcat on a .tar.gz/.tar.bz2/.tar.xz file of more than FILE_PROGRAM_FROM
+    bytes: the same samples as the plain tar, and a cut or junk-tailed file is
+    one line and exit 2, as through the thread (pigz would take the junk)."""
+    members = [(f"s{i:03d}.bin", random.Random(i).randbytes(40_000)) for i in range(40)]
+    plain = tar_bytes(members)
+    for codec, ext in (("gzip", "gz"), ("bzip2", "bz2"), ("xz", "xz")):
+        packed = PACK[codec](plain)
+        assert len(packed) >= C.FILE_PROGRAM_FROM
+        (tmp_path / f"a.tar.{ext}").write_bytes(packed)
+        (tmp_path / f"cut.tar.{ext}").write_bytes(packed[: len(packed) - 5000])
+        (tmp_path / f"junk.tar.{ext}").write_bytes(packed + b"junk after the stream")
+        got = sh(f"tarcat a.tar.{ext}").stdout
+        assert read_tar(got) == members
+        for bad in ("cut", "junk"):
+            r = sh(f"tarcat {bad}.tar.{ext} > /dev/null", ok=False)
+            lines = r.stderr.decode().strip().splitlines()
+            assert r.returncode == 2 and len(lines) == 1 and f"{codec} stream is" in lines[0], (codec, bad, lines)
+            assert "truncated" in lines[0] if bad == "cut" else "damaged" in lines[0]
