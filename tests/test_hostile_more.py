@@ -21,12 +21,7 @@ import make_corpus as M  # noqa: E402
 
 
 def shard(n, prefix="s", size=20):
-    parts = []
-    for i in range(n):
-        key = f"{prefix}{i:04d}".encode()
-        parts.append(M.member(key + b".txt", M.text(size, i)))
-        parts.append(M.member(key + b".cls", str(i % 7).encode()))
-    return b"".join(parts) + M.EOA
+    return M.plain_shard(n, prefix, size)
 
 
 def names(path):
@@ -34,9 +29,7 @@ def names(path):
         return [m.name for m in tf if m.isfile()]
 
 
-def run(cmd, cwd, env=None, timeout=60, **kw):
-    return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, timeout=timeout,
-                          env=dict(os.environ, **(env or {})), **kw)
+run = M.bash
 
 
 def one_line(p):

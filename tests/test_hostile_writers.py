@@ -20,13 +20,7 @@ sys.path.insert(0, os.path.join(HERE, "hostile"))
 import make_corpus as M  # noqa: E402
 
 
-def shard(n, size=100):
-    parts = []
-    for i in range(n):
-        key = f"s{i:04d}".encode()
-        parts.append(M.member(key + b".txt", M.text(size, i)))
-        parts.append(M.member(key + b".cls", str(i % 7).encode()))
-    return b"".join(parts) + M.EOA
+shard = M.plain_shard
 
 
 def members(path):
@@ -34,9 +28,7 @@ def members(path):
         return [(m.name, tf.extractfile(m).read()) for m in tf if m.isfile()]
 
 
-def run(cmd, cwd, env=None, timeout=60):
-    return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, timeout=timeout,
-                          env=dict(os.environ, **(env or {})))
+run = M.bash
 
 
 def one_line(p):

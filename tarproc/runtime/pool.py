@@ -259,16 +259,21 @@ def start_worker(ctx, target, args, parent_fds=(), name="tarproc-worker", pipe_s
 
 
 def stop_workers(procs, timeout=5):
-    """Stop worker processes (SIGTERM, then SIGKILL after ``timeout``)."""
+    """Stop worker processes: SIGTERM (a worker may end what it started, such
+    as its input commands), then SIGKILL what is left after ``timeout``
+    seconds in all."""
+    import time
+
     for p in procs:
         if p.exitcode is None:
             try:
                 p.terminate()
             except (OSError, ValueError):
                 pass
+    deadline = time.monotonic() + timeout
     for p in procs:
         try:
-            p.join(timeout)
+            p.join(max(0.0, deadline - time.monotonic()))
             if p.exitcode is None:
                 p.kill()
                 p.join()

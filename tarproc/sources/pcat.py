@@ -284,22 +284,9 @@ def _parallel(urls, workers, mode, strict=False, ignore_errors=False, warn=None,
 def _stop(procs, readers, conns):
     # SIGTERM first: a worker ends its input commands (their own process
     # groups, which SIGKILL would leave running), then SIGKILL what is left
-    import time
+    from ..runtime.pool import stop_workers
 
-    for p in procs:
-        if p.exitcode is None:
-            try:
-                p.terminate()
-            except (OSError, ValueError):
-                pass
-    deadline = time.monotonic() + 2
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        if p.exitcode is None:
-            p.kill()
-    for p in procs:
-        p.join()
+    stop_workers(procs, timeout=2)
     for r in readers:
         r.close()
     for c in conns:

@@ -417,3 +417,23 @@ if __name__ == "__main__":
         sys.exit("usage: make_corpus.py DIR")
     items = write_corpus(sys.argv[1])
     print(f"{len(items)} items written to {sys.argv[1]}")
+
+
+def plain_shard(n, prefix="s", size=100):
+    """A shard of ``n`` samples (``.txt`` of ``size`` bytes, ``.cls``) as bytes."""
+    parts = []
+    for i in range(n):
+        key = f"{prefix}{i:04d}".encode()
+        parts.append(member(key + b".txt", text(size, i)))
+        parts.append(member(key + b".cls", str(i % 7).encode()))
+    return b"".join(parts) + EOA
+
+
+def bash(cmd, cwd, env=None, timeout=60, **kw):
+    """``bash -c cmd`` in ``cwd``, output captured (a CompletedProcess)."""
+    import os
+    import subprocess
+
+    return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, timeout=timeout,
+                          env=dict(os.environ, **(env or {})), **kw)
+
