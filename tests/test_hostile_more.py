@@ -30,14 +30,7 @@ def names(path):
 
 
 run = M.bash
-
-
-def one_line(p):
-    err = p.stderr.decode(errors="replace")
-    assert "Traceback" not in err and "internal error" not in err, err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    return lines[0]
+one_line = M.one_line
 
 
 def processes_with(marker):

@@ -437,3 +437,13 @@ def bash(cmd, cwd, env=None, timeout=60, **kw):
     return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, timeout=timeout,
                           env=dict(os.environ, **(env or {})), **kw)
 
+
+def one_line(p):
+    """The one line a failed command wrote on stderr (asserts there is one,
+    and no traceback)."""
+    err = p.stderr.decode(errors="replace")
+    assert "Traceback" not in err and "internal error" not in err, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
