@@ -113,3 +113,36 @@ def test_import_tarproc_stays_light():
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_an_iterator_outlives_the_thread_that_opened_it(tmp_path):
+    """A child process started for a reader (the decoder of a large .tar.gz,
+    a ``pipe:`` command) dies with the parent, but the kernel ties that to
+    the *thread* that started it: a reader opened in a thread that has ended
+    (a thread pool's task, a request thread) must read on to the end."""
+    import gzip
+    import random
+    import threading
+    import time
+
+    from helpers import tar_bytes
+
+    members = [(f"s{i:04d}.bin", random.Random(i).randbytes(3000)) for i in range(800)]
+    plain = tar_bytes(members)
+    (tmp_path / "big.tar.gz").write_bytes(gzip.compress(plain, mtime=0))
+    (tmp_path / "big.tar").write_bytes(plain)
+    assert (tmp_path / "big.tar.gz").stat().st_size > (1 << 20)  # decoded by a program of its own
+    for url in (str(tmp_path / "big.tar.gz"), f"pipe:cat {tmp_path / 'big.tar'}"):
+        box = {}
+
+        def opener():
+            box["it"] = iter(tarproc.iter_samples(url))
+            box["first"] = next(box["it"])
+
+        t = threading.Thread(target=opener)
+        t.start()
+        t.join()
+        time.sleep(0.3)  # the thread is gone; its children would be killed by now
+        rest = list(box["it"])
+        assert [box["first"]["__key__"]] + [s["__key__"] for s in rest] == [f"s{i:04d}" for i in range(800)]
+        assert rest[-1]["bin"] == members[-1][1]

@@ -236,6 +236,8 @@ def start_worker(ctx, target, args, parent_fds=(), name="tarproc-worker", pipe_s
     the write end of a pipe whose read end is returned with the process:
     ``(process, reader_connection)``.  ``parent_fds`` are this process's ends
     of other workers' pipes, closed in the worker under ``fork``."""
+    from .procs import in_keeper
+
     _check_can_start(name)
     reader, writer = ctx.Pipe(duplex=False)
     if pipe_size:
@@ -248,8 +250,13 @@ def start_worker(ctx, target, args, parent_fds=(), name="tarproc-worker", pipe_s
     close = list(parent_fds) + [reader.fileno()] if ctx.get_start_method() == "fork" else []
     try:
         p = ctx.Process(target=_child, args=(target, (writer,) + tuple(args), close), name=name, daemon=True)
-        with _Starting(ctx):
-            p.start()
+
+        def start():
+            with _Starting(ctx):
+                p.start()
+
+        # from a thread that outlives the worker: its parent-death signal is the thread's
+        in_keeper(start)
     except BaseException:
         reader.close()
         raise

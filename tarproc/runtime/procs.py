@@ -1,5 +1,13 @@
 """Child processes: waiting with a deadline, killing process groups, dying with
-the parent (``PR_SET_PDEATHSIG``), and telling whether a PID is alive."""
+the parent (``PR_SET_PDEATHSIG``), and telling whether a PID is alive.
+
+The parent-death signal is tied to the *thread* that started the child, not
+to the process: a child started from a thread that then ends (a thread pool
+worker that opened a shard, a request thread, any ``threading.Thread`` that
+made an iterator another thread goes on reading) would be killed under its
+reader.  :func:`popen` and :func:`in_keeper` therefore start children from
+the main thread, or from one daemon thread that lives as long as the process.
+"""
 
 import os
 
@@ -79,3 +87,69 @@ def pid_alive(pid):
     except PermissionError:
         return True
     return True
+
+
+_KEEPER = None  # (pid, queue) of the thread that starts children for other threads
+
+
+def _keeper_loop(jobs):
+    while True:
+        fn, box, done = jobs.get()
+        try:
+            box.append((True, fn()))
+        except BaseException as e:  # handed to the caller
+            box.append((False, e))
+        done.set()
+
+
+def in_keeper(fn):
+    """``fn()``, called in a thread that lives as long as this process: the
+    calling thread itself when it is the main thread, else one daemon
+    thread kept for the purpose (made on first use, and again in a forked
+    child).  For starting children whose parent-death signal must outlive
+    the calling thread."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        return fn()
+    global _KEEPER
+    keeper = _KEEPER
+    if keeper is None or keeper[0] != os.getpid():
+        import queue
+
+        with _KEEPER_LOCK:
+            keeper = _KEEPER
+            if keeper is None or keeper[0] != os.getpid():
+                jobs = queue.SimpleQueue()
+                threading.Thread(target=_keeper_loop, args=(jobs,), daemon=True, name="tarproc-keeper").start()
+                keeper = _KEEPER = (os.getpid(), jobs)
+    box = []
+    done = threading.Event()
+    keeper[1].put((fn, box, done))
+    done.wait()
+    ok, value = box[0]
+    if ok:
+        return value
+    raise value
+
+
+def popen(*args, **kwargs):
+    """``subprocess.Popen(*args, **kwargs)`` started through :func:`in_keeper`,
+    with ``preexec_fn`` (default :func:`_pdeathsig`) run in the child."""
+    import subprocess
+
+    kwargs.setdefault("preexec_fn", _pdeathsig)
+    return in_keeper(lambda: subprocess.Popen(*args, **kwargs))
+
+
+def _reset_keeper_lock():
+    global _KEEPER_LOCK
+    import _thread
+
+    _KEEPER_LOCK = _thread.allocate_lock()
+
+
+_reset_keeper_lock()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_keeper_lock)  # a lock held by another thread at fork stays held
+

@@ -37,7 +37,7 @@ import sys
 
 from ..errors import OutputError, UsageError
 from ..runtime.lease import create_locked, is_stale, split_token, token
-from ..runtime.procs import _pdeathsig
+from ..runtime.procs import popen
 from ..sources.open import BUFSIZE, _command_for, scheme_of
 from .remote import (LIST_COMMANDS, MOVE_COMMANDS, REMOVE_COMMANDS, _Client, _remote_command,  # noqa: F401
                      _run_client, cleanup_remote)
@@ -312,8 +312,7 @@ class Sink:
             import subprocess
 
             try:
-                self._zproc = subprocess.Popen(["zstd", "-q", "-c"], stdin=subprocess.PIPE, stdout=raw.fileno(),
-                                               preexec_fn=_pdeathsig)
+                self._zproc = popen(["zstd", "-q", "-c"], stdin=subprocess.PIPE, stdout=raw.fileno())
             except FileNotFoundError:
                 raise OutputError(f"{self.url}: zstd output needs the zstd program, which is not installed") from None
             return io.BufferedWriter(self._zproc.stdin, BUFSIZE)

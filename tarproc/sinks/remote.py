@@ -7,7 +7,7 @@ import os
 import sys
 
 from ..errors import OutputError, UsageError
-from ..runtime.procs import _pdeathsig
+from ..runtime.procs import _pdeathsig, popen
 from ..sources.open import _quote, scheme_of
 
 
@@ -96,7 +96,6 @@ class _Client:
     a temporary file for the error message."""
 
     def __init__(self, cmd, url, stdin, stdout=None, replay_stderr=False):
-        import subprocess
         import tempfile
 
         self.url = url
@@ -107,8 +106,7 @@ class _Client:
             out = sys.stderr.fileno() if stdout is None else (None if stdout == "inherit" else stdout)
             # its own process group, so that abort() kills the client even
             # when the shell forked it (sh -c 'aws ...') rather than exec'd
-            self.proc = subprocess.Popen(cmd, shell=True, stdin=stdin, stderr=self.err, preexec_fn=_pdeathsig,
-                                         stdout=out, process_group=0)
+            self.proc = popen(cmd, shell=True, stdin=stdin, stderr=self.err, stdout=out, process_group=0)
         except OSError as e:
             self.err.close()
             raise OutputError(f"{url}: cannot start {cmd!r}: {e.strerror}") from None

@@ -26,7 +26,7 @@ import os
 
 from ..core.limits import check_ratio
 from ..errors import BadInput, TarprocError
-from ..runtime.procs import _pdeathsig
+from ..runtime.procs import popen
 from .open import BUFSIZE, _FdReader, _drain_stderr, _tail_of_stderr
 from .unzip import decoded_chunks
 
@@ -219,9 +219,9 @@ class _ProgramDecompressed(io.RawIOBase):
         self.decoded = 0
         direct = source.child_stdin()
         try:
-            self.proc = subprocess.Popen(
+            self.proc = popen(
                 argv, stdin=direct if direct is not None else subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_pdeathsig,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )
         except OSError as e:
             source.close()

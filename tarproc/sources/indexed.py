@@ -334,12 +334,11 @@ def _range_http(url, start, end, filesize):
     stopped before it downloads a whole shard)."""
     import subprocess
 
-    from ..runtime.procs import _pdeathsig
+    from ..runtime.procs import popen
 
     cmd = ["curl", "-sS", "-L", "--max-redirs", "10", "-r", f"{start}-{end - 1}", "-D", "-", "--", url]
     try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                preexec_fn=_pdeathsig)
+        proc = popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as e:
         raise BadInput(f"{url}: cannot start curl: {e.strerror}") from None
     try:

@@ -28,7 +28,7 @@ import os
 import select
 
 from ..errors import BadInput, UsageError
-from ..runtime.procs import _killpg, _pdeathsig
+from ..runtime.procs import _killpg, _pdeathsig, popen
 
 
 BUFSIZE = 1 << 20
@@ -257,7 +257,7 @@ def open_source(url, decompress=True, stall=None):
                 # keeps the parent-death signal (a reader killed outright leaves no curl)
                 cmd = "exec " + cmd
         try:
-            proc = subprocess.Popen(
+            proc = popen(
                 cmd, shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE, preexec_fn=_child_setup,
             )
