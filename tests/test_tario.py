@@ -65,6 +65,10 @@ text_names = st.text(name_chars, min_size=1, max_size=300)
 byte_names = st.binary(min_size=1, max_size=250).filter(lambda b: b"\0" not in b).map(
     lambda b: b.decode("utf-8", "surrogateescape"))
 sizes = st.sampled_from([0, 1, 511, 512, 513, 1024, 1536, 3000])
+# a regular file whose name ends in '/' is a directory's name to tarfile (it strips the
+# slash) and to GNU tar; the codec keeps it, the samples layer refuses it (rules.bad_key)
+text_names = text_names.filter(lambda n: not n.endswith("/"))
+byte_names = byte_names.filter(lambda n: not n.endswith("/"))
 
 
 @SETTINGS
