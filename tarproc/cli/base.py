@@ -329,14 +329,20 @@ def progress_stage(reporter, stats):
 
 
 class Terminated(BaseException):
-    """Raised in the main thread on SIGTERM so cleanup code runs."""
+    """Raised in the main thread on SIGTERM (or SIGHUP: the terminal or the
+    ssh connection went away) so cleanup code runs; exit 128 + the signal."""
+
+    def __init__(self, signum=signal.SIGTERM):
+        super().__init__(signum)
+        self.code = 128 + int(signum)
 
 
 def _on_sigterm(signum, frame):
-    # a second SIGTERM (a supervisor repeating itself) must not cut the
+    # a second signal (a supervisor repeating itself) must not cut the
     # cleanup short; SIGKILL remains for a cleanup that cannot finish
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise Terminated()
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    raise Terminated(signum)
 
 
 def _usage_error(prog, e):
@@ -358,15 +364,18 @@ def run(prog, cmd, argv=None):
     Usage errors are the usage line and one error line, exit 2.  Library
     errors become one line on stderr and their exit code; a closed
     downstream pipe ends the command quietly (exit by SIGPIPE, like ``cat``);
-    Ctrl-C and SIGTERM run cleanup and exit 130/143.  ``--debug`` (or
+    Ctrl-C, SIGTERM and SIGHUP run cleanup and exit 130/143/129.  ``--debug`` (or
     ``TARPROC_DEBUG=1``) shows the traceback."""
     from typer._click.exceptions import ClickException, UsageError as ClickUsageError
     from typer.main import get_command
 
     argv = sys.argv[1:] if argv is None else list(argv)
     _PROG[0] = prog
+    _hold_closed_std_fds()
     debug = "--debug" in argv or os.environ.get("TARPROC_DEBUG") == "1"
     signal.signal(signal.SIGTERM, _on_sigterm)
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:  # not under nohup
+        signal.signal(signal.SIGHUP, _on_sigterm)
     code = 0
     from ..sinks.output import CommitGate
 
@@ -378,7 +387,7 @@ def run(prog, cmd, argv=None):
             if code == 130:
                 _drop_stdout()
                 print(f"{prog}: interrupted", file=sys.stderr)
-            sys.stdout.flush()
+            _flush_stdout()
             if code == 0:
                 gate.commit()
     except BrokenPipeError:
@@ -404,9 +413,9 @@ def run(prog, cmd, argv=None):
         _drop_stdout()
         print(f"{prog}: interrupted", file=sys.stderr)
         code = 130
-    except Terminated:
+    except Terminated as e:
         _drop_stdout()
-        code = 143
+        code = e.code
     except MemoryError:
         print(f"{prog}: out of memory", file=sys.stderr)
         code = EXIT_USAGE
@@ -427,10 +436,34 @@ def run(prog, cmd, argv=None):
               file=sys.stderr)
         code = EXIT_USAGE
     try:
-        sys.stdout.flush()
+        _flush_stdout()
     except BrokenPipeError:
         _quiet_sigpipe()
     sys.exit(code)
+
+
+def _flush_stdout():
+    if sys.stdout is not None:  # None: started with stdout closed
+        sys.stdout.flush()
+
+
+def _hold_closed_std_fds():
+    """A closed stdin, stdout or stderr gets /dev/null opened the wrong way
+    round (writes to fd 1, reads from fd 0 fail with EBADF, as when closed),
+    so that no file this command opens becomes fd 0/1/2: with stdout closed,
+    the first input or temporary file would otherwise be fd 1 and receive the
+    tar written to "stdout"."""
+    for fd, flags in ((0, os.O_WRONLY), (1, os.O_RDONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                new = os.open(os.devnull, flags)
+                if new != fd:
+                    os.dup2(new, fd)
+                    os.close(new)
+            except OSError:
+                pass
 
 
 def _drop_stdout():
@@ -497,6 +530,35 @@ def open_inputs(args, prog=None, tar=True):
     else:
         note_terminal(prog or _PROG[0], urls)
     return urls if len(urls) <= URLS_AHEAD else itertools.chain(urls, lazy)
+
+
+def refuse_overwriting_inputs(outputs, urls, why):
+    """``urls``, checked as they are used: a local input that IS one of the
+    local ``outputs`` (the same directory entry, which the commit would
+    replace) is a usage error, before anything is written.  For commands
+    whose output is not an edited copy of the input (text to tar, tar to an
+    index, a spec to a tar): ``-o`` naming the input is a typo that would
+    destroy it.  ``why`` ends the message."""
+    import itertools
+
+    from ..errors import UsageError
+    from ..sources.open import scheme_of
+
+    targets = set()
+    for out in outputs:
+        if out and scheme_of(out) == "file" and os.path.isfile(out) and not os.path.islink(out):
+            targets.add(os.path.realpath(out))  # a symbolic link is replaced, never its target
+    if not targets:
+        return urls
+
+    def check(url):
+        if scheme_of(url) == "file" and os.path.realpath(url) in targets:
+            raise UsageError(f"{url}: is also the output; writing it would destroy the input ({why})")
+        return url
+
+    if isinstance(urls, list):
+        return [check(url) for url in urls]
+    return map(check, urls)
 
 
 def note_terminal(prog, urls, what="text"):
