@@ -18,6 +18,8 @@ import urllib.request
 
 import pytest
 
+from helpers import kubernetes_expand
+
 
 def tar_of(members):
     buf = io.BytesIO()
@@ -156,26 +158,6 @@ def test_signal_mid_run_leaves_no_output_no_temp_no_child(command, sig, tmp_path
 
 
 # ------------------------------------------------------------------ kujob --k8s
-
-
-def kubernetes_expand(text, env):
-    """What Kubernetes does to a container's command, args and env values
-    (documented for EnvVar.value and Container.args): `$$` becomes `$`,
-    `$(NAME)` becomes NAME's value when it is defined, anything else stays."""
-    out, i = [], 0
-    while i < len(text):
-        if text.startswith("$$", i):
-            out.append("$")
-            i += 2
-            continue
-        m = re.match(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", text[i:])
-        if m and m.group(1) in env:
-            out.append(env[m.group(1)])
-            i += m.end()
-            continue
-        out.append(text[i])
-        i += 1
-    return "".join(out)
 
 
 def test_k8s_manifest_passes_dollars_through_kubernetes_expansion(tmp_path):

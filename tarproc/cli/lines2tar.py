@@ -47,7 +47,8 @@ def main(args, prog="lines2tar"):
     import tarproc as S
     from ..sources.lines import check_keyformat, check_keys, iter_line_samples
     from ..sinks.output import open_sink
-    from .base import open_inputs, refuse_overwriting_inputs
+    from .base import open_inputs
+    from .guards import refuse_overwriting_inputs
 
     rep = Reporter(prog, args.verbose, args.quiet, False)
     sep = {"\\t": "\t", "tab": "\t", "TAB": "\t"}.get(args.separator, args.separator)

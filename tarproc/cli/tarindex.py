@@ -3,7 +3,8 @@ random access with tarproc.IndexedDataset)."""
 
 from typing import Annotated, Optional
 
-from .base import (refuse_overwriting_inputs, Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Verbose, command, open_inputs,
+from .guards import refuse_overwriting_inputs
+from .base import (Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Verbose, command, open_inputs,
                    opt, run, Reporter)
 
 EXAMPLES = """

@@ -4,7 +4,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from .base import (refuse_overwriting_inputs, Args, Count, Output, ProgressFlag, Quiet, Seed, Strict, Verbose, command, nonneg, opt,
+from .guards import refuse_overwriting_inputs
+from .base import (Args, Count, Output, ProgressFlag, Quiet, Seed, Strict, Verbose, command, nonneg, opt,
                    progress_stage, run, Reporter)
 
 EXAMPLES = """
