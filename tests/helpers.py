@@ -70,3 +70,25 @@ def image_shard(n=10, ext="png", prefix=""):
         members.append((f"{key}.{ext}", img))
         members.append((f"{key}.cls", str(i % 3).encode()))
     return members
+
+
+def kubernetes_expand(text, env):
+    """What Kubernetes does to a container's command, args and env values
+    (documented for EnvVar.value and Container.args): `$$` becomes `$`,
+    `$(NAME)` becomes NAME's value when it is defined, anything else stays."""
+    import re
+
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+            continue
+        m = re.match(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", text[i:])
+        if m and m.group(1) in env:
+            out.append(env[m.group(1)])
+            i += m.end()
+            continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from helpers import samples_of, tar_bytes
+from helpers import kubernetes_expand, samples_of, tar_bytes
 
 VENV_BIN = os.path.dirname(sys.executable)
 
@@ -307,9 +307,10 @@ def test_manifest_executed_like_kubernetes(sh, tmp_path):
     assert spec["completions"] == len(ids)
     for index in range(spec["completions"]):
         env = {k: v for k, v in os.environ.items() if k != "JOB_COMPLETION_INDEX"}
-        env.update({e["name"]: e["value"] for e in c.get("env", [])})
+        env.update({e["name"]: kubernetes_expand(e["value"], env) for e in c.get("env", [])})
         env["JOB_COMPLETION_INDEX"] = str(index)
-        p = subprocess.run(c["command"] + c["args"], cwd=tmp_path, env=env, capture_output=True, timeout=120)
+        argv = [kubernetes_expand(a, env) for a in c["command"] + c["args"]]  # as the kubelet does
+        p = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, timeout=120)
         assert p.returncode == 0, p.stderr
         assert f"kujob: [{ids[index]}] ok" in p.stderr.decode()
         # only this pod's shard is done so far
@@ -320,14 +321,16 @@ def test_manifest_executed_like_kubernetes(sh, tmp_path):
         assert (tmp_path / f"hello-{i}.txt").read_text() == f"hello {i}\n"
     # a pod that is restarted after its shard was done skips it (--done-if travels too)
     env = dict(os.environ, JOB_COMPLETION_INDEX="1", GREETING="again")
-    p = subprocess.run(c["command"] + c["args"], cwd=tmp_path, env=env, capture_output=True, timeout=120)
+    p = subprocess.run([kubernetes_expand(a, env) for a in c["command"] + c["args"]], cwd=tmp_path, env=env,
+                       capture_output=True, timeout=120)
     assert p.returncode == 0 and "skipped" in p.stderr.decode()
     assert (tmp_path / "hello-0001.txt").read_text() == "hello 0001\n"
     # a failing shard makes its pod fail (so Kubernetes retries that index)
     (tmp_path / "in-0002.tar").write_bytes(b"not a tar archive" * 40)
     (tmp_path / "out-0002.tar").unlink()
     env["JOB_COMPLETION_INDEX"] = "2"
-    p = subprocess.run(c["command"] + c["args"], cwd=tmp_path, env=env, capture_output=True, timeout=120)
+    p = subprocess.run([kubernetes_expand(a, env) for a in c["command"] + c["args"]], cwd=tmp_path, env=env,
+                       capture_output=True, timeout=120)
     assert p.returncode == 1 and "1 of 1 shards failed: 0002" in p.stderr.decode()
 
 

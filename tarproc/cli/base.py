@@ -328,15 +328,7 @@ def progress_stage(reporter, stats):
 # ---------------------------------------------------------------- running a command
 
 
-class Terminated(BaseException):
-    """Raised in the main thread on SIGTERM so cleanup code runs."""
-
-
-def _on_sigterm(signum, frame):
-    # a second SIGTERM (a supervisor repeating itself) must not cut the
-    # cleanup short; SIGKILL remains for a cleanup that cannot finish
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise Terminated()
+from .guards import Terminated, _on_sigterm  # noqa: E402,F401 (Terminated is part of this module's API)
 
 
 def _usage_error(prog, e):
@@ -358,15 +350,20 @@ def run(prog, cmd, argv=None):
     Usage errors are the usage line and one error line, exit 2.  Library
     errors become one line on stderr and their exit code; a closed
     downstream pipe ends the command quietly (exit by SIGPIPE, like ``cat``);
-    Ctrl-C and SIGTERM run cleanup and exit 130/143.  ``--debug`` (or
+    Ctrl-C, SIGTERM and SIGHUP run cleanup and exit 130/143/129.  ``--debug`` (or
     ``TARPROC_DEBUG=1``) shows the traceback."""
     from typer._click.exceptions import ClickException, UsageError as ClickUsageError
     from typer.main import get_command
 
     argv = sys.argv[1:] if argv is None else list(argv)
     _PROG[0] = prog
+    from .guards import hold_closed_std_fds
+
+    hold_closed_std_fds()
     debug = "--debug" in argv or os.environ.get("TARPROC_DEBUG") == "1"
     signal.signal(signal.SIGTERM, _on_sigterm)
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:  # not under nohup
+        signal.signal(signal.SIGHUP, _on_sigterm)
     code = 0
     from ..sinks.output import CommitGate
 
@@ -378,7 +375,7 @@ def run(prog, cmd, argv=None):
             if code == 130:
                 _drop_stdout()
                 print(f"{prog}: interrupted", file=sys.stderr)
-            sys.stdout.flush()
+            _flush_stdout()
             if code == 0:
                 gate.commit()
     except BrokenPipeError:
@@ -404,9 +401,9 @@ def run(prog, cmd, argv=None):
         _drop_stdout()
         print(f"{prog}: interrupted", file=sys.stderr)
         code = 130
-    except Terminated:
+    except Terminated as e:
         _drop_stdout()
-        code = 143
+        code = e.code
     except MemoryError:
         print(f"{prog}: out of memory", file=sys.stderr)
         code = EXIT_USAGE
@@ -427,10 +424,16 @@ def run(prog, cmd, argv=None):
               file=sys.stderr)
         code = EXIT_USAGE
     try:
-        sys.stdout.flush()
+        _flush_stdout()
     except BrokenPipeError:
         _quiet_sigpipe()
     sys.exit(code)
+
+
+def _flush_stdout():
+    if sys.stdout is not None:  # None: started with stdout closed
+        sys.stdout.flush()
+
 
 
 def _drop_stdout():

@@ -48,12 +48,14 @@ def main(args, prog="lines2tar"):
     from ..sources.lines import check_keyformat, check_keys, iter_line_samples
     from ..sinks.output import open_sink
     from .base import open_inputs
+    from .guards import refuse_overwriting_inputs
 
     rep = Reporter(prog, args.verbose, args.quiet, False)
     sep = {"\\t": "\t", "tab": "\t", "TAB": "\t"}.get(args.separator, args.separator)
     keys = check_keys(args.keys)
     check_keyformat(args.keyformat)
     urls = open_inputs(args, prog, tar=False)  # a list, or lazy when long (expand_urls is a generator)
+    urls = refuse_overwriting_inputs([args.output], urls, "choose another output name")
     stats = S.Stats()
     with open_sink(args.output, stall=rep.stall) as sink:
         writer = S.SampleWriter(sink, stats)

@@ -52,7 +52,7 @@ def main(args, prog="tar2json"):
     import sys
 
     import tarproc as S
-    from ..errors import UsageError
+    from ..errors import OutputError, UsageError
     from ..sinks.records import available_fields, format_record, record, record_columns
 
     if args.skip < 0:
@@ -62,17 +62,25 @@ def main(args, prog="tar2json"):
     stats = S.Stats()
     samples = S.pipeline(read_inputs(args, rep, stats), *selection_stages(args))
     out = sys.stdout
-    if args.available:
-        for name in available_fields(samples):
-            out.write(name + "\n")
-        return 0
+    if out is None:  # started with stdout closed
+        raise OutputError("-: write failed: Bad file descriptor")
     n = 0
-    for sample in samples:
-        out.write(format_record(record(sample, columns, args.hash), args.format))
-        n += 1
-        if n % 64 == 0:
+    try:
+        if args.available:
+            for name in available_fields(samples):
+                out.write(name + "\n")
             out.flush()
-    out.flush()
+            return 0
+        for sample in samples:
+            out.write(format_record(record(sample, columns, args.hash), args.format))
+            n += 1
+            if n % 64 == 0:
+                out.flush()
+        out.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:  # a full disk: output not written (exit 1), as for every writer
+        raise OutputError(f"-: write failed: {e.strerror or e}") from None
     stats.written = n
     rep.done(stats)
     return 0

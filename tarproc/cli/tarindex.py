@@ -3,6 +3,7 @@ random access with tarproc.IndexedDataset)."""
 
 from typing import Annotated, Optional
 
+from .guards import refuse_overwriting_inputs
 from .base import (Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Verbose, command, open_inputs,
                    opt, run, Reporter)
 
@@ -54,6 +55,7 @@ def tarindex_command(
     from ..core.limits import bounded_list
 
     urls = bounded_list(open_inputs(args), "the shard list")  # (a long list comes as an iterator)
+    urls = refuse_overwriting_inputs([args.output, args.offsets], urls, "an index describes its shards")
     rep = Reporter("tarindex", args.verbose, args.quiet, args.progress, total=len(urls), unit="shards")
     offsets = False if args.no_offsets else (args.offsets or True)
     if args.output == "-" and offsets is True and not args.quiet:

@@ -4,6 +4,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .guards import refuse_overwriting_inputs
 from .base import (Args, Count, Output, ProgressFlag, Quiet, Seed, Strict, Verbose, command, nonneg, opt,
                    progress_stage, run, Reporter)
 
@@ -73,6 +74,7 @@ def main(args, prog="tarmix"):
     from ..sinks.output import open_sink
 
     rep = Reporter(prog, args.verbose, args.quiet, args.progress)
+    refuse_overwriting_inputs([args.output], [args.spec], "it is the mix spec")
     stream = open_source(args.spec, decompress=False)
     try:
         chunks, size = [], 0

@@ -138,21 +138,29 @@ def main(args, prog="tarproc"):
         inputs = iter_text_samples(open_inputs(args, tar=False), args.mode, stats, stall=rep.stall)
     if args.count is not None:
         inputs = S.take(args.count)(inputs)
-    if args.map is not None:
-        results = map_function(inputs, args.map, parallel, error_handling=args.error_handling,
-                                    ordered=not args.unordered, batch=args.batch, stats=stats,
-                                    on_error=rep.say, prog=prog, start_method=args.start_method,
-                                    stall=rep.stall, blobs=args.map_blobs)
-    else:
-        results = map_command(inputs, args.command, parallel, script=args.script,
-                                   interpreter=args.interpreter, base=args.base,
-                                   error_handling=args.error_handling, subdirs=args.subdirs,
-                                   multi=args.multi, ordered=not args.unordered, timeout=args.timeout,
-                                   workdir=args.workdir, keepdir=args.keepdir, add_log=args.add_log,
-                                   stats=stats, on_error=rep.say, quiet=args.quiet, prog=prog,
-                                   stall=rep.stall, spooler=spooler_of(args))
+    def transformed():
+        if args.map is not None:
+            return map_function(inputs, args.map, parallel, error_handling=args.error_handling,
+                                ordered=not args.unordered, batch=args.batch, stats=stats,
+                                on_error=rep.say, prog=prog, start_method=args.start_method,
+                                stall=rep.stall, blobs=args.map_blobs)
+        return map_command(inputs, args.command, parallel, script=args.script,
+                           interpreter=args.interpreter, base=args.base,
+                           error_handling=args.error_handling, subdirs=args.subdirs,
+                           multi=args.multi, ordered=not args.unordered, timeout=args.timeout,
+                           workdir=args.workdir, keepdir=args.keepdir, add_log=args.add_log,
+                           stats=stats, on_error=rep.say, quiet=args.quiet, prog=prog,
+                           stall=rep.stall, spooler=spooler_of(args))
+
+    if args.output != "-":
+        results = transformed()  # a usage error before the output file is made
     try:
         with open_sink(args.output, stall=rep.stall) as sink:  # committed by the CLI only on exit 0
+            if args.output == "-":
+                # the sink writes to its own copy of stdout; what a --map function
+                # prints (here, at import, or in a worker) goes to stderr, never into the tar
+                _stdout_to_stderr()
+                results = transformed()
             writer = S.SampleWriter(sink, stats)
             try:
                 for sample in progress_stage(rep, stats)(results):
@@ -169,6 +177,20 @@ def main(args, prog="tarproc"):
                 f"no output written")
         return 1
     return 0
+
+
+def _stdout_to_stderr():
+    """Point file descriptor 1 at stderr (at /dev/null when stderr is closed)."""
+    import os
+    import sys
+
+    sys.stdout.flush()
+    try:
+        os.dup2(2, 1)
+    except OSError:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
 
 
 class _Allowance:

@@ -74,6 +74,7 @@ def tarserve_command(
 
     from ..errors import UsageError
     from ..server import Server
+    from .base import Terminated
 
     if token is None:
         token = os.environ.get("TARPROC_SERVE_TOKEN") or None
@@ -93,8 +94,9 @@ def tarserve_command(
     print(f"tarserve: serving {prefix} on {server.url}", file=sys.stderr, flush=True)
     try:
         server.wait()
-    except (_Terminated, KeyboardInterrupt):
+    except (_Terminated, Terminated, KeyboardInterrupt):  # Terminated: SIGHUP (base.run's handler)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
         print(f"tarserve: stopping: draining responses in flight (up to {drain_timeout:g}s)",
               file=sys.stderr, flush=True)
         cut = server.stop()

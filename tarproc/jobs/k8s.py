@@ -126,10 +126,10 @@ def job_manifest(command, patterns, image, name=None, namespace=None, parallelis
     if memory is not None:
         resources.setdefault("requests", {})["memory"] = quantity(memory, "memory")
         resources.setdefault("limits", {})["memory"] = quantity(memory, "memory")
-    container = {"name": "shard", "image": image, "command": [kujob], "args": args}
+    container = {"name": "shard", "image": _utf8(image), "command": [_literal(kujob)], "args": [_literal(a) for a in args]}
     env_list = parse_env(env)
     if env_list:
-        container["env"] = env_list
+        container["env"] = [{"name": e["name"], "value": _literal(e["value"])} for e in env_list]
     if resources:
         container["resources"] = resources
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "kujob"}
@@ -154,6 +154,24 @@ def job_manifest(command, patterns, image, name=None, namespace=None, parallelis
         "spec": {"restartPolicy": "Never", "containers": [container]},
     }
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}
+
+
+def _literal(text):
+    """``text`` as Kubernetes passes it on: in a container's command, args
+    and env values it expands ``$(NAME)`` and reduces ``$$`` to ``$``, so
+    every ``$`` is doubled (the pod gets exactly what was typed here).  The
+    manifest is JSON, which holds only Unicode: a name that is not UTF-8
+    would reach the pod changed, so it is refused."""
+    return _utf8(text).replace("$", "$$")
+
+
+def _utf8(text):
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"{text.encode('utf-8', 'surrogateescape')!r} is not UTF-8: a Kubernetes "
+                         f"manifest cannot carry it") from None
+    return text
 
 
 def check_command_syntax(command):

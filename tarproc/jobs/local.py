@@ -38,6 +38,10 @@ def expand_ids(patterns):
     for i in ids:
         if i == "":
             raise UsageError(f"empty shard id in {patterns!r}")
+        if any(ord(c) < 32 or ord(c) == 127 for c in i):
+            # a newline would split the one-line-per-shard outputs: the
+            # commands of --dry-run, the [id] log prefixes, the failed list
+            raise UsageError(f"shard id {i!r} has a control character (newline, tab, ...)")
         if i in seen:
             raise UsageError(f"shard id {i!r} appears twice in {' '.join(patterns)!r}")
         seen.add(i)

@@ -156,11 +156,11 @@ class Receiver:
 _START_LOCK = threading.Lock()
 
 
-_SIGNALS = ("SIGINT", "SIGTERM")
+_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 class _Starting:
-    """While a worker starts: SIGINT and SIGTERM are blocked in this thread
+    """While a worker starts: SIGINT, SIGTERM and SIGHUP are blocked in this thread
     (so the child inherits them blocked and cannot run the parent's Python
     handlers before it has set its own; :func:`_child` unblocks them), and
     under ``spawn``/``forkserver`` the parent's main script is not run in the
@@ -216,6 +216,7 @@ def _child(target, args, close_fds):
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)  # the parent's handler cleans up, not ours
     try:  # blocked while we started (see _Starting)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [getattr(signal, n) for n in _SIGNALS])
     except (AttributeError, OSError, ValueError):

@@ -91,7 +91,9 @@ def job_main():
     try:
         stats = Stats()
         stall = Stall()  # output keeps pace with a slow source
-        with open_sink("-", stall=stall) as sink:
+        with open_sink("-", stall=stall) as sink:  # the sink writes to its own copy of stdout
+            # what a --map function prints goes to the server's log, not into the response
+            os.dup2(2, 1)
             writer = SampleWriter(sink, stats)
             results = transform(url, stats=stats, on_error=say, warn=say, stall=stall, **options)
             try:

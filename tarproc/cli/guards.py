@@ -1,0 +1,71 @@
+"""Guards of every command: signals that must run the cleanup (SIGTERM,
+SIGHUP), an output that names one of the inputs, and standard descriptors
+closed at start."""
+
+import os
+import signal
+
+
+def refuse_overwriting_inputs(outputs, urls, why):
+    """``urls``, checked as they are used: a local input that IS one of the
+    local ``outputs`` (the same directory entry, which the commit would
+    replace) is a usage error, before anything is written.  For commands
+    whose output is not an edited copy of the input (text to tar, tar to an
+    index, a spec to a tar): ``-o`` naming the input is a typo that would
+    destroy it.  ``why`` ends the message."""
+    import itertools
+
+    from ..errors import UsageError
+    from ..sources.open import scheme_of
+
+    targets = set()
+    for out in outputs:
+        if out and scheme_of(out) == "file" and os.path.isfile(out) and not os.path.islink(out):
+            targets.add(os.path.realpath(out))  # a symbolic link is replaced, never its target
+    if not targets:
+        return urls
+
+    def check(url):
+        if scheme_of(url) == "file" and os.path.realpath(url) in targets:
+            raise UsageError(f"{url}: is also the output; writing it would destroy the input ({why})")
+        return url
+
+    if isinstance(urls, list):
+        return [check(url) for url in urls]
+    return map(check, urls)
+
+
+def hold_closed_std_fds():
+    """A closed stdin, stdout or stderr gets /dev/null opened the wrong way
+    round (writes to fd 1, reads from fd 0 fail with EBADF, as when closed),
+    so that no file this command opens becomes fd 0/1/2: with stdout closed,
+    the first input or temporary file would otherwise be fd 1 and receive the
+    tar written to "stdout"."""
+    for fd, flags in ((0, os.O_WRONLY), (1, os.O_RDONLY), (2, os.O_WRONLY)):
+        try:
+            os.fstat(fd)
+        except OSError:
+            try:
+                new = os.open(os.devnull, flags)
+                if new != fd:
+                    os.dup2(new, fd)
+                    os.close(new)
+            except OSError:
+                pass
+
+
+class Terminated(BaseException):
+    """Raised in the main thread on SIGTERM (or SIGHUP: the terminal or the
+    ssh connection went away) so cleanup code runs; exit 128 + the signal."""
+
+    def __init__(self, signum=signal.SIGTERM):
+        super().__init__(signum)
+        self.code = 128 + int(signum)
+
+
+def _on_sigterm(signum, frame):
+    # a second signal (a supervisor repeating itself) must not cut the
+    # cleanup short; SIGKILL remains for a cleanup that cannot finish
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    raise Terminated(signum)
