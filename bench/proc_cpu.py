@@ -39,9 +39,9 @@ with open(os.environ["PROC_CPU_OUT"], "w") as f:
 """
 
 
-def once(args, shard):
+def once(python, args, shard):
     with tempfile.NamedTemporaryFile("r") as out, open(os.devnull, "wb") as null:
-        subprocess.run([sys.executable, "-c", CHILD, *args, shard], stdout=null, check=True,
+        subprocess.run([python, "-c", CHILD, *args, shard], stdout=null, check=True,
                        env=dict(os.environ, PROC_CPU_OUT=out.name))
         return [float(x) for x in out.read().split()]
 
@@ -51,6 +51,8 @@ def main():
     ap.add_argument("-n", type=int, default=2000)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("-w", action="append", help="working directory base (repeatable)")
+    ap.add_argument("--python", action="append",
+                    help="interpreter of a venv with tarproc installed (repeatable: compared in turns)")
     ap.add_argument("rest", nargs="*", help="tarproc options (default: -p 2 -c true)")
     a = ap.parse_args()
     data = os.path.join(OUT, "proc")
@@ -60,19 +62,22 @@ def main():
     make_shard(small, 10)
     opts = a.rest or ["-p", "2", "-c", "true"]
     dirs = a.w or [tempfile.gettempdir(), "/dev/shm"]
-    per = {d: [] for d in dirs}
-    kids = {d: [] for d in dirs}
+    pythons = a.python or [sys.executable]
+    cases = [(p, d) for d in dirs for p in pythons]
+    per = {c: [] for c in cases}
+    kids = {c: [] for c in cases}
     for _ in range(a.runs):
-        for d in dirs:
-            u, s, cu, cs = once(["-w", d, *opts], big)
-            u0, s0, _, _ = once(["-w", d, *opts], small)
-            per[d].append(((u + s) - (u0 + s0)) / (a.n - 10) * 1e6)
-            kids[d].append((cu + cs) / a.n * 1e6)
+        for p, d in cases:
+            u, s, cu, cs = once(p, ["-w", d, *opts], big)
+            u0, s0, _, _ = once(p, ["-w", d, *opts], small)
+            per[p, d].append(((u + s) - (u0 + s0)) / (a.n - 10) * 1e6)
+            kids[p, d].append((cu + cs) / a.n * 1e6)
     print(f"tarproc {' '.join(opts)}, {a.n} samples, {a.runs} runs: parent CPU per sample (user+system, µs)")
-    for d in dirs:
-        v = per[d]
-        print(f"  -w {d:12s} min {min(v):6.0f}  median {statistics.median(v):6.0f}   runs {' '.join(f'{x:.0f}' for x in v)}"
-              f"   (commands: median {statistics.median(kids[d]):.0f} µs)")
+    for p, d in cases:
+        v = per[p, d]
+        who = f"{p}  " if len(pythons) > 1 else ""
+        print(f"  {who}-w {d:10s} min {min(v):6.0f}  median {statistics.median(v):6.0f}   runs {' '.join(f'{x:.0f}' for x in v)}"
+              f"   (commands: median {statistics.median(kids[p, d]):.0f} µs)")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ Error messages take its :meth:`tail` (at most
 copies it in chunks (:meth:`copy_to`)."""
 
 import os
+from fcntl import F_SETFL, fcntl
 
 from ..core.limits import _env_int
 
@@ -29,7 +30,7 @@ class Capture:
         self.rfd = self.wfd = None
         if file is None:
             self.rfd, self.wfd = os.pipe2(os.O_CLOEXEC)
-            os.set_blocking(self.rfd, False)
+            fcntl(self.rfd, F_SETFL, os.O_NONBLOCK)  # the read end only (the command's stdout blocks)
 
     def child_fd(self):
         """What the command's stdout and stderr are."""
