@@ -41,7 +41,7 @@ with open(os.environ["PROC_CPU_OUT"], "w") as f:
 
 def once(python, args, shard):
     with tempfile.NamedTemporaryFile("r") as out, open(os.devnull, "wb") as null:
-        subprocess.run([python, "-c", CHILD, *args, shard], stdout=null, check=True,
+        subprocess.run([python, "-c", CHILD, *args, shard], stdout=null, check=True, cwd=os.path.dirname(shard),
                        env=dict(os.environ, PROC_CPU_OUT=out.name))
         return [float(x) for x in out.read().split()]
 
