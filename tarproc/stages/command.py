@@ -20,8 +20,11 @@ content of ``sample.__key__``); symbolic links are refused and never
 followed, FIFOs and other special files are ignored.  With ``subdirs`` every
 subdirectory becomes a sample (key from its ``sample.__key__`` or
 ``KEY/NAME``); with ``multi`` files ``sample-N.*`` become samples with key
-``KEY-N``.  The directories are removed when the sample is done and when the
-iterator is closed (Ctrl-C, SIGTERM, an error), unless ``keepdir``.
+``KEY-N``.  Small input files the command left alone are not read back (see
+:func:`_read_files`).  A sample's directory is removed once its outputs are
+collected, by a thread (:class:`~tarproc.runtime.workdir.Remover`), and
+everything is gone when the iterator is closed (Ctrl-C, SIGTERM, an error),
+unless ``keepdir``.
 
 The commands are started with ``posix_spawn`` and waited for on pidfds by
 one loop (:func:`~tarproc.runtime.spawn.spawn_loop`): a sample costs one
