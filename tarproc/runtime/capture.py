@@ -14,6 +14,7 @@ Error messages take its :meth:`tail` (at most
 copies it in chunks (:meth:`copy_to`)."""
 
 import os
+from fcntl import F_SETFL, fcntl
 
 from ..core.limits import _env_int
 
@@ -27,9 +28,10 @@ class Capture:
         self.buf = bytearray()
         self.spill = spill  # () -> a new file descriptor (read/write)
         self.rfd = self.wfd = None
+        self.eof = False
         if file is None:
             self.rfd, self.wfd = os.pipe2(os.O_CLOEXEC)
-            os.set_blocking(self.rfd, False)
+            fcntl(self.rfd, F_SETFL, os.O_NONBLOCK)  # the read end only (the command's stdout blocks)
 
     def child_fd(self):
         """What the command's stdout and stderr are."""
@@ -44,12 +46,13 @@ class Capture:
     def pump(self):
         """Read what the pipe holds now; False once it is at its end (then
         :meth:`finish` closes it)."""
-        while self.rfd is not None:
+        while self.rfd is not None and not self.eof:
             try:
                 b = os.read(self.rfd, 1 << 16)
             except BlockingIOError:
                 return True
-            if not b:
+            if not b:  # at its end: nothing more to read (the caller unregisters it, then closes it)
+                self.eof = True
                 return False
             if self.fd is not None:
                 _write_all(self.fd, b)

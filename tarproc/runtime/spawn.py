@@ -45,6 +45,11 @@ class Spawner:
         for name in ("posix_spawn", "posix_spawn_file_actions_addfchdir_np", "posix_spawn_file_actions_addclosefrom_np",
                      "posix_spawn_file_actions_adddup2", "posix_spawnattr_setsigdefault"):
             getattr(libc, name)  # AttributeError: use the fallback
+        # the file actions are built holding the GIL (a CDLL call releases and retakes it: with
+        # other threads running, each such call can be a thread switch); only posix_spawn waits
+        held = ctypes.PyDLL(None)
+        self._actions = tuple(getattr(held, "posix_spawn_file_actions_" + name) for name in
+                              ("init", "adddup2", "addfchdir_np", "addclosefrom_np", "destroy"))
         args = [os.fsencode(a) for a in self.argv]
         if any(b"\0" in a for a in args):
             raise ValueError("NUL in an argument")
@@ -80,17 +85,16 @@ class Spawner:
             return subprocess.Popen(self.argv, cwd=cwd, stdin=stdin, stdout=out, stderr=out, close_fds=True,
                                     start_new_session=True)
         fa = self._fa
-        libc.posix_spawn_file_actions_init(fa)
+        init, dup2, fchdir, closefrom, destroy = self._actions
+        if init(fa) != 0:
+            raise OSError("posix_spawn_file_actions_init failed")
         try:
-            libc.posix_spawn_file_actions_adddup2(fa, stdin, 0)
-            libc.posix_spawn_file_actions_adddup2(fa, out, 1)
-            libc.posix_spawn_file_actions_adddup2(fa, out, 2)
-            libc.posix_spawn_file_actions_addfchdir_np(fa, dfd)
-            libc.posix_spawn_file_actions_addclosefrom_np(fa, 3)
+            if dup2(fa, stdin, 0) or dup2(fa, out, 1) or dup2(fa, out, 2) or fchdir(fa, dfd) or closefrom(fa, 3):
+                raise OSError(f"bad descriptor for posix_spawn ({stdin}, {out}, {dfd})")
             err = libc.posix_spawn(self._byref(self._pid), self._path, fa, self._attr, self._argv,
                                    self._environ)  # the current environment (os.environ writes go through putenv)
         finally:
-            libc.posix_spawn_file_actions_destroy(fa)
+            destroy(fa)
         if err:
             raise OSError(err, os.strerror(err))
         return self._pid.value
@@ -199,6 +203,10 @@ class _Poller:
             self.ep.close()
 
 
+#: Seconds between two calls of ``on_stall`` while results are handed out.
+STALL_GAP = 0.02
+
+
 def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None):
     """Run ``runner``'s commands on ``samples``, ``parallel`` at a time; yield
     ``handle(result)``'s samples in input order (or as they finish).
@@ -207,6 +215,9 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
     ``finish(job, status)`` (the result), ``discard(job)`` and the attributes
     ``timeout``, ``closed``, ``any_ok`` and ``spawner``; a job has ``index``, ``log``,
     ``handle``, ``pid``, ``pidfd``, ``deadline`` and ``timed_out``.
+    ``on_stall()`` is called before waiting when results were handed out
+    since its last call, at most every :data:`STALL_GAP` seconds (the wait
+    is then cut short), so output keeps pace without a flush per sample.
 
     This thread prepares, collects and hands out; the commands are started
     by one more thread (``posix_spawn`` returns only once the child has
@@ -224,6 +235,11 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
     prepared = collections.deque()
     results = {}
     emitted = 0
+    unreleased = 0  # results handed out whose slots the reader has not got back
+    refill = max(1, window // 2)
+    stalls = on_stall is not None
+    owed = False  # results handed out since on_stall was last called
+    stalled_at = -STALL_GAP
     inflight = 0  # started or being started, not yet ended
     have_pidfd = hasattr(os, "pidfd_open")
 
@@ -341,14 +357,20 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
                 while emitted in results:
                     result = results.pop(emitted)
                     emitted += 1
-                    inbox.slots.release()
+                    owed = stalls
+                    unreleased += 1
                     yield from handle(result)
             else:
                 for index in list(results):
                     result = results.pop(index)
                     emitted += 1
-                    inbox.slots.release()
+                    owed = stalls
+                    unreleased += 1
                     yield from handle(result)
+            # the reader's slots go back in batches (one wake-up of it per batch), at once when it is needed
+            if unreleased and (unreleased >= refill or len(inbox.items) <= 1):
+                inbox.slots.release(unreleased)
+                unreleased = 0
             if inbox.ended and emitted >= inbox.total and not inbox.items:
                 break
             # set before looking: the reader then wakes us after its next sample
@@ -356,12 +378,17 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
             if inbox.items and inflight < parallel or failed:
                 inbox.waiting = False
                 continue
-            if on_stall is not None:
-                on_stall()
             timeout = None
+            if owed:  # flush what was handed out, at most every STALL_GAP (one write per sample costs)
+                now = time.monotonic()
+                if now - stalled_at >= STALL_GAP:
+                    on_stall()
+                    stalled_at, owed = now, False
+                else:
+                    timeout = stalled_at + STALL_GAP - now
             if runner.timeout is not None and inflight:
                 now = time.monotonic()
-                timeout = runner.timeout  # a command being started has a later deadline
+                timeout = min(runner.timeout, timeout or runner.timeout)  # one being started has a later deadline
                 for job in list(running.values()):
                     if job.timed_out:
                         continue

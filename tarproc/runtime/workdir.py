@@ -147,3 +147,71 @@ def _remove_root(path, fd):
             os.rmdir(path)
     except OSError:
         pass
+
+
+class Remover:
+    """Removes finished sample directories in a thread, off the main loop's
+    path (an ``rmdir`` on a disk mounted with ``discard`` waits for the
+    device).  ``put(name, fd, names)`` hands over directory ``name`` of the
+    run directory and its descriptor (closed once removed), in batches of
+    ``batch`` (one wake-up of the thread per batch); at most ``limit``
+    batches wait, then ``put`` blocks.  ``close()`` removes the rest and
+    waits until all are gone.  The thread works on its own duplicate of the
+    run directory's descriptor, so closing that one early can never
+    redirect a removal."""
+
+    def __init__(self, top, batch=8, limit=4):
+        import queue
+        import threading
+
+        self.top = os.dup(top)
+        self.batch = []
+        self.size = batch
+        self.queue = queue.SimpleQueue()
+        self.slots = threading.Semaphore(limit)
+        self.thread = None
+
+    def put(self, name, fd, names=None):
+        self.batch.append((name, fd, names))
+        if len(self.batch) >= self.size:
+            self._hand_over()
+
+    def _hand_over(self):
+        if self.thread is None:
+            import threading
+
+            self.thread = threading.Thread(target=self._run, name="tarproc-remove", daemon=True)
+            self.thread.start()
+        batch, self.batch = self.batch, []
+        self.slots.acquire()
+        self.queue.put(batch)
+
+    def _run(self):
+        try:
+            while True:
+                batch = self.queue.get()
+                if batch is None:
+                    return
+                for name, fd, names in batch:
+                    try:
+                        _clear_dir(self.top, name, fd, names)
+                    except Exception:  # noqa: BLE001 - left for _remove_root
+                        pass
+                    finally:
+                        os.close(fd)
+                self.slots.release()
+        finally:
+            os.close(self.top)
+
+    def close(self):
+        """Remove what is handed over or waiting; wait for the thread."""
+        if self.thread is False:
+            return
+        if self.batch:
+            self._hand_over()
+        thread, self.thread = self.thread, False
+        if thread is None:
+            os.close(self.top)
+        else:
+            self.queue.put(None)
+            thread.join()

@@ -20,8 +20,11 @@ content of ``sample.__key__``); symbolic links are refused and never
 followed, FIFOs and other special files are ignored.  With ``subdirs`` every
 subdirectory becomes a sample (key from its ``sample.__key__`` or
 ``KEY/NAME``); with ``multi`` files ``sample-N.*`` become samples with key
-``KEY-N``.  The directories are removed when the sample is done and when the
-iterator is closed (Ctrl-C, SIGTERM, an error), unless ``keepdir``.
+``KEY-N``.  Small input files the command left alone are not read back (see
+:func:`_read_files`).  A sample's directory is removed once its outputs are
+collected, by a thread (:class:`~tarproc.runtime.workdir.Remover`), and
+everything is gone when the iterator is closed (Ctrl-C, SIGTERM, an error),
+unless ``keepdir``.
 
 The commands are started with ``posix_spawn`` and waited for on pidfds by
 one loop (:func:`~tarproc.runtime.spawn.spawn_loop`): a sample costs one
@@ -53,7 +56,7 @@ from ..core.rules import bad_field_name, bad_key, is_extra_meta, is_meta
 from ..runtime.engine import _Result, _check_mode, _handler, _stderr_echo, _stderr_report, default_parallel
 from ..runtime.capture import Capture
 from ..runtime.spawn import Spawner, spawn_loop
-from ..runtime.workdir import _clear_dir, _remove_entry, _remove_root
+from ..runtime.workdir import Remover, _remove_entry, _remove_root
 
 
 class CommandRunner:
@@ -103,8 +106,11 @@ class CommandRunner:
         self.spawner = Spawner(self.argv)
         self.root = None
         self.rootfd = None
+        self.remover = None
         self.devnull = None
         self.tmpfile = hasattr(os, "O_TMPFILE")
+        self.names = {}  # field -> its file name (a field name checked once, not per sample)
+        self.random = b""  # random bytes for directory names, drawn in blocks
         self.closed = False
         self.any_ok = False  # a sample succeeded: exit 127 is then the sample's own failure
         self.keep_log = True  # False: a successful command's output is not wanted
@@ -115,6 +121,8 @@ class CommandRunner:
 
         self.root = tempfile.mkdtemp(prefix="tarproc-", dir=self.parent)
         self.rootfd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        if not self.keepdir:
+            self.remover = Remover(self.rootfd)
         self.devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
 
     # -- one sample: prepare (directory, fields), spawn, finish (collect, clean up)
@@ -127,7 +135,7 @@ class CommandRunner:
         job = _Job(index, key, sample)
         try:
             job.name, job.dfd, job.log = self._slot(index)
-            why = self._write_fields(job.dfd, sample)
+            why = self._write_fields(job.dfd, sample, None if self.subdirs or self.multi else job)
         except OSError as e:
             why = f"working directory: {e.strerror or e}"
         if why:
@@ -143,6 +151,8 @@ class CommandRunner:
         # a path names by then
         cwd = f"/proc/self/fd/{job.dfd}" if self.spawner.libc is None and os.path.isdir("/proc/self/fd") \
             else os.path.join(self.root, job.name)
+        if job.written:
+            job.started = time.clock_gettime_ns(_COARSE)
         try:
             job.handle = self.spawner.spawn(job.dfd, cwd, self.devnull, job.log.child_fd())
         except OSError as e:
@@ -166,7 +176,11 @@ class CommandRunner:
                                log=log.tail())
             if isinstance(status, str):
                 return _Result(key, error=status)
-            outputs, why = self._collect(job.dfd, key, job.sample, job.names)
+            written = None
+            if job.written and status == 0 and _settled(os.fstat(job.dfd).st_ctime_ns) <= job.started \
+                    <= time.clock_gettime_ns(_COARSE):
+                written = (job.written, job.started)  # no entry added, removed or renamed by the command
+            outputs, why = self._collect(job.dfd, key, job.sample, job.names, written)
             if why:
                 return _Result(key, outputs, error=why, log=log.tail())
             if status == 127 and not self.any_ok:
@@ -197,10 +211,11 @@ class CommandRunner:
             job.log.close()
             job.log = None
         if job.dfd is not None:
-            if job.name is not None and not self.keepdir:
-                _clear_dir(self.rootfd, job.name, job.dfd, job.names or None)
-            os.close(job.dfd)
-            job.dfd = None
+            dfd, job.dfd = job.dfd, None
+            if job.name is not None and self.remover is not None:
+                self.remover.put(job.name, dfd, job.names or None)  # closes dfd
+            else:
+                os.close(dfd)
         elif job.name is not None and not self.keepdir:
             _remove_entry(self.rootfd, job.name)
 
@@ -209,10 +224,11 @@ class CommandRunner:
         fresh log.  The name is unpredictable and never reused, so nothing
         left running by an earlier sample can write into this one's files;
         everything is made relative to the run directory's descriptor."""
-        import secrets
-
         while True:
-            name = f"{index:06d}-{secrets.token_hex(4)}"
+            if len(self.random) < 4:
+                self.random = os.urandom(512)
+            name = f"{index:06d}-{self.random[:4].hex()}"
+            self.random = self.random[4:]
             try:
                 os.mkdir(name, 0o700, dir_fd=self.rootfd)
                 break
@@ -243,34 +259,51 @@ class CommandRunner:
         os.unlink(name, dir_fd=self.rootfd)
         return fd
 
-    def _write_fields(self, dfd, sample):
+    def _write_fields(self, dfd, sample, job=None):
+        """Write a sample's fields as files in ``dfd``; with a ``job``, note
+        in ``job.written`` what each small file holds (see :func:`_read_files`)."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        names = self.names
+        written = {} if job is not None else None
         for field, value in sample.items():
-            if is_extra_meta(field):
-                continue
-            why = bad_field_name(field)
-            if why:
-                return why
+            name = names.get(field)
+            if name is None:
+                if is_extra_meta(field):
+                    continue
+                why = bad_field_name(field)
+                if why:
+                    return why
+                if len(names) < 4096:  # (bounded: every sample may bring new field names)
+                    names[field] = f"{self.base}.{field}"
+                name = f"{self.base}.{field}"
             if isinstance(value, str):
                 value = value.encode("utf-8", "surrogateescape")  # keys keep non-UTF-8 bytes
             elif type(value) is Blob:  # large: a hard link to its spool file, or a streamed copy
-                value.link_or_copy_to(f"{self.base}.{field}", dfd)
+                value.link_or_copy_to(name, dfd)
                 continue
             elif not isinstance(value, (bytes, bytearray, memoryview)):
                 return f"field {field!r} is {type(value).__name__}, not bytes or str"
-            fd = os.open(f"{self.base}.{field}", flags, 0o644, dir_fd=dfd)
+            fd = os.open(name, flags, 0o644, dir_fd=dfd)
             try:
-                view = memoryview(value)
-                while view:
-                    n = os.write(fd, view)
-                    view = view[n:]
+                if type(value) is not bytes:
+                    value = memoryview(value).cast("B")
+                n = os.write(fd, value) if len(value) else 0
+                if n < len(value):  # a short write (not on a local file system): the rest
+                    view = memoryview(value)[n:]
+                    while view:
+                        view = view[os.write(fd, view):]
+                if written is not None and type(value) is bytes and len(value) < self.spooler.threshold:
+                    written[name] = value
             finally:
                 os.close(fd)
+        if job is not None and _COARSE is not None:
+            job.written = written
         return None
 
-    def _collect(self, dfd, key, sample, names=None):
+    def _collect(self, dfd, key, sample, names=None, written=None):
         """The output samples of a finished command in directory ``dfd``, and
-        an error or None; ``names`` gets the names of its entries."""
+        an error or None; ``names`` gets the names of its entries; ``written``:
+        see :func:`_read_files`."""
         meta = {k: v for k, v in sample.items() if is_extra_meta(k)}
         problem = None
         names = [] if names is None else names
@@ -305,7 +338,7 @@ class CommandRunner:
                 per.setdefault(n, {})[rest] = data
             outputs = [self._make_sample(per[n], f"{key}-{n}", meta) for n in sorted(per, key=_natural)]
         else:
-            files, problem = _read_files(dfd, self.base + ".", self.spooler, names)
+            files, problem = _read_files(dfd, self.base + ".", self.spooler, names, written)
             outputs = [self._make_sample(files, key, meta)] if files else []
         seen = set()
         for out in outputs:
@@ -317,7 +350,7 @@ class CommandRunner:
                 return [], f"two outputs have the same key {quote(k)}"
             seen.add(k)
             for field in out:
-                if not (field[:2] == "__" and field[-2:] == "__"):
+                if field not in self.names and not (field[:2] == "__" and field[-2:] == "__"):
                     why = bad_field_name(field)
                     if why:
                         return [], f"output {why}: it would not read back"
@@ -346,21 +379,27 @@ class CommandRunner:
             os.close(self.devnull)
             self.devnull = None
         if self.rootfd is not None:
-            if not self.keepdir:
-                _remove_root(self.root, self.rootfd)
-            os.close(self.rootfd)
-            self.rootfd = None
+            try:
+                if self.remover is not None:
+                    self.remover.close()  # the directories handed to it are gone
+            finally:
+                if not self.keepdir:
+                    _remove_root(self.root, self.rootfd)
+                os.close(self.rootfd)
+                self.rootfd = None
 
 
 class _Job:
     """A sample's command: its directory (name, descriptor), log, process."""
 
     __slots__ = ("index", "key", "sample", "name", "dfd", "log", "handle", "pid", "pidfd", "deadline", "timed_out",
-                 "names")
+                 "names", "written", "started")
 
     def __init__(self, index, key, sample):
         self.index, self.key, self.sample = index, key, sample
         self.names = []  # what the directory held when its outputs were read
+        self.written = None  # {file name: bytes} of the small files we wrote
+        self.started = 0  # the coarse real-time clock (ns) just before the command started
         self.name = self.dfd = self.log = self.handle = self.pid = self.pidfd = self.deadline = None
         self.timed_out = False
 
@@ -368,6 +407,27 @@ class _Job:
 def _natural(s):
     return (0, int(s), s) if s.isdigit() else (1, 0, s)
 
+
+
+_proc_fd = None  # whether /proc/self/fd works (looked at once)
+
+
+def _scan(dfd):
+    """The entries (``os.DirEntry``) of a directory held open as ``dfd``:
+    opened again through ``/proc/self/fd`` (which names the directory we
+    hold, wherever it is now), 4 system calls instead of the 8 of
+    ``scandir(dfd)`` (dup, fdopendir's checks, rewind)."""
+    global _proc_fd
+    if _proc_fd is None:
+        _proc_fd = os.path.isdir(f"/proc/self/fd/{dfd}")
+    if _proc_fd:
+        try:
+            with os.scandir(f"/proc/self/fd/{dfd}") as it:
+                return list(it)
+        except OSError:
+            pass
+    with os.scandir(dfd) as it:
+        return list(it)
 
 
 def _entries(dfd):
@@ -380,18 +440,45 @@ def _entries(dfd):
                 continue
 
 
-def _read_files(dfd, prefix, spooler=None, names=None):
+#: ``CLOCK_REALTIME_COARSE``: the clock the kernel stamps inode times from.
+_COARSE = getattr(time, "CLOCK_REALTIME_COARSE", 5 if sys.platform.startswith("linux") else None)
+
+
+def _settled(ctime_ns):
+    """The coarse clock reading (ns) from which any change to a file gets a
+    later change time than ``ctime_ns``.  A file system stamps times in steps
+    of a power of ten ns (1 ns ext4, xfs, tmpfs; 1 s ext3; 2 s FAT, ...), so
+    ``ctime_ns`` is a multiple of its step: two steps of the largest power
+    of ten dividing it are a safe bound."""
+    step = 1
+    while step < 10**9 and ctime_ns % (step * 10) == 0:
+        step *= 10
+    return ctime_ns + 2 * step
+
+
+def _read_files(dfd, prefix, spooler=None, names=None, written=None):
     """``{suffix: bytes}`` of the regular files named ``prefix + suffix`` in a
     directory; ``(files, problem)``; ``names`` gets every entry's name.  Files of ``spooler.threshold`` bytes
     or more become blobs (hard-linked into a spool file when possible).  A symlink is a problem (the other files
     are still read), never followed;
-    FIFOs, directories and other special files are ignored."""
+    FIFOs, directories and other special files are ignored.
+
+    ``written`` is ``({name: bytes}, started)``: the files we wrote before
+    the command started, at ``started`` on the coarse real-time clock (the
+    one the kernel stamps inode times with), in a directory whose entries
+    the command did not change (its change time is older).  A regular file
+    of that size whose change time is older than ``started`` by two stamp
+    steps (:func:`_settled`) still holds those bytes, since any write,
+    truncation or chmod sets the change time, which no process can set back,
+    so it is not read again: one ``lstat`` instead of open, fstat, read,
+    close.  (This assumes the real-time clock is not stepped back while the
+    command runs; :meth:`CommandRunner.finish` checks it is not behind
+    ``started`` when the command has ended.)"""
     import stat
 
     files = {}
     problem = None
-    with os.scandir(dfd) as it:
-        entries = list(it)
+    entries = _scan(dfd)
     if names is not None:
         names.extend(e.name for e in entries)
     entries = [e for e in entries if e.name.startswith(prefix)]  # "sample." itself is the field ""
@@ -403,6 +490,14 @@ def _read_files(dfd, prefix, spooler=None, names=None):
                 continue
             if not entry.is_file(follow_symlinks=False):
                 continue
+            if written is not None:
+                was = written[0].get(name)
+                if was is not None:
+                    st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                    if stat.S_ISREG(st.st_mode) and st.st_size == len(was) \
+                            and _settled(st.st_ctime_ns) <= written[1]:
+                        files[name[len(prefix):]] = was
+                        continue
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)
         except OSError as e:
             import errno
