@@ -13,8 +13,6 @@ def refuse_overwriting_inputs(outputs, urls, why):
     whose output is not an edited copy of the input (text to tar, tar to an
     index, a spec to a tar): ``-o`` naming the input is a typo that would
     destroy it.  ``why`` ends the message."""
-    import itertools
-
     from ..errors import UsageError
     from ..sources.open import scheme_of
 
