@@ -33,22 +33,7 @@ run = M.bash
 one_line = M.one_line
 
 
-def processes_with(marker):
-    """PIDs of live processes whose command line is ``marker`` (its words)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read()
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if cmdline.rstrip(b"\0").split(b"\0") == marker.encode().split() and state != b"Z":
-            found.append(int(pid))
-    return found
+processes_with = M.processes_with
 
 
 # ------------------------------------------------------------------ tarpcat

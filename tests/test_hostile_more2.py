@@ -12,6 +12,7 @@ import re
 import select
 import signal
 import subprocess
+import sys
 import tarfile
 import time
 import urllib.request
@@ -19,6 +20,9 @@ import urllib.request
 import pytest
 
 from helpers import kubernetes_expand
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostile"))
+import make_corpus as M  # noqa: E402
 
 
 def tar_of(members):
@@ -57,22 +61,7 @@ def unique_sleep():
     return f"sleep 7{time.time_ns() % 10**9:09d}"
 
 
-def processes_with(words):
-    """Live processes whose command line is exactly ``words``."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read()
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if cmdline.rstrip(b"\0").split(b"\0") == words.encode().split() and state != b"Z":
-            found.append(int(pid))
-    return found
+processes_with = M.processes_with
 
 
 def wait_for(predicate, timeout=20):

@@ -447,3 +447,20 @@ def one_line(p):
     assert len(lines) == 1, err
     return lines[0]
 
+
+def processes_with(words):
+    """Live processes whose command line is exactly ``words``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if cmdline.rstrip(b"\0").split(b"\0") == words.encode().split() and state != b"Z":
+            found.append(int(pid))
+    return found
