@@ -64,6 +64,11 @@ def unique_sleep():
 processes_with = M.processes_with
 
 
+def _default_signals():
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def wait_for(predicate, timeout=20):
     deadline = time.monotonic() + timeout
     while not predicate() and time.monotonic() < deadline:
@@ -85,7 +90,9 @@ def kill_left(words):
 def _signalled(argv, cwd, marker, sig, started):
     """Start ``argv``, wait until ``started()`` (it is mid-run, its input
     command alive), send ``sig``; return the exit status."""
-    proc = subprocess.Popen(argv, cwd=cwd, stderr=subprocess.PIPE)
+    # the default dispositions of a terminal's job: a test run under nohup (or in the background of a
+    # script, which ignores SIGINT) must not hand its SIG_IGN on to the command
+    proc = subprocess.Popen(argv, cwd=cwd, stderr=subprocess.PIPE, preexec_fn=_default_signals)
     try:
         assert wait_for(lambda: started() and processes_with(marker)), proc.stderr.read1() if proc.poll() else ""
         proc.send_signal(sig)
