@@ -46,7 +46,7 @@ def _canonical_parts():
 
 
 PRE, MTIME, END, CONST = _canonical_parts()
-#: ZEROS[n]: n zero bytes (the padding of a name field or of member data).
+#: ZEROS[n]: n zero bytes (the padding after member data).
 ZEROS = tuple(bytes(n) for n in range(512))
 
 #: The name field of a header (bytes 0..100) as a writer writes it, in one
@@ -171,12 +171,12 @@ class _Rest:
         return self.stream.seek(n - left, 1)
 
 
-def _seal(sample, pieces, rchunk, rs, re, nmem):
+def _seal(sample, pieces, rchunk, rs, rstop, nmem):
     """A finished sample keeps its input bytes (the pieces, with the last
-    run of buffer ``rchunk[rs:re]``) only when all its members were copied
+    run of buffer ``rchunk[rs:rstop]``) only when all its members were copied
     as read; otherwise it is written by the encoder."""
     if pieces is not None and rchunk is not None:
-        pieces.append(rchunk[rs:re])
+        pieces.append(rchunk[rs:rstop])
     sample.raw = (pieces, nmem) if pieces else None
 
 
@@ -202,8 +202,8 @@ def fast_group(reader, source="-", stats=None, raw=False):
     key = keyb = None  # the current sample's key (and its bytes, when a fast member set it)
     last = None  # the last field of the current sample, while it can be raw
     pieces = None  # the raw bytes of the current sample (None: it cannot be raw)
-    rchunk = None  # ... and its last run of members, chunk[rs:re]
-    rs = re = 0
+    rchunk = None  # ... and its last run of members, chunk[rs:rstop]
+    rs = rstop = 0
     nmem = 0
     misses = 0
     chunk = b""
@@ -220,7 +220,7 @@ def fast_group(reader, source="-", stats=None, raw=False):
                     break
                 more += piece
             if rchunk is chunk and pieces is not None:
-                pieces.append(chunk[rs:re])
+                pieces.append(chunk[rs:rstop])
                 rchunk = None
             base += pos
             chunk, pos, end = more, 0, len(more)
@@ -243,7 +243,7 @@ def fast_group(reader, source="-", stats=None, raw=False):
                         # the member goes on past the buffer: get the rest
                         more = take(stop - end)
                         if rchunk is chunk and pieces is not None:
-                            pieces.append(chunk[rs:re])
+                            pieces.append(chunk[rs:rstop])
                             rchunk = None
                         chunk = chunk[p:] + more
                         base += p
@@ -317,7 +317,7 @@ def fast_group(reader, source="-", stats=None, raw=False):
             if current is not None:
                 stats.read += 1
                 if raw:
-                    _seal(current, pieces, rchunk, rs, re, nmem)
+                    _seal(current, pieces, rchunk, rs, rstop, nmem)
                 yield current
             current = RawSample(__key__=k, __source__=source) if raw else {"__key__": k, "__source__": source}
             key = k
@@ -332,16 +332,16 @@ def fast_group(reader, source="-", stats=None, raw=False):
             if israw and field > last:
                 last = field
                 nmem += 1
-                if rchunk is chunk and re == p:
-                    re = pos
+                if rchunk is chunk and rstop == p:
+                    rstop = pos
                 else:
                     if rchunk is not None:
-                        pieces.append(rchunk[rs:re])
-                    rchunk, rs, re = chunk, p, pos
+                        pieces.append(rchunk[rs:rstop])
+                    rchunk, rs, rstop = chunk, p, pos
             else:
                 pieces = None
     if current is not None:
         stats.read += 1
         if raw:
-            _seal(current, pieces, rchunk, rs, re, nmem)
+            _seal(current, pieces, rchunk, rs, rstop, nmem)
         yield current
