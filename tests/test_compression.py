@@ -124,7 +124,7 @@ def test_thread_decoder_bounds_its_chunks():
     """A gzip bomb comes out in chunks of at most 1 MiB, never at once."""
     bomb = gzip.compress(bytes(50 << 20), mtime=0)
     pieces = [bomb[i : i + 4096] for i in range(0, len(bomb), 4096)] + [b""]
-    sizes = [len(c) for c in C.decoded_chunks("gzip", iter(pieces).__next__)]
+    sizes = [len(c) for c in unzip.decoded_chunks("gzip", iter(pieces).__next__)]
     assert sum(sizes) == 50 << 20 and max(sizes) <= unzip.CHUNK
 
 

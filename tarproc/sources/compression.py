@@ -28,7 +28,7 @@ from ..core.limits import check_ratio
 from ..errors import BadInput, TarprocError
 from ..runtime.procs import popen
 from .open import BUFSIZE, _FdReader, _drain_stderr, _tail_of_stderr
-from .unzip import decoded_chunks
+from . import unzip
 
 
 _MAGIC = (
@@ -333,7 +333,7 @@ class _ThreadDecompressed(io.RawIOBase):
         source, url, codec = self.source, self.url, self.codec
         decoded = 0
         try:
-            for chunk in decoded_chunks(codec, source.read):
+            for chunk in unzip.decoded_chunks(codec, source.read):
                 decoded += len(chunk)
                 check_ratio(url, codec, decoded, source.count)
                 put(chunk)
@@ -430,8 +430,6 @@ def _wrap_compression(raw, url, programs=None):
     for argv in candidates:
         if argv == ("python",):
             import sys
-
-            from . import unzip
 
             argv = (sys.executable, "-I", "-S", unzip.__file__, codec)
         path = _which(argv[0])
