@@ -86,7 +86,7 @@ def sched_delays(argv):
         m = re.match(r"([^\[]+)\[(\d+)(?:/(\d+))?\]", p[2])
         if not m:
             continue
-        comm, tid, pid = m.group(1), m.group(2), m.group(3) or m.group(2)
+        comm, pid = m.group(1), m.group(3) or m.group(2)
         if comm in ("tarproc", "xargs") and main_pid is None:
             main_pid = pid
         if comm == "<idle>":
