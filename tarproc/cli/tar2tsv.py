@@ -19,7 +19,9 @@ Text fields are written as UTF-8 text; binary fields (images, arrays, anything
 that is not UTF-8) as their size in bytes, or their sha256 with --hash.
 'json.label' addresses a value inside the JSON field 'json' (nested: json.a.b,
 list items: json.boxes.0).  A missing field is an empty cell.  TSV escapes
-backslash, tab, newline and CR as \\\\ \\t \\n \\r so every row is one line.
+backslash, tab, newline and CR as \\\\ \\t \\n \\r, and other control characters
+(escape sequences, C1, U+2028/9, bidi overrides) as \\xHH or \\uHHHH in every format, so
+every row is one line and nothing from a sample can drive the terminal.
 Without -f the columns are every field of the first 1000 samples (--scan N),
 held back until the header can be written; a field first seen later is named
 once on stderr (use -f to choose columns and stream at once).  JSON lines

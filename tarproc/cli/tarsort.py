@@ -18,7 +18,8 @@ Memory stays near --memory: beyond it sorted runs are spilled to a private
 directory under --tmpdir and merged; it is removed on exit, failure, Ctrl-C
 and SIGTERM. The sort is stable (equal keys keep input order, also with -r)
 and keeps duplicates; --update keeps only the last sample read for each sort
-key (the one that came last in the input; not with -S shuffle). text order is byte order (like LC_ALL=C sort).
+key (the one that came last in the input; not with -S shuffle). text order is byte order
+(like LC_ALL=C sort), also for names that are not UTF-8; float puts NaN first (like sort -g).
 exit status: 0 ok, 1 the output could not be written, 2 bad usage, unreadable
 input, or a sample without the sort field (or not a number for int/float).
 """

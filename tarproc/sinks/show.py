@@ -112,8 +112,11 @@ _NUMBER = re.compile(r"^\s*[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?\s*$")
 
 
 def _clip(text, width, escape=True):
+    from .table import escape_controls
+
     if escape:
         text = text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
+    text = escape_controls(text)  # C1 controls, U+2028/9, bidi overrides (from JSON escapes too)
     return text if len(text) <= width else text[: max(1, width - 1)] + "…"
 
 
@@ -156,14 +159,16 @@ def format_sample(sample, fields=None, width=64):
     orders the fields shown; missing ones are shown as ``<missing>``."""
     from ..core.rules import is_meta
 
-    lines = [limits.shorten(f"{sample.get('__key__')}")]  # a preview: long names are shortened
+    from .table import escape_controls
+
+    lines = [escape_controls(limits.shorten(f"{sample.get('__key__')}"))]  # a preview: long names are shortened
     names = fields if fields is not None else sorted(k for k in sample if not is_meta(k))
     if not names:
         lines.append("    (no fields)")
         return lines
     wide = min(max(len(k) for k in names), limits.NAME_CHARS)
     for k in names:
-        shown = limits.shorten(k)
+        shown = escape_controls(limits.shorten(k))
         if k not in sample:
             lines.append(f"    {shown:<{wide}}  {'':>8}  <missing>")
             continue

@@ -11,6 +11,8 @@ indices); a missing field is an empty cell (``null`` in JSON lines).
 """
 
 
+import re
+
 from ..core.blob import Blob
 
 from ..core import limits
@@ -149,11 +151,32 @@ def default_columns(sample):
     return [Column(k, [k]) for k in sorted(sample) if not is_meta(k)]
 
 
+#: Characters a terminal acts on or a Unicode-aware reader takes as a line
+#: end, besides tab, newline and CR: the other C0 controls, DEL, the C1
+#: controls (U+009B is an 8-bit CSI, U+0085 a line end), U+2028/U+2029, and
+#: the bidirectional overrides and isolates that reorder what is shown.
+_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape_unsafe(m):
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def escape_controls(text):
+    """``text`` with the characters of :data:`_UNSAFE` written as ``\\xHH`` or
+    ``\\uHHHH``, so no escape sequence from a sample reaches a terminal and
+    a row stays one line for any reader."""
+    return _UNSAFE.sub(_escape_unsafe, text) if _UNSAFE.search(text) else text
+
+
 def escape_tsv(text):
-    """Backslash-escape so a value fits in one TSV cell on one line."""
+    """Backslash-escape so a value fits in one TSV cell on one line: ``\\``,
+    tab, newline and CR as ``\\\\ \\t \\n \\r``, other controls as
+    :func:`escape_controls` does."""
     if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
         text = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
-    return text
+    return escape_controls(text)
 
 
 def format_row(values, fmt, names=None):
@@ -171,12 +194,16 @@ def format_row(values, fmt, names=None):
             s = "" if v is None else str(v)
             if "\n" in s or "\r" in s or "\\" in s:
                 s = s.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+            s = escape_controls(s)
             if any(c in s for c in ',"') or s != s.strip(" "):
                 s = '"' + s.replace('"', '""') + '"'
             out.append(s)
         return ",".join(out) + "\n"
     if fmt == "jsonl":
-        return limits.json_dumps(dict(zip(names, values)), ensure_ascii=False) + "\n"
+        # JSON escapes C0 controls itself; the others are only found inside
+        # strings, where \\uHHHH is the same character.
+        line = limits.json_dumps(dict(zip(names, values)), ensure_ascii=False)
+        return (_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", line) if _UNSAFE.search(line) else line) + "\n"
     raise UsageError(f"unknown format {fmt!r} (tsv, csv or jsonl)")
 
 

@@ -22,10 +22,11 @@ with ``reverse``), and duplicates are kept, unless ``unique`` asks for the
 last of each (dropped while merging, so it costs no extra pass).  Samples come out as the same
 dicts of bytes that went in, so they are written byte-identically.
 
-Sort types: ``text`` (bytes order of the field, code-point order of
-``__key__``, which is the UTF-8 byte order, i.e. ``LC_ALL=C sort``), ``int``,
-``float``, and ``shuffle`` (a random key per sample, reproducible with
-``seed``; a shuffle of any size is the same external merge).
+Sort types: ``text`` (bytes order of the field, and of ``__key__`` as the
+bytes of the member names, also when they are not UTF-8, i.e. ``LC_ALL=C
+sort``), ``int``, ``float`` (NaN before every number, like ``sort -g``), and
+``shuffle`` (a random key per sample, reproducible with ``seed``; a shuffle of
+any size is the same external merge).
 """
 
 import os
@@ -97,6 +98,11 @@ def key_function(sortkey="__key__", sorttype="text", seed=None):
         rnd = random.Random(seed).random
         return lambda sample: rnd()
     field = sortkey or "__key__"
+    if sorttype == "text" and field == "__key__":
+        # Byte order of the key as stored in the tar: a name that is not
+        # UTF-8 holds lone surrogates (U+DC80..U+DCFF), which as code points
+        # sort before U+E000..U+FFFF and so not where their bytes go.
+        return lambda sample: sample["__key__"].encode("utf-8", "surrogateescape")
     if sorttype == "text":
         def text(sample):
             try:
@@ -119,10 +125,15 @@ def key_function(sortkey="__key__", sorttype="text", seed=None):
             raise BadSample(sample.get("__key__"), f"has no field {field!r} to sort by",
                             sample.get("__source__")) from None
         try:
-            return convert(value)
+            value = convert(value)
         except (ValueError, TypeError):
             raise BadSample(sample.get("__key__"), f"field {field!r} is not {'an int' if convert is int else 'a float'}: "
                                                    f"{bytes(value[:40])!r}", sample.get("__source__")) from None
+        if convert is float:
+            # NaN compares false with everything, which breaks any sort (and
+            # made the order depend on --memory): NaNs go first, like GNU sort -g.
+            return (False, 0.0) if value != value else (True, value)
+        return value
 
     return number
 
