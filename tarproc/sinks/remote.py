@@ -63,13 +63,47 @@ def cleanup_remote(prefix):
     return removed
 
 
+#: Words that make a shell command more than one simple command.
+_SHELL_WORDS = frozenset("if then else elif fi for while until do done case esac in { } ! [[ ]] function "
+                         "time select coproc exec".split())
+
+
+def exec_simple(cmd):
+    """``exec CMD`` when ``CMD`` is one simple command (``aws s3 cp - URL``),
+    else ``CMD``.  ``sh -c`` (dash) forks a simple command rather than
+    replacing itself: the client was then a grandchild that the parent-death
+    signal (:func:`~tarproc.runtime.procs._pdeathsig`) never reached, and
+    after a SIGKILL of the parent it read end-of-input and published the
+    partial data.  With ``exec`` the client is the process that dies with the
+    parent.  Pipelines, lists, redirections, assignments and compound
+    commands stay as they are (their first process only dies)."""
+    import shlex
+    import shutil
+
+    if "\n" in cmd or "\r" in cmd:
+        return cmd
+    try:
+        lex = shlex.shlex(cmd, posix=True, punctuation_chars=True)
+        lex.whitespace_split = True
+        words = list(lex)
+    except ValueError:
+        return cmd
+    if not words or words[0] in _SHELL_WORDS or set("=$`\\") & set(words[0]):
+        return cmd
+    if shutil.which(words[0]) is None:  # a shell builtin (exit, :, cd), or not found: left to the shell
+        return cmd
+    if any(set(w) <= set("();<>|&") for w in words):
+        return cmd
+    return "exec " + cmd
+
+
 def _run_client(cmd, url, what):
     """Run a client command to its end; its stdout, or OutputError naming
     ``url`` with the client's last stderr line."""
     import subprocess
 
     try:
-        p = subprocess.run(cmd, shell=True, stdin=subprocess.DEVNULL, capture_output=True,
+        p = subprocess.run(exec_simple(cmd), shell=True, stdin=subprocess.DEVNULL, capture_output=True,
                            preexec_fn=_pdeathsig)
     except OSError as e:
         raise OutputError(f"{url}: cannot start {cmd!r}: {e.strerror}") from None
@@ -106,7 +140,7 @@ class _Client:
             out = sys.stderr.fileno() if stdout is None else (None if stdout == "inherit" else stdout)
             # its own process group, so that abort() kills the client even
             # when the shell forked it (sh -c 'aws ...') rather than exec'd
-            self.proc = popen(cmd, shell=True, stdin=stdin, stderr=self.err, stdout=out, process_group=0)
+            self.proc = popen(exec_simple(cmd), shell=True, stdin=stdin, stderr=self.err, stdout=out, process_group=0)
         except OSError as e:
             self.err.close()
             raise OutputError(f"{url}: cannot start {cmd!r}: {e.strerror}") from None
