@@ -8,7 +8,7 @@ from ..errors import BadArchive, BadSample
 from .blob import Blob
 from .limits import quote
 from .passthru import RawSample, is_canonical_writer
-from .rules import bad_field_name, bad_key, is_meta, split_name, unsafe_name
+from .rules import bad_field_name, bad_key, is_meta, split_name, unnamed, unsafe_name
 from .stats import Stats
 from .tario import REGULAR, TYPE_NAMES, TarWriter
 
@@ -33,7 +33,7 @@ def group(members, source="-", stats=None):
             raise BadArchive(source, m.offset, why)
         parts = split_name(name)
         if parts is None:
-            stats.skip_member("names without an extension")
+            stats.skip_member(unnamed(name))
             continue
         k, field = parts
         if field[:2] == "__" and field[-2:] == "__":  # is_meta: it would replace __key__ or vanish on writing
@@ -85,8 +85,15 @@ class SampleWriter:
         self.tar = TarWriter(stream, **header_defaults)
         self._raw_ok = is_canonical_writer(self.tar)
         self.stats = stats if stats is not None else Stats()
+        self._last_key = None
 
     def write(self, sample):
+        key = sample.get("__key__")
+        if key == self._last_key and key is not None:
+            # read back, members of consecutive samples with one key are one sample (as in webdataset)
+            raise BadSample(key, "written right after a sample with the same key: read back, the two would be "
+                                 "one sample (duplicate keys; make them unique, e.g. with --rekey)")
+        self._last_key = key
         if type(sample) is RawSample and self._raw_ok:
             raw = getattr(sample, "raw", None)
             if raw is not None:  # the bytes it was read from are what we would write
@@ -98,7 +105,6 @@ class SampleWriter:
                 tar.members_written += members
                 self.stats.written += 1
                 return
-        key = sample.get("__key__")
         write = self.tar.write
         if (isinstance(key, str) and key and "." not in key[key.rfind("/") + 1 :] and not key.endswith("/")
                 and unsafe_name(key) is None):

@@ -31,7 +31,7 @@ from zlib import adler32
 
 from ..errors import BadArchive, BadSample
 from .limits import quote
-from .rules import split_name, unsafe_name
+from .rules import split_name, unnamed, unsafe_name
 from .stats import Stats
 from .tario import _LARGE_MEMBER, REGULAR, TYPE_NAMES, TarWriter
 
@@ -296,7 +296,7 @@ def fast_group(reader, source="-", stats=None, raw=False):
                 slash = name.rfind("/")
                 dot = name.find(".", slash + 1)
                 if dot <= slash + 1:
-                    stats.skip_member("names without an extension")
+                    stats.skip_member(unnamed(name))
                     continue
                 k = name[:dot]
                 field = name[dot + 1 :].lower()
@@ -306,7 +306,7 @@ def fast_group(reader, source="-", stats=None, raw=False):
                     raise BadArchive(source, here, why)
                 parts = split_name(name)
                 if parts is None:
-                    stats.skip_member("names without an extension")
+                    stats.skip_member(unnamed(name))
                     continue
                 k, field = parts
             if field[:2] == "__" and field[-2:] == "__":  # as group(): a metadata name is never a field

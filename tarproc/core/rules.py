@@ -35,6 +35,20 @@ def split_name(name):
     return name[:dot], name[dot + 1 :].lower()
 
 
+def unnamed(name):
+    """Why a member name that :func:`split_name` rejects is skipped, as
+    counted in reports: macOS AppleDouble files (``._photo.jpg``, the resource
+    fork bsdtar and Finder archive beside ``photo.jpg``) and other names
+    starting with a dot are hidden files, not fields; the rest have no
+    extension."""
+    base = name[name.rfind("/") + 1 :]
+    if base[:2] == "._":
+        return "macOS AppleDouble files (._*)"
+    if base[:1] == ".":
+        return "names starting with a dot"
+    return "names without an extension"
+
+
 def _controls(text):
     """Whether ``text`` has control characters (C0, DEL or C1: tab, newline,
     ESC, CSI, ...).  Names are checked with this, on reading and on writing."""

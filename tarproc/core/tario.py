@@ -18,6 +18,7 @@ from ..errors import BadArchive
 from .blob import Blob, Spooler, region
 from .pax import _pax_int, _pax_name, parse_pax  # noqa: F401 (parse_pax: part of this module's API)
 from .sparse import read_sparse
+from .limits import quote
 
 BLOCK = 512
 ZERO_BLOCK = bytes(BLOCK)
@@ -289,6 +290,7 @@ class TarReader:
         pax = None
         gpax = self.gpax = {}
         pending_at = None  # offset of a special header still waiting for its member
+        continued = False  # the next member continues a file from another volume (pax -M)
         first_at = None  # offset of the first of those special headers
         while True:
             buf = read(BLOCK)
@@ -329,6 +331,8 @@ class TarReader:
             flag = buf[156:157]
             offset = here + BLOCK + size + (-size % BLOCK)
 
+            if flag == b"X":  # Solaris/old star extended header: pax 'x' (as GNU tar and tarfile read it)
+                flag = b"x"
             if flag in (b"L", b"K", b"x", b"g"):
                 if size > MAX_SPECIAL:
                     kind = "GNU long-name" if flag in (b"L", b"K") else "pax"
@@ -349,6 +353,8 @@ class TarReader:
                     if pax is not None:
                         self._fail(here, "two pax headers in a row")
                     pax = parse_pax(data, source, here)
+                    if "GNU.volume.offset" in pax:
+                        continued = True
                 else:
                     # keep only what is used, so any number of g headers stays small and cheap
                     for k, v in parse_pax(data, source, here).items():
@@ -356,6 +362,8 @@ class TarReader:
                             gpax[k] = v
                         elif k.startswith("GNU.sparse."):
                             gpax["GNU.sparse.global"] = v
+                        elif k == "GNU.volume.offset":  # GNU tar -M --format=posix: a new volume
+                            continued = True  # whose first member is the rest of a file
                     pending_at = None
                 continue
 
@@ -398,6 +406,15 @@ class TarReader:
             pending_at = None
 
             kind = REGULAR if flag in _REGULAR_FLAGS else _KNOWN_OTHER.get(flag, REGULAR)  # POSIX: unknown
+            if kind == REGULAR:
+                if continued:  # GNU tar names it GNUFileParts/NAME.N: a fragment, never a whole file
+                    kind = "M"
+                elif name[-1:] == "/" and flag != b"7":  # pre-POSIX directory: a regular entry ending in /
+                    kind = DIRECTORY
+            continued = False
+            if kind == "M" and self.warn is not None:
+                self.warn(f"{source}: offset {here}: {quote(name)}: skipped, the rest of a file begun in another "
+                          f"volume of a multi-volume archive")
             if kind == REGULAR:  # flags are regular files
                 m = Member(name, self._read_data(size, here, name), REGULAR, mode, mtime, linkname, here, start)
             elif kind == "S":  # GNU sparse: the file it stands for (core/sparse.py)
@@ -405,7 +422,7 @@ class TarReader:
                 offset += extra
                 m = Member(name, data, REGULAR, mode, mtime, linkname, here, start)
             else:
-                if kind in "123456":
+                if kind in "123456" and flag != b"0" and flag != b"\0":
                     # links, devices, directories and FIFOs carry no data,
                     # whatever their size field says (as tarfile and GNU tar)
                     offset = here + BLOCK

@@ -35,7 +35,7 @@ deleted when the check ends; SQLite's page cache is bounded).
 from ..core.blob import SizesOnly
 from ..core import limits
 from ..core.limits import shorten
-from ..core.rules import split_name, unsafe_name
+from ..core.rules import split_name, unnamed, unsafe_name
 from ..errors import BadInput
 from ..core.tario import TYPE_NAMES, REGULAR, DIRECTORY, TarReader
 
@@ -214,7 +214,7 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
                 continue
             parts = split_name(name)
             if parts is None:
-                reason = "names without an extension"
+                reason = unnamed(name)
                 skipped[reason] = skipped.get(reason, 0) + 1
                 probs.add("skipped_members", "members skipped by readers (links, special files, no extension)",
                           f"{name} ({reason})")
