@@ -70,7 +70,7 @@ def tarsort_command(
                            reverse=args.reverse, seed=args.seed, memory=memory, tmpdir=args.tmpdir, stats=spill,
                            unique=args.update)
     with contextlib.closing(ordered), open_sink(args.output, stall=rep.stall) as sink:
-        writer = S.SampleWriter(sink, stats)
+        writer = S.SampleWriter(sink, stats, repeated_keys=True)  # duplicate keys stay side by side (-u drops them)
         for sample in progress_stage(rep, stats)(ordered):
             writer.write(sample)
         writer.close()

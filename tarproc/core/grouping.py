@@ -79,17 +79,23 @@ def sample_members(sample):
 
 class SampleWriter:
     """Write samples to a binary stream as tar members (see :class:`TarWriter`
-    for the header defaults, which are keyword arguments here too)."""
+    for the header defaults, which are keyword arguments here too).
 
-    def __init__(self, stream, stats=None, **header_defaults):
+    A sample whose key is the key of the sample just written is refused
+    (:class:`BadSample`): read back, by tarproc or webdataset, the two would
+    be one sample (or one with a field twice).  ``repeated_keys=True`` writes
+    it anyway (``tarsort`` keeps duplicate keys next to each other)."""
+
+    def __init__(self, stream, stats=None, repeated_keys=False, **header_defaults):
         self.tar = TarWriter(stream, **header_defaults)
         self._raw_ok = is_canonical_writer(self.tar)
         self.stats = stats if stats is not None else Stats()
         self._last_key = None
+        self._repeated_ok = repeated_keys
 
     def write(self, sample):
         key = sample.get("__key__")
-        if key == self._last_key and key is not None:
+        if key == self._last_key and key is not None and not self._repeated_ok:
             # read back, members of consecutive samples with one key are one sample (as in webdataset)
             raise BadSample(key, "written right after a sample with the same key: read back, the two would be "
                                  "one sample (duplicate keys; make them unique, e.g. with --rekey)")

@@ -38,14 +38,10 @@ def split_name(name):
 def unnamed(name):
     """Why a member name that :func:`split_name` rejects is skipped, as
     counted in reports: macOS AppleDouble files (``._photo.jpg``, the resource
-    fork bsdtar and Finder archive beside ``photo.jpg``) and other names
-    starting with a dot are hidden files, not fields; the rest have no
-    extension."""
-    base = name[name.rfind("/") + 1 :]
-    if base[:2] == "._":
+    fork bsdtar and Finder archive beside ``photo.jpg``) are named as such;
+    the rest (``README``, ``.hidden``) have no extension."""
+    if name[name.rfind("/") + 1 :][:2] == "._":
         return "macOS AppleDouble files (._*)"
-    if base[:1] == ".":
-        return "names starting with a dot"
     return "names without an extension"
 
 
