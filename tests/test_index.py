@@ -485,8 +485,9 @@ def test_tarsplit_exact_shards_over_a_long_input_list(sh, tmp_path):
     """--shards without --total reads its inputs twice: a list longer than the
     ones expanded ahead (1000) is held, not consumed by the counting pass."""
     make_shard(tmp_path / "one.tar", 1, 1)
-    (tmp_path / "list.txt").write_text("one.tar\n" * 1005)
+    make_shard(tmp_path / "two.tar", 1, 1, prefix="b")  # another key: two samples of one key side by side are refused
+    (tmp_path / "list.txt").write_text("one.tar\ntwo.tar\n" * 503)
     sh("tarsplit --shards 3 -T list.txt -o 'l-%d.tar'")
-    # every input holds the same key: count members (a .txt and a .cls per sample)
+    # the inputs hold two keys: count members (a .txt and a .cls per sample)
     counts = [len(tarfile.open(tmp_path / f"l-{k}.tar").getnames()) for k in range(3)]
-    assert counts == [670, 670, 670]
+    assert counts == [672, 670, 670]
