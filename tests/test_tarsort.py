@@ -46,14 +46,40 @@ def to_tar(samples):
     return tar_bytes(members)
 
 
-def test_sort_by_key_stable_with_duplicates(sh, tmp_path):
-    samples = make_samples(400, seed=1, dup_every=10)
-    out = sh("tarsort", input=to_tar(samples)).stdout
-    got = grouped(out)
-    assert got == sorted(samples, key=lambda s: s[0])  # stable: duplicates keep input order
-    assert len(got) == 400
+def test_sort_by_key_and_duplicate_keys(sh, tmp_path):
+    """Sorted by key; two samples with one key would come out side by side
+    and read back as one sample: refused with one line, exit 2, no output
+    file; --update keeps the last of each."""
+    samples = make_samples(400, seed=1)
+    assert len({k for k, _ in samples}) == 400
+    got = grouped(sh("tarsort", input=to_tar(samples)).stdout)
+    assert got == sorted(samples, key=lambda s: s[0])
     rev = grouped(sh("tarsort -r", input=to_tar(samples)).stdout)
     assert rev == sorted(samples, key=lambda s: s[0], reverse=True)
+    dups = make_samples(400, seed=1, dup_every=10)
+    (tmp_path / "dups.tar").write_bytes(to_tar(dups))
+    for opts in ("", "--memory 20KB --tmpdir .", "-r"):
+        p = sh(f"tarsort {opts} dups.tar -o out.tar", ok=False)
+        assert p.returncode == 2, p.stderr
+        lines = p.stderr.decode().splitlines()
+        assert len(lines) == 1 and "same key" in lines[0] and "--update" in lines[0], lines
+        assert not (tmp_path / "out.tar").exists()
+        assert not [n for n in os.listdir(tmp_path) if n != "dups.tar"]
+    got = grouped(sh("tarsort -u dups.tar").stdout)
+    last = {}
+    for key, fields in dups:
+        last[key] = fields
+    assert got == sorted(last.items())  # the last one read of each key
+    assert len(got) == 400 - 40
+
+
+def test_equal_sort_fields_keep_input_order(sh, tmp_path):
+    """Stable: samples with equal sort fields keep their input order (also -r)."""
+    samples = make_samples(400, seed=3)
+    got = grouped(sh("tarsort -s txt", input=to_tar(samples)).stdout)
+    assert got == sorted(samples, key=lambda s: s[1]["txt"])
+    rev = grouped(sh("tarsort -s txt -r", input=to_tar(samples)).stdout)
+    assert rev == sorted(samples, key=lambda s: s[1]["txt"], reverse=True)
 
 
 def test_sort_by_field_types(sh, tmp_path):
@@ -106,8 +132,8 @@ def test_ten_times_memory_sorted_with_bounded_peak(tmp_path):
     r = random.Random(6)
     members = []
     keys = []
-    for i in range(16000):
-        key = f"{r.randrange(10 ** 9):09d}"
+    for i, n in enumerate(r.sample(range(10 ** 9), 16000)):
+        key = f"{n:09d}"
         keys.append(key)
         members.append((f"{key}.bin", r.randbytes(3000 + i % 1000)))
         members.append((f"{key}.cls", str(i).encode()))
@@ -187,3 +213,23 @@ def test_samples_byte_identical_and_help(sh, tmp_path):
     assert read_tar(out) == sorted(members)
     assert samples_of(out)["a/y"]["seg.png"] == b"\0" * 600
     assert b"examples:" in sh("tarsort --help").stdout
+
+
+def test_a_sample_scattered_in_its_input_comes_back_whole(sh, tmp_path):
+    """Members of one key apart in the input (a tar of a directory):
+    sorted, they are one sample again, read back by tarfile and webdataset;
+    tarcat joining two shards whose boundary sample has different fields
+    writes them side by side too."""
+    import webdataset as wds
+
+    (tmp_path / "in.tar").write_bytes(tar_bytes([("b.cls", b"1"), ("a.cls", b"0"), ("b.txt", b"B"),
+                                                 ("a.txt", b"A")]))
+    sh("tarsort in.tar -o out.tar")
+    assert grouped((tmp_path / "out.tar").read_bytes()) == [("a", {"cls": b"0", "txt": b"A"}),
+                                                            ("b", {"cls": b"1", "txt": b"B"})]
+    got = [(s["__key__"], s["cls"], s["txt"]) for s in wds.WebDataset(str(tmp_path / "out.tar"), shardshuffle=False)]
+    assert got == [("a", b"0", b"A"), ("b", b"1", b"B")]
+    (tmp_path / "x.tar").write_bytes(tar_bytes([("k.jpg", b"J")]))
+    (tmp_path / "y.tar").write_bytes(tar_bytes([("k.cls", b"7")]))
+    sh("tarcat x.tar y.tar -o xy.tar")
+    assert grouped((tmp_path / "xy.tar").read_bytes()) == [("k", {"jpg": b"J", "cls": b"7"})]

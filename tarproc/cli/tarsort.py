@@ -17,11 +17,15 @@ NOTES = """
 Memory stays near --memory: beyond it sorted runs are spilled to a private
 directory under --tmpdir and merged; it is removed on exit, failure, Ctrl-C
 and SIGTERM. The sort is stable (equal keys keep input order, also with -r)
-and keeps duplicates; --update keeps only the last sample read for each sort
-key (the one that came last in the input; not with -S shuffle). text order is byte order
+and keeps samples with equal sort fields; --update keeps only the last sample read for each sort
+key (the one that came last in the input; not with -S shuffle). Samples with one __key__
+come out side by side and read back as one sample: that regroups a sample scattered
+in its input, but when a field repeats it is refused (exit 2); use --update, or make
+the keys unique (tarcat --rekey). text order is byte order
 (like LC_ALL=C sort), also for names that are not UTF-8; float puts NaN first (like sort -g).
 exit status: 0 ok, 1 the output could not be written, 2 bad usage, unreadable
-input, or a sample without the sort field (or not a number for int/float).
+input, a sample without the sort field (or not a number for int/float), or
+two samples with one __key__ and a field in common.
 """
 
 
@@ -70,7 +74,7 @@ def tarsort_command(
                            reverse=args.reverse, seed=args.seed, memory=memory, tmpdir=args.tmpdir, stats=spill,
                            unique=args.update)
     with contextlib.closing(ordered), open_sink(args.output, stall=rep.stall) as sink:
-        writer = S.SampleWriter(sink, stats, repeated_keys=True)  # duplicate keys stay side by side (-u drops them)
+        writer = S.SampleWriter(sink, stats)  # refuses a key right after itself: it would read back as one sample
         for sample in progress_stage(rep, stats)(ordered):
             writer.write(sample)
         writer.close()

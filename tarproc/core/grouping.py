@@ -81,9 +81,9 @@ class SampleWriter:
     """Write samples to a binary stream as tar members (see :class:`TarWriter`
     for the header defaults, which are keyword arguments here too).
 
-    A sample whose key is the key of the sample just written is refused
-    (:class:`BadSample`): read back, by tarproc or webdataset, the two would
-    be one sample (or one with a field twice).  ``repeated_keys=True`` writes
+    A sample whose key is the key of the sample just written is one sample
+    with it when read back (by tarproc or webdataset): written when their
+    fields differ, refused (:class:`BadSample`) when a field would come twice.  ``repeated_keys=True`` writes
     it anyway (``tarsort`` keeps duplicate keys next to each other)."""
 
     def __init__(self, stream, stats=None, repeated_keys=False, **header_defaults):
@@ -91,15 +91,29 @@ class SampleWriter:
         self._raw_ok = is_canonical_writer(self.tar)
         self.stats = stats if stats is not None else Stats()
         self._last_key = None
+        self._last = None  # the last sample written (or the field names of its key so far)
         self._repeated_ok = repeated_keys
 
     def write(self, sample):
         key = sample.get("__key__")
         if key == self._last_key and key is not None and not self._repeated_ok:
-            # read back, members of consecutive samples with one key are one sample (as in webdataset)
-            raise BadSample(key, "written right after a sample with the same key: read back, the two would be "
-                                 "one sample (duplicate keys; make them unique, e.g. with --rekey)")
+            # read back, members of consecutive samples with one key are one sample (as in webdataset):
+            # fine when their fields differ (a sample scattered in its input comes back whole), not when
+            # a field repeats (it would read back twice in one sample)
+            last = self._last
+            fields = last if type(last) is set else {f for f in last if not is_meta(f)}
+            twice = sorted(f for f in sample if f in fields and not is_meta(f))
+            if twice:
+                raise BadSample(key, f"field {twice[0]!r} written twice: a sample with the same key came just "
+                                     "before, and read back the two are one sample (duplicate keys: make them "
+                                     "unique, e.g. with tarcat --rekey, or keep the last of each with tarsort "
+                                     "--update)")
+            fields.update(f for f in sample if not is_meta(f))
+            sample_fields = fields
+        else:
+            sample_fields = sample
         self._last_key = key
+        self._last = sample_fields
         if type(sample) is RawSample and self._raw_ok:
             raw = getattr(sample, "raw", None)
             if raw is not None:  # the bytes it was read from are what we would write

@@ -18,7 +18,7 @@ files are private to the process and removed when the iterator ends, fails or
 is closed (Ctrl-C, SIGTERM via :class:`~tarproc.cli.base.Terminated`).
 
 The sort is stable: samples with equal sort keys keep their input order (also
-with ``reverse``), and duplicates are kept, unless ``unique`` asks for the
+with ``reverse``), and all are kept, unless ``unique`` asks for the
 last of each (dropped while merging, so it costs no extra pass).  Samples come out as the same
 dicts of bytes that went in, so they are written byte-identically.
 
