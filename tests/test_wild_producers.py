@@ -265,7 +265,7 @@ def test_archives_read_like_gnu_tar_extracts_them_and_what_we_write_reads_back(w
     # gnu_append (samples a, b, a, each a with a.txt): sorted, the two samples a would be one with a field
     # twice: refused (docs/reading.md); GNU tar extracts the later a.txt
     dup = case == "gnu_append"
-    _run(f"tar -xf out.tar -C got && bsdtar -xf out.tar -C bsd"
+    _run("tar -xf out.tar -C got && bsdtar -xf out.tar -C bsd"
          + ("" if dup else f" && tarsort {src} | tar -xf - -C sorted")
          + f" && tarsplit -n 2 -o part {src} && for f in part-*.tar; do tar -xf $f -C split; done", tmp_path)
     for d in ("got", "bsd", "split") if dup else ("got", "bsd", "sorted", "split"):
