@@ -6,9 +6,10 @@ import tarfile
 
 
 def tar_bytes(members, format=tarfile.USTAR_FORMAT):
-    """A tar archive made by Python's tarfile from ``[(name, bytes), ...]``."""
+    """A tar archive made by Python's tarfile from ``[(name, bytes), ...]``;
+    names may hold lone surrogates (written as the raw bytes they stand for)."""
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=format) as tf:
+    with tarfile.open(fileobj=buf, mode="w", format=format, encoding="utf-8", errors="surrogateescape") as tf:
         for name, data in members:
             info = tarfile.TarInfo(name)
             info.size = len(data)

@@ -10,20 +10,11 @@ import resource
 import subprocess
 import tarfile
 
-from helpers import read_tar
+from helpers import read_tar, tar_bytes
 
 
-def tar_of(members, format=tarfile.GNU_FORMAT):
-    """``[(name, bytes)]`` -> tar bytes; names may hold lone surrogates
-    (written back as the raw bytes they stand for)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=format, encoding="utf-8",
-                      errors="surrogateescape") as tf:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+def tar_of(members):
+    return tar_bytes(members, format=tarfile.GNU_FORMAT)
 
 
 def run(cmd, cwd, input=None, **kw):

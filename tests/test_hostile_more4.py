@@ -6,7 +6,6 @@ the real aws CLI against moto's S3 server (the ``s3`` fixture of
 test_urls.py).  The SIGKILL test failed before its fix; the others are
 guards of what this pass found holding."""
 
-import io
 import json
 import os
 import signal
@@ -226,24 +225,13 @@ def test_failed_runs_leave_an_existing_object_as_it_was(mode, s3, tmp_path):
 # ------------------------------------------------------------ 4. tarcheck keys
 
 
-def _tar_of(members):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT, encoding="utf-8",
-                      errors="surrogateescape") as tf:
-        for name, body in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(body)
-            tf.addfile(info, io.BytesIO(body))
-    return buf.getvalue()
-
-
 def test_tarcheck_keys_that_are_not_utf8_or_near_the_top_of_unicode(tmp_path):
     # duplicates and split samples are found by the raw name bytes, the same
     # whether the keys are held in memory or spilled to SQLite
     keys = ["\udcff", "\ue000", "\uffff", "\U00010000", "\udc80a", "a\udcfe"]
-    (tmp_path / "a.tar").write_bytes(_tar_of([(k + ".txt", b"x") for k in keys]))
-    (tmp_path / "b.tar").write_bytes(_tar_of([(k + ".txt", b"y") for k in ("\udcff", "\uffff", "z")]
-                                             + [("\udcff.cls", b"1")]))
+    (tmp_path / "a.tar").write_bytes(tar_bytes([(k + ".txt", b"x") for k in keys], format=tarfile.GNU_FORMAT))
+    (tmp_path / "b.tar").write_bytes(tar_bytes([(k + ".txt", b"y") for k in ("\udcff", "\uffff", "z")]
+                                             + [("\udcff.cls", b"1")], format=tarfile.GNU_FORMAT))
     reports = []
     for limit in ("100000", "1"):  # keys in memory, and in the SQLite spill
         r = run(["tarcheck", "--json", "a.tar", "b.tar"], tmp_path, env={"TARPROC_CHECK_KEYS": limit})
