@@ -243,3 +243,15 @@ def test_tarcheck_keys_that_are_not_utf8_or_near_the_top_of_unicode(tmp_path):
     assert b["duplicate_keys"]["examples"] == ["\\xff (also in a.tar)", "\uffff (also in a.tar)"]
     assert b["split_samples"]["examples"] == ["\\xff"]
     assert {p["kind"] for p in reports[0]["shards"][0]["problems"]} == {"non_utf8_names"}
+
+
+def test_tarsplit_compressed_index_warns_once(tmp_path):
+    """tarsplit -z --index: one warning line for all the compressed shards,
+    not one per shard; the index still counts every shard's samples."""
+    (tmp_path / "in.tar").write_bytes(tar_bytes([(f"{i:03d}.txt", b"x") for i in range(30)]))
+    r = run(["tarsplit", "-z", "-n", "5", "--index", "idx.json", "-o", "part", "in.tar"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.decode().splitlines()
+    assert len(lines) == 1 and "6 shards are compressed" in lines[0] and "sample counts only" in lines[0], lines
+    shards = json.loads((tmp_path / "idx.json").read_text())["shardlist"]
+    assert [s["nsamples"] for s in shards] == [5] * 6

@@ -291,10 +291,13 @@ def write_shard_index(infos, output, name=None, warn=None):
     if output != "-" and any(i.has_offsets for i in infos):
         sidecar_path = sidecar_name(output)
         sidecar = os.path.basename(sidecar_path) if index_dir is not None else sidecar_path
-    if warn is not None:
-        for info in infos:
-            if info.compression:
-                warn(f"{info.url}: {info.compression}-compressed: the index has its sample count only")
+    packed = [i for i in infos if i.compression]
+    if warn is not None and packed:  # one line, however many shards
+        first = packed[0]
+        warn(f"{first.url}: {first.compression}-compressed: the index has its sample count only"
+             if len(packed) == 1 else
+             f"{len(packed)} shards are compressed ({first.compression}: {first.url}, ...): the index has "
+             "their sample counts only")
     index, blob = build_index(infos, index_dir, sidecar, name)
     write_index(index, blob, output, sidecar_path)
     return index
