@@ -333,3 +333,22 @@ def test_empty_input(sh, tmp_path, args):
     write(tmp_path, "empty.tar", bytes(1024))
     p = sh(f"tarproc {args} empty.tar | tar tf -")
     assert p.stdout == b""
+
+
+def test_many_failures_stay_readable(sh, tmp_path):
+    """The first 20 failures come with their output's last lines; the rest
+    are one line each (key and reason), and every failed key is named."""
+    write(tmp_path, "in.tar", text_shard(30))
+    p = sh("tarproc -p 2 --max-failures 100% -c 'echo noise-$(cat sample.__key__); exit 3' in.tar > out.tar",
+           ok=False)
+    assert p.returncode == 0, p.stderr
+    err = p.stderr.decode()
+    assert len(read_tar((tmp_path / "out.tar").read_bytes())) == 0
+    failed = [line for line in err.splitlines() if line.startswith("tarproc: sample ")]
+    assert len(failed) == 30
+    for i in range(30):
+        assert f"sample '{i:04d}': command failed with exit status 3" in err
+    echoed = [line for line in err.splitlines() if line.startswith("  | noise-")]
+    assert echoed == [f"  | noise-{i:04d}" for i in range(20)]  # in input order
+    assert err.count("more than 20 samples failed") == 1
+    assert "samples read 30, written 0, skipped 0, failed 30" in err

@@ -14,6 +14,9 @@ from ..errors import SampleFailed, UsageError
 ERROR_MODES = ("skip", "ignore", "abort")
 #: Lines of a failed command's output shown in its report.
 TAIL_LINES = 10
+#: Failures reported with their output's last lines; later ones get one line
+#: each (key and reason), so a run where most samples fail stays readable.
+DETAILED_FAILURES = 20
 
 
 # ---------------------------------------------------------------- helpers
@@ -158,11 +161,18 @@ def _engine(samples, submit, window, ordered, handle, on_stall=None, finish=None
 def _handler(error_handling, stats, on_error, echo, quiet_log):
     """The main-thread part: count, report, apply the error policy."""
 
+    reported = 0
+
     def handle(result):
+        nonlocal reported
         if result.error is not None:
             if stats is not None:
                 stats.failed += 1
-            tail = _tail(result.log) if result.log else ""
+            reported += 1
+            tail = _tail(result.log) if result.log and reported <= DETAILED_FAILURES else ""
+            if reported == DETAILED_FAILURES + 1:
+                tail = (f"\n  (more than {DETAILED_FAILURES} samples failed: from here on, "
+                        "one line each, without their output)")
             if result.fatal:
                 raise SampleFailed(f"sample {result.key!r}: {result.error}: stopped")
             what = "aborting" if error_handling == "abort" else (
