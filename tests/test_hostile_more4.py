@@ -255,3 +255,30 @@ def test_tarsplit_compressed_index_warns_once(tmp_path):
     assert len(lines) == 1 and "6 shards are compressed" in lines[0] and "sample counts only" in lines[0], lines
     shards = json.loads((tmp_path / "idx.json").read_text())["shardlist"]
     assert [s["nsamples"] for s in shards] == [5] * 6
+
+
+def test_sigkill_of_a_reader_takes_its_pipe_command_along(tmp_path):
+    """A ``pipe:`` input that is one simple command is exec'ed by the shell,
+    so the parent-death signal reaches the command itself: a reader killed
+    outright leaves no input command behind (``sh -c`` forked it before)."""
+    tag = f"{os.getpid()}{time.monotonic_ns() % 100000}"
+    p = subprocess.Popen(["tarcat", f"pipe:sleep 3{tag}"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+
+    def sleepers():
+        out = subprocess.run(["pgrep", "-f", f"^sleep 3{tag}$"], capture_output=True).stdout.split()
+        return [int(pid) for pid in out]
+
+    deadline = time.monotonic() + 20
+    while not sleepers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sleepers(), "the pipe command did not start"  # the command itself, not its shell
+    p.kill()
+    assert p.wait(timeout=30) == -signal.SIGKILL
+    deadline = time.monotonic() + 10
+    while sleepers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = sleepers()
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []

@@ -153,3 +153,36 @@ _reset_keeper_lock()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_keeper_lock)  # a lock held by another thread at fork stays held
 
+
+#: Words that make a shell command more than one simple command.
+_SHELL_WORDS = frozenset("if then else elif fi for while until do done case esac in { } ! [[ ]] function "
+                         "time select coproc exec".split())
+
+
+def exec_simple(cmd):
+    """``exec CMD`` when ``CMD`` is one simple command (``aws s3 cp - URL``),
+    else ``CMD``.  ``sh -c`` (dash) forks a simple command rather than
+    replacing itself: the client was then a grandchild that the parent-death
+    signal (:func:`~tarproc.runtime.procs._pdeathsig`) never reached, and
+    after a SIGKILL of the parent it read end-of-input and published the
+    partial data.  With ``exec`` the client is the process that dies with the
+    parent.  Pipelines, lists, redirections, assignments and compound
+    commands stay as they are (their first process only dies)."""
+    import shlex
+    import shutil
+
+    if "\n" in cmd or "\r" in cmd:
+        return cmd
+    try:
+        lex = shlex.shlex(cmd, posix=True, punctuation_chars=True)
+        lex.whitespace_split = True
+        words = list(lex)
+    except ValueError:
+        return cmd
+    if not words or words[0] in _SHELL_WORDS or set("=$`\\") & set(words[0]):
+        return cmd
+    if shutil.which(words[0]) is None:  # a shell builtin (exit, :, cd), or not found: left to the shell
+        return cmd
+    if any(set(w) <= set("();<>|&") for w in words):
+        return cmd
+    return "exec " + cmd

@@ -28,7 +28,7 @@ import os
 import select
 
 from ..errors import BadInput, UsageError
-from ..runtime.procs import _killpg, _pdeathsig, popen
+from ..runtime.procs import _killpg, _pdeathsig, exec_simple, popen
 
 
 BUFSIZE = 1 << 20
@@ -248,7 +248,8 @@ def open_source(url, decompress=True, stall=None):
         import subprocess
 
         if scheme == "pipe":
-            cmd, what = url[5:], "command"
+            # one simple command is exec'ed: it is then the process that dies with us
+            cmd, what = exec_simple(url[5:]), "command"
         else:
             cmd = _command_for(url, READ_COMMANDS, "READ")
             what = cmd.split()[0]
