@@ -230,6 +230,29 @@ def test_one_gib_member_in_flat_memory(tmp_path):
         assert spools(spool) == []
 
 
+def test_add_log_of_any_length_in_flat_memory(tmp_path, sh):
+    """``--add-log`` stores a command's output in a field: 200 MB of it go
+    from the unnamed file it spilled to straight into the output (peak RSS
+    stays low; it used to be loaded, twice over), and the bytes are intact."""
+    sh(f"{GEN} 1000 2 > two.tar")
+    script = ("/usr/bin/time -f %M -o rss tarproc -p 2 --add-log log "
+              "-c 'yes xxxxxxxxx | head -c 200000000; echo end-$(cat sample.__key__)' two.tar > out.tar")
+    sh(script)
+    rss = int((tmp_path / "rss").read_text().split()[-1])
+    assert rss < 120_000, rss
+    import tarfile
+
+    with tarfile.open(tmp_path / "out.tar") as t:
+        logs = {m.name: m.size for m in t if m.name.endswith(".log")}
+        assert logs == {"s0000.log": 200_000_010, "s0001.log": 200_000_010}
+        f = t.extractfile("s0001.log")
+        assert f.read(5) == b"xxxxx"
+        f.seek(200_000_000 - 2)
+        assert f.read() == b"x\nend-s0001\n"
+    small = sh("tarproc --add-log log -c 'echo hi' two.tar | tar xOf - s0000.log").stdout
+    assert small == b"hi\n"
+
+
 def test_docs_examples_run(tmp_path, monkeypatch):
     """The Python examples about blobs in README.md and docs/blobs.md run as written."""
     import re

@@ -95,6 +95,20 @@ class Capture:
         self.copy_to(chunks.append, close=False)
         return b"".join(chunks)
 
+    def take(self, threshold):
+        """The output as ``bytes``, or, when it has gone to a file and is at
+        least ``threshold`` bytes, as a :class:`~tarproc.core.blob.Blob` of
+        that file (which it then owns): a long log stored in a field is not
+        loaded into memory."""
+        if self.fd is not None and not self.buf and self.size() >= threshold:
+            from ..core.blob import Blob, _File
+
+            self.started()
+            self._close_pipe()
+            fd, self.fd = self.fd, None
+            return Blob(_File(fd, None, False), 0, os.fstat(fd).st_size)
+        return self.read()
+
     def copy_to(self, write, close=True):
         """Pass the output to ``write(bytes)`` in chunks (then close)."""
         try:

@@ -192,7 +192,7 @@ class CommandRunner:
                                + describe_exit(status), log=log.tail())
             self.any_ok = True
             if self.add_log is not None:
-                text = log.read()
+                text = log.take(self.spooler.threshold)
                 for out in outputs:
                     out[self.add_log] = text
                 return _Result(key, outputs)
