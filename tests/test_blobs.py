@@ -253,6 +253,46 @@ def test_add_log_of_any_length_in_flat_memory(tmp_path, sh):
     assert small == b"hi\n"
 
 
+def _yes(i, size):
+    line = f"{i}\n".encode()
+    return (line * (size // len(line) + 1))[:size]
+
+
+def test_thousands_of_outputs_of_one_sample_in_flat_memory(tmp_path, sh):
+    """``-m`` (a video's frames, a PDF's pages): one sample's 300 outputs of
+    1 MB are not all held in memory (past 16 MB they are packed into one
+    spool file), and every byte comes out in order."""
+    sh(f"{GEN} 1000 1 > one.tar")
+    sh("/usr/bin/time -f %M -o rss tarproc -m "
+       "-c 'for i in $(seq 300); do yes $i | head -c 1000000 > sample-$i.bin; done' one.tar > out.tar")
+    rss = int((tmp_path / "rss").read_text().split()[-1])
+    assert rss < 120_000, rss
+    import tarfile
+
+    with tarfile.open(tmp_path / "out.tar") as t:
+        names = []
+        for m in t:
+            names.append(m.name)
+            i = int(m.name.split("-")[1].split(".")[0])
+            assert t.extractfile(m).read() == _yes(i, 1_000_000), m.name
+    assert names == [f"s0000-{i}.bin" for i in range(1, 301)]
+    assert spools(tmp_path) == []
+
+
+def test_many_large_outputs_need_few_descriptors(tmp_path, sh):
+    """Large output files are blobs; past 32 of them in one sample they
+    share one spool file, so 200 of them work with 64 descriptors."""
+    sh(f"{GEN} 1000 1 > one.tar")
+    sh("ulimit -n 64; TARPROC_BLOB_THRESHOLD=100KB TMPDIR=. tarproc -m "
+       "-c 'for i in $(seq 200); do yes $i | head -c 150000 > sample-$i.bin; done' one.tar > out.tar")
+    import tarfile
+
+    with tarfile.open(tmp_path / "out.tar") as t:
+        got = {m.name: t.extractfile(m).read() for m in t}
+    assert got == {f"s0000-{i}.bin": _yes(i, 150_000) for i in range(1, 201)}
+    assert spools(tmp_path) == []
+
+
 def test_docs_examples_run(tmp_path, monkeypatch):
     """The Python examples about blobs in README.md and docs/blobs.md run as written."""
     import re

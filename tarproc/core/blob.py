@@ -511,6 +511,39 @@ class Spooler:
         return Blob(f, 0, len(data))
 
 
+class Packer:
+    """Files copied one after another into one spool file, each a blob of
+    its part: many fields held for one descriptor and no memory (a command's
+    thousands of outputs, :func:`tarproc.stages.command._read_files`)."""
+
+    def __init__(self, spooler):
+        self.spooler = spooler
+        self.file = None
+        self.size = 0
+
+    def add(self, fd, size):
+        """A blob of the first ``size`` bytes of the open file ``fd`` (fewer
+        if it has shrunk), copied into the pack."""
+        if self.file is None:
+            wfd, path = self.spooler.new_file()
+            self.file = _File(wfd, path, True)
+        out, start = self.file.fd, self.size
+        got = 0
+        try:
+            while got < size:
+                try:
+                    n = os.copy_file_range(fd, out, size - got, got, start + got)
+                except OSError:  # not between these file systems: through user space
+                    piece = os.pread(fd, min(CHUNK, size - got), got)
+                    n = len(piece) and os.pwrite(out, piece, start + got)
+                if not n:
+                    break
+                got += n
+        finally:
+            self.size = start + got
+        return Blob(self.file, start, got)
+
+
 def region(fd, path, offset, length, shared=None):
     """A blob of ``length`` bytes at ``offset`` of an open file that we do not
     own (``fd`` is duplicated once per ``shared`` holder, a dict the caller

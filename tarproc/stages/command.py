@@ -51,7 +51,7 @@ import time
 
 from ..errors import UsageError, describe_exit
 from ..core.blob import Blob, Spooler
-from ..core.limits import quote
+from ..core.limits import _env_int, quote
 from ..core.rules import bad_field_name, bad_key, is_extra_meta, is_meta
 from ..runtime.engine import _Result, _check_mode, _handler, _stderr_echo, _stderr_report, default_parallel
 from ..runtime.capture import Capture
@@ -456,6 +456,15 @@ def _settled(ctime_ns):
     return ctime_ns + 2 * step
 
 
+#: Bytes of one sample's output files read into memory; the rest are copied
+#: into one spool file and become blobs (``-m`` makes one sample's command
+#: produce thousands of outputs: the frames of a video).
+OUTPUTS_MEMORY = _env_int("TARPROC_OUTPUTS_MEMORY", 16 << 20)
+#: Large output files hard-linked as blobs of their own; past this many,
+#: they are packed too (each holds a descriptor while it waits).
+ADOPT_MAX = 32
+
+
 def _read_files(dfd, prefix, spooler=None, names=None, written=None):
     """``{suffix: bytes}`` of the regular files named ``prefix + suffix`` in a
     directory; ``(files, problem)``; ``names`` gets every entry's name.  Files of ``spooler.threshold`` bytes
@@ -478,6 +487,11 @@ def _read_files(dfd, prefix, spooler=None, names=None, written=None):
 
     files = {}
     problem = None
+    held = 0  # bytes of the files read into memory
+    budget = float("inf") if spooler is None or spooler.threshold == float("inf") else \
+        min(OUTPUTS_MEMORY, 4 * spooler.threshold)  # (a threshold of 0: never spool, the user's choice)
+    adopted = 0  # large files hard-linked as blobs of their own (a descriptor each)
+    pack = None
     entries = _scan(dfd)
     if names is not None:
         names.extend(e.name for e in entries)
@@ -509,9 +523,18 @@ def _read_files(dfd, prefix, spooler=None, names=None, written=None):
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 continue
-            if spooler is not None and st.st_size >= spooler.threshold:
-                files[name[len(prefix):]] = spooler.adopt(name, dfd)
+            if spooler is not None and (st.st_size >= spooler.threshold or held + st.st_size > budget):
+                if st.st_size >= spooler.threshold and adopted < ADOPT_MAX:
+                    adopted += 1
+                    files[name[len(prefix):]] = spooler.adopt(name, dfd)
+                    continue
+                if pack is None:  # past the budget: the rest share one spool file (one descriptor)
+                    from ..core.blob import Packer
+
+                    pack = Packer(spooler)
+                files[name[len(prefix):]] = pack.add(fd, st.st_size)
                 continue
+            held += st.st_size
             b = os.read(fd, st.st_size + 1)
             if len(b) != st.st_size:  # changed since fstat (or a short read): read to the end
                 chunks = [b]
