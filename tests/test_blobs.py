@@ -293,6 +293,36 @@ def test_many_large_outputs_need_few_descriptors(tmp_path, sh):
     assert spools(tmp_path) == []
 
 
+WIDE_CMDS = ["tarcat", "tarcat -f '00001.bin 00399.bin'", "tarsort -r --memory 8MB", "tarproc -p 2 -c true",
+             "tar2tsv", "tarpcat -w 2", "tarsplit -n 1 -o part-%d.tar"]
+
+
+@pytest.mark.parametrize("cmd", WIDE_CMDS)
+def test_a_sample_of_many_members_in_flat_memory(tmp_path, sh, cmd):
+    """Samples of 400 members of 100 kB (a clip's frames) through a pipe:
+    past the sample budget (16 MiB, at most 4x the blob threshold: 1 MiB here)
+    the fields go to one spool file, so memory does not grow with the
+    sample (every command held all 40 MB before), and the output is what it
+    is from a file."""
+    env = "TMPDIR=. TARPROC_BLOB_THRESHOLD=256KB "
+
+    def peak(n):
+        sh(f"{GEN} 100000 2 --fields {n} > in{n}.tar")
+        sh(f"cat in{n}.tar | {env}/usr/bin/time -f %M -o rss {cmd} > out{n}.tsv", stderr_ok=True)
+        return int((tmp_path / "rss").read_text().split()[-1])
+
+    small, wide = peak(4), peak(400)
+    assert wide - small < 24_000, (small, wide)
+    if cmd.startswith("tarsplit"):
+        got = (tmp_path / "part-1.tar").read_bytes()
+        want = sh(f"{GEN} 100000 2 --fields 400 | tarcat | tarcat -s 1").stdout
+    else:
+        got = (tmp_path / "out400.tsv").read_bytes()
+        want = sh(f"{env.replace('256KB', '0')}{cmd} in400.tar", stderr_ok=True).stdout  # all in memory
+    assert got == want
+    assert spools(tmp_path) == []
+
+
 def test_docs_examples_run(tmp_path, monkeypatch):
     """The Python examples about blobs in README.md and docs/blobs.md run as written."""
     import re

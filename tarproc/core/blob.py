@@ -25,8 +25,12 @@ killed process from live ones.
 import io
 import os
 
+from .limits import _env_int
+
 #: Default size from which a member is spooled to a file.
 DEFAULT_THRESHOLD = 4 << 20
+#: Bytes of one sample's fields held in memory (see :func:`sample_budget`).
+SAMPLE_MEMORY = _env_int("TARPROC_SAMPLE_MEMORY", 16 << 20)
 #: Chunk size for copies that go through user space.
 CHUNK = 1 << 20
 SPOOL_PREFIX = ".tarproc-spool."
@@ -542,6 +546,30 @@ class Packer:
         finally:
             self.size = start + got
         return Blob(self.file, start, got)
+
+    def add_bytes(self, data):
+        """A blob holding ``data``, written into the pack."""
+        if self.file is None:
+            wfd, path = self.spooler.new_file()
+            self.file = _File(wfd, path, True)
+        start = self.size
+        view = memoryview(data)
+        pos = 0
+        try:
+            while pos < len(view):
+                pos += os.pwrite(self.file.fd, view[pos : pos + CHUNK], start + pos)
+        finally:
+            self.size = start + pos
+        return Blob(self.file, start, len(view))
+
+
+def sample_budget(spooler):
+    """Bytes of one sample's fields held in memory before the rest go to a
+    :class:`Packer` (a sample of thousands of members: a clip's frames);
+    no limit when the spooler never spools."""
+    if spooler is None or spooler.threshold == float("inf"):
+        return float("inf")
+    return min(SAMPLE_MEMORY, 4 * spooler.threshold)
 
 
 def region(fd, path, offset, length, shared=None):

@@ -5,7 +5,7 @@ see :mod:`tarproc.core.rules` for keys, fields and metadata.  Consecutive
 members with the same key form one sample (the WebDataset convention)."""
 
 from ..errors import BadArchive, BadSample
-from .blob import Blob
+from .blob import Blob, Packer, sample_budget
 from .limits import quote
 from .passthru import RawSample, is_canonical_writer
 from .rules import bad_field_name, bad_key, is_meta, split_name, unnamed, unsafe_name
@@ -13,16 +13,21 @@ from .stats import Stats
 from .tario import REGULAR, TYPE_NAMES, TarWriter
 
 
-def group(members, source="-", stats=None):
+def group(members, source="-", stats=None, spooler=None):
     """Group consecutive members with the same key into samples.
 
     Non-regular members and names without an extension are skipped and
     counted in ``stats``; a field that repeats inside one sample raises
-    :class:`BadSample`; an unsafe name raises :class:`BadArchive`."""
+    :class:`BadSample`; an unsafe name raises :class:`BadArchive`.  With a
+    ``spooler``, a sample's fields past :func:`~tarproc.core.blob.sample_budget`
+    bytes become blobs of one spool file (a sample of thousands of members)."""
     if stats is None:
         stats = Stats()
     current = None
     key = None
+    budget = sample_budget(spooler)
+    held = 0
+    pack = None
     for m in members:
         name = m.name
         if m.type != REGULAR:
@@ -45,9 +50,18 @@ def group(members, source="-", stats=None):
                 yield current
             current = {"__key__": k, "__source__": source}
             key = k
+            held = 0
+            pack = None
         elif field in current:
             raise BadSample(k, f"field {field!r} appears twice (offset {m.offset})", source)
-        current[field] = m.data
+        data = m.data
+        if type(data) is bytes:
+            held += len(data)
+            if held > budget:
+                if pack is None:
+                    pack = Packer(spooler)
+                data = pack.add_bytes(data)
+        current[field] = data
     if current is not None:
         stats.read += 1
         yield current

@@ -30,6 +30,7 @@ import re
 from zlib import adler32
 
 from ..errors import BadArchive, BadSample
+from .blob import Packer, sample_budget
 from .limits import quote
 from .rules import split_name, unnamed, unsafe_name
 from .stats import Stats
@@ -193,6 +194,9 @@ def fast_group(reader, source="-", stats=None, raw=False):
         take = stream.read
     general = reader.members()
     limit = min(reader._blob_from, _LARGE_MEMBER)
+    budget = sample_budget(reader.spooler)
+    held = 0  # bytes of the current sample's fields in memory
+    pack = None  # past the budget, its further fields go to one spool file
     name_of = NAME.fullmatch
     sums = {}  # header bytes 148..512 by the sum of the name and size fields (+1)
     sizes = {}  # bytes 100..148 of a header -> _size_of() them
@@ -325,8 +329,17 @@ def fast_group(reader, source="-", stats=None, raw=False):
             pieces = [] if raw else None
             rchunk = None
             nmem = 0
+            held = 0
+            pack = None
         elif field in current:
             raise BadSample(k, f"field {field!r} appears twice (offset {here})", source)
+        if type(data) is bytes:
+            held += len(data)
+            if held > budget:
+                if pack is None:
+                    pack = Packer(reader.spooler)
+                data = pack.add_bytes(data)
+                pieces = None  # written again from its fields (its raw bytes are not kept either)
         setitem(current, field, data)
         if pieces is not None:
             if israw and field > last:

@@ -99,7 +99,7 @@ def scan_shard(url, stats=None, strict=False, warn=None):
                 yield m
 
         n = nxt = 0
-        for sample in group(tracked(reader.members()), name, stats):
+        for sample in group(tracked(reader.members()), name, stats, reader.spooler):
             if plain:
                 # the sample just completed began where the previous one ended;
                 # the member that completed it (if any) starts the next one

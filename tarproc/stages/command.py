@@ -50,8 +50,8 @@ import sys
 import time
 
 from ..errors import UsageError, describe_exit
-from ..core.blob import Blob, Spooler
-from ..core.limits import _env_int, quote
+from ..core.blob import Blob, Spooler, sample_budget
+from ..core.limits import quote
 from ..core.rules import bad_field_name, bad_key, is_extra_meta, is_meta
 from ..runtime.engine import _Result, _check_mode, _handler, _stderr_echo, _stderr_report, default_parallel
 from ..runtime.capture import Capture
@@ -456,10 +456,6 @@ def _settled(ctime_ns):
     return ctime_ns + 2 * step
 
 
-#: Bytes of one sample's output files read into memory; the rest are copied
-#: into one spool file and become blobs (``-m`` makes one sample's command
-#: produce thousands of outputs: the frames of a video).
-OUTPUTS_MEMORY = _env_int("TARPROC_OUTPUTS_MEMORY", 16 << 20)
 #: Large output files hard-linked as blobs of their own; past this many,
 #: they are packed too (each holds a descriptor while it waits).
 ADOPT_MAX = 32
@@ -488,8 +484,7 @@ def _read_files(dfd, prefix, spooler=None, names=None, written=None):
     files = {}
     problem = None
     held = 0  # bytes of the files read into memory
-    budget = float("inf") if spooler is None or spooler.threshold == float("inf") else \
-        min(OUTPUTS_MEMORY, 4 * spooler.threshold)  # (a threshold of 0: never spool, the user's choice)
+    budget = sample_budget(spooler)
     adopted = 0  # large files hard-linked as blobs of their own (a descriptor each)
     pack = None
     entries = _scan(dfd)
