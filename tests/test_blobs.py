@@ -279,6 +279,21 @@ def test_thousands_of_outputs_of_one_sample_in_flat_memory(tmp_path, sh):
     assert spools(tmp_path) == []
 
 
+def test_subdirectory_outputs_share_one_budget(tmp_path, sh):
+    """``-S``: 150 subdirectories of 2 MB each are one sample's outputs; the
+    budget is for all of them together, not per subdirectory."""
+    sh(f"{GEN} 1000 1 > one.tar")
+    sh("/usr/bin/time -f %M -o rss tarproc -S "
+       "-c 'for i in $(seq 150); do mkdir d$i; yes $i | head -c 2000000 > d$i/sample.bin; done' one.tar > out.tar")
+    rss = int((tmp_path / "rss").read_text().split()[-1])
+    assert rss < 120_000, rss
+    import tarfile
+
+    with tarfile.open(tmp_path / "out.tar") as t:
+        got = {m.name: t.extractfile(m).read() for m in t}
+    assert got == {f"s0000/d{i}.bin": _yes(i, 2_000_000) for i in range(1, 151)}
+
+
 def test_many_large_outputs_need_few_descriptors(tmp_path, sh):
     """Large output files are blobs; past 32 of them in one sample they
     share one spool file, so 200 of them work with 64 descriptors."""

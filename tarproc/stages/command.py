@@ -308,6 +308,7 @@ class CommandRunner:
         problem = None
         names = [] if names is None else names
         if self.subdirs:
+            quota = _Quota(self.spooler)  # one for all the subdirectories
             groups = []
             for name, is_dir in _entries(dfd):
                 names.append(name)
@@ -321,7 +322,7 @@ class CommandRunner:
                 except OSError:
                     continue
                 try:
-                    files, why = _read_files(sub, self.base + ".", self.spooler)
+                    files, why = _read_files(sub, self.base + ".", self.spooler, quota=quota)
                 finally:
                     os.close(sub)
                 if why:
@@ -461,7 +462,37 @@ def _settled(ctime_ns):
 ADOPT_MAX = 32
 
 
-def _read_files(dfd, prefix, spooler=None, names=None, written=None):
+class _Quota:
+    """What one sample's outputs (all its subdirectories) may hold: bytes in
+    memory up to the sample budget, large files as blobs of their own up to
+    :data:`ADOPT_MAX`; the rest go into one shared spool file."""
+
+    __slots__ = ("spooler", "budget", "held", "adopted", "pack")
+
+    def __init__(self, spooler):
+        self.spooler = spooler
+        self.budget = sample_budget(spooler)
+        self.held = self.adopted = 0
+        self.pack = None
+
+    def take(self, name, dfd, fd, size):
+        """``bytes`` read from ``fd``, or a blob (hard link or packed), or
+        None when the caller should read the bytes itself."""
+        spooler = self.spooler
+        if size < spooler.threshold and self.held + size <= self.budget:
+            self.held += size
+            return None
+        if size >= spooler.threshold and self.adopted < ADOPT_MAX:
+            self.adopted += 1
+            return spooler.adopt(name, dfd)
+        if self.pack is None:
+            from ..core.blob import Packer
+
+            self.pack = Packer(spooler)
+        return self.pack.add(fd, size)
+
+
+def _read_files(dfd, prefix, spooler=None, names=None, written=None, quota=None):
     """``{suffix: bytes}`` of the regular files named ``prefix + suffix`` in a
     directory; ``(files, problem)``; ``names`` gets every entry's name.  Files of ``spooler.threshold`` bytes
     or more become blobs (hard-linked into a spool file when possible).  A symlink is a problem (the other files
@@ -483,10 +514,8 @@ def _read_files(dfd, prefix, spooler=None, names=None, written=None):
 
     files = {}
     problem = None
-    held = 0  # bytes of the files read into memory
-    budget = sample_budget(spooler)
-    adopted = 0  # large files hard-linked as blobs of their own (a descriptor each)
-    pack = None
+    if quota is None and spooler is not None:
+        quota = _Quota(spooler)
     entries = _scan(dfd)
     if names is not None:
         names.extend(e.name for e in entries)
@@ -518,24 +547,21 @@ def _read_files(dfd, prefix, spooler=None, names=None, written=None):
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 continue
-            if spooler is not None and (st.st_size >= spooler.threshold or held + st.st_size > budget):
-                if st.st_size >= spooler.threshold and adopted < ADOPT_MAX:
-                    adopted += 1
-                    files[name[len(prefix):]] = spooler.adopt(name, dfd)
+            if quota is not None:
+                blob = quota.take(name, dfd, fd, st.st_size)
+                if blob is not None:
+                    files[name[len(prefix):]] = blob
                     continue
-                if pack is None:  # past the budget: the rest share one spool file (one descriptor)
-                    from ..core.blob import Packer
-
-                    pack = Packer(spooler)
-                files[name[len(prefix):]] = pack.add(fd, st.st_size)
-                continue
-            held += st.st_size
-            b = os.read(fd, st.st_size + 1)
-            if len(b) != st.st_size:  # changed since fstat (or a short read): read to the end
+            b = os.read(fd, st.st_size)
+            if len(b) < st.st_size:  # a short read, or it shrank since fstat: up to what fstat saw
                 chunks = [b]
-                while b:
-                    b = os.read(fd, max(1 << 16, st.st_size + 1))
+                got = len(b)
+                while got < st.st_size:
+                    b = os.read(fd, st.st_size - got)  # (never more: a file some escaped process
+                    if not b:  # keeps growing is not followed into memory)
+                        break
                     chunks.append(b)
+                    got += len(b)
                 b = b"".join(chunks)
             files[name[len(prefix):]] = b
         finally:
