@@ -352,3 +352,18 @@ def test_many_failures_stay_readable(sh, tmp_path):
     assert echoed == [f"  | noise-{i:04d}" for i in range(20)]  # in input order
     assert err.count("more than 20 samples failed") == 1
     assert "samples read 30, written 0, skipped 0, failed 30" in err
+
+
+def test_more_commands_than_open_files_allow(sh, tmp_path):
+    """``-p 100`` under ``ulimit -n 128``: the soft limit is raised when the
+    hard limit allows (no word), else fewer commands run at once, with one
+    warning; no sample fails for lack of descriptors (all did past ~20)."""
+    write(tmp_path, "in.tar", text_shard(150))
+    want = sh("tarcat in.tar").stdout
+    p = sh("ulimit -Sn 128; tarproc -p 100 -c 'sleep 0.05' in.tar")
+    assert p.stdout == want
+    p = sh("ulimit -n 128; tarproc -p 100 -c 'sleep 0.05' in.tar", stderr_ok=True)
+    assert p.stdout == want
+    assert p.stderr.decode().splitlines() == [
+        "tarproc: warning: -p 100 needs more open files than the limit of 128 (ulimit -n) allows: "
+        "running 10 commands at once"]

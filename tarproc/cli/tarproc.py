@@ -125,6 +125,13 @@ def main(args, prog="tarproc"):
                 raise UsageError(f"{flag} applies to commands, not to --map")
     parallel = args.parallel or default_parallel()
     rep = Reporter(prog, args.verbose, args.quiet, args.progress)
+    if args.map is None:
+        from ..runtime.procs import fit_parallel
+
+        fitted, limit = fit_parallel(parallel)
+        if fitted < parallel:
+            rep.warn(f"-p {parallel} needs more open files than the limit of {limit} (ulimit -n) allows: "
+                     f"running {fitted} commands at once")
     stats = S.Stats()
     allowance = parse_allowance(args.max_failures)
     if args.error_handling == "ignore" and args.max_failures == "0":

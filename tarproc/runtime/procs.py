@@ -186,3 +186,32 @@ def exec_simple(cmd):
     if any(set(w) <= set("();<>|&") for w in words):
         return cmd
     return "exec " + cmd
+
+
+#: Descriptors one running command holds in the parent (directory, output
+#: pipe, pidfd, a spilled log, a few blobs), and those kept for the rest.
+FDS_PER_COMMAND = 6
+FDS_RESERVED = 64
+
+
+def fit_parallel(parallel):
+    """``(n, limit)``: how many commands can run at once given the open-file
+    limit, raising the soft limit towards the hard one when ``parallel``
+    needs it (each running command holds :data:`FDS_PER_COMMAND`
+    descriptors); ``n < parallel`` only when the hard limit is too low."""
+    try:
+        import resource
+    except ImportError:
+        return parallel, None
+    need = FDS_RESERVED + FDS_PER_COMMAND * parallel
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        new = need if hard == resource.RLIM_INFINITY else min(need, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+            soft = new
+        except (OSError, ValueError):
+            pass
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return parallel, soft
+    return max(1, (soft - FDS_RESERVED) // FDS_PER_COMMAND), soft

@@ -591,6 +591,9 @@ def map_command(samples, command=None, parallel=None, *, script=None, interprete
     parallel = parallel or default_parallel()
     if parallel < 1:
         raise UsageError("parallel must be >= 1")
+    from ..runtime.procs import fit_parallel
+
+    parallel = fit_parallel(parallel)[0]  # (the soft open-file limit raised if need be)
     runner = CommandRunner(command, script, interpreter, base, subdirs, multi, timeout, workdir, keepdir, add_log,
                            spooler)
     runner.keep_log = not (quiet or add_log is not None)
