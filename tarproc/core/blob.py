@@ -496,7 +496,10 @@ class Spooler:
                 n = read_into(view[:want])
                 if not n:
                     fail(got)
-                _write_all(fd, view[:n])
+                try:
+                    _write_all(fd, view[:n])
+                except OSError as e:
+                    raise _spool_write_failed(path, e) from None
                 got += n
         except BaseException:
             f.close()
@@ -509,10 +512,22 @@ class Spooler:
         f = _File(fd, path, True)
         try:
             _write_all(fd, data)
+        except OSError as e:
+            f.close()
+            raise _spool_write_failed(path, e) from None
         except BaseException:
             f.close()
             raise
         return Blob(f, 0, len(data))
+
+
+def _spool_write_failed(path, e):
+    """The error for a spool file that could not be written (a full disk):
+    names the file and where spool files go, exit 1."""
+    from ..errors import OutputError
+
+    return OutputError(f"{path}: cannot write a spool file: {e.strerror or e} (large members and large "
+                       f"samples are kept there; choose the place with --tmpdir or TMPDIR)")
 
 
 class Packer:
@@ -543,6 +558,8 @@ class Packer:
                 if not n:
                     break
                 got += n
+        except OSError as e:
+            raise _spool_write_failed(self.file.path, e) from None
         finally:
             self.size = start + got
         return Blob(self.file, start, got)
@@ -558,6 +575,8 @@ class Packer:
         try:
             while pos < len(view):
                 pos += os.pwrite(self.file.fd, view[pos : pos + CHUNK], start + pos)
+        except OSError as e:
+            raise _spool_write_failed(self.file.path, e) from None
         finally:
             self.size = start + pos
         return Blob(self.file, start, len(view))
