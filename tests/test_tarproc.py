@@ -366,4 +366,4 @@ def test_more_commands_than_open_files_allow(sh, tmp_path):
     assert p.stdout == want
     assert p.stderr.decode().splitlines() == [
         "tarproc: warning: -p 100 needs more open files than the limit of 128 (ulimit -n) allows: "
-        "running 10 commands at once"]
+        "running 16 commands at once"]

@@ -131,7 +131,7 @@ def main(args, prog="tarproc"):
         fitted, limit = fit_parallel(parallel)
         if fitted < parallel:
             rep.warn(f"-p {parallel} needs more open files than the limit of {limit} (ulimit -n) allows: "
-                     f"running {fitted} commands at once")
+                     f"running {fitted} command{'s' if fitted > 1 else ''} at once")
     stats = S.Stats()
     allowance = parse_allowance(args.max_failures)
     if args.error_handling == "ignore" and args.max_failures == "0":

@@ -191,7 +191,7 @@ def exec_simple(cmd):
 #: Descriptors one running command holds in the parent (directory, output
 #: pipe, pidfd, a spilled log, a few blobs), and those kept for the rest.
 FDS_PER_COMMAND = 6
-FDS_RESERVED = 64
+FDS_RESERVED = 32
 
 
 def fit_parallel(parallel):
