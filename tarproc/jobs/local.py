@@ -101,9 +101,15 @@ def done_path(template, shard_id):
     return template.replace(PLACEHOLDER, shard_id)
 
 
-def check_done_template(template):
+def check_done_template(template, nids=1):
+    """Refuse a ``--done-if`` that cannot be checked, or one without ``{}``
+    over several ids: every shard would check the same output, and the
+    first to make it would mark all the others done."""
     from ..sources.open import scheme_of
 
+    if nids > 1 and PLACEHOLDER not in template:
+        raise UsageError(f"--done-if {template!r} has no {{}}: every one of the {nids} shards would check the "
+                         f"same output (give e.g. out-{{}}.tar)")
     scheme = scheme_of(template)
     if scheme in ("-", "pipe"):
         raise UsageError(f"--done-if {template!r}: give a file name or a URL, e.g. out-{{}}.tar")
