@@ -157,7 +157,9 @@ class ArrayJob:
             f"#SBATCH --output={_directive_path(os.path.join(self.log_dir, self.name) + '-%A_%a.log')}",
             f"#SBATCH --chdir={_directive_path(self.chdir)}",
         ] + [f"#SBATCH {line}" for line in self.header]
-        task = " ".join('"$SLURM_ARRAY_TASK_ID"' if a == "$SLURM_ARRAY_TASK_ID" else q(a) for a in self.task_argv())
+        # only kujob's own --index is the task's number: a command argument that
+        # reads $SLURM_ARRAY_TASK_ID is quoted like any other (as in a local run)
+        task = " ".join('"$SLURM_ARRAY_TASK_ID"' if n == 2 else q(a) for n, a in enumerate(self.task_argv()))
         records = q(os.path.join(self.log_dir, self.name + "-"))
         body = [
             "",
