@@ -84,6 +84,22 @@ def test_kujob_done_if_without_the_id_is_refused(mode, tmp_path):
     assert (tmp_path / "out.tar").read_text() == "7\n"
 
 
+def test_kujob_program_named_by_the_id(tmp_path):
+    """`-- ./step-{}.sh` was refused before anything ran ("command not
+    found: ./step-{}.sh": the check looked for ./step-x.sh).  Now a
+    program per id runs; a missing one fails its shard only, naming it."""
+    for i in "ab":
+        (tmp_path / f"step-{i}.sh").write_text(f"#!/bin/sh\necho step {i}\n")
+        (tmp_path / f"step-{i}.sh").chmod(0o755)
+    p = run("kujob -s '{a,b}' -- ./step-{}.sh", tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert sorted(p.stderr.decode().splitlines()) == ["[a] step a", "[b] step b"]
+    p = run("kujob -s '{a,c}' -- ./step-{}.sh", tmp_path)
+    assert p.returncode == 1
+    err = p.stderr.decode()
+    assert "[a] step a" in err and "cannot run ./step-c.sh" in err and err.endswith("shards failed: c\n"), err
+
+
 def test_slurm_task_keeps_a_literal_dollar_argument(tmp_path):
     """The task line of the sbatch script expanded ANY argument that read
     `$SLURM_ARRAY_TASK_ID`, the command's own included: the same kujob

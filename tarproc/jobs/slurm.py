@@ -206,8 +206,7 @@ def plan(command, patterns, *, name=None, log_dir=DEFAULT_LOG_DIR, chdir=None, k
             fill(command, shard_id)
     if done_if:
         check_done_template(done_if, len(ids))
-    prog = command[0].replace("{}", "x")
-    if warn and not uses_shell(command) and shutil.which(prog) is None:
+    if warn and not uses_shell(command) and "{}" not in command[0] and shutil.which(command[0]) is None:
         warn(f"warning: {command[0]} is not on PATH here: every task fails unless the nodes have it")
     if int(retries) < 0:
         raise UsageError(f"bad --retries {retries}: must be 0 or more")
