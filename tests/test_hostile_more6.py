@@ -100,6 +100,21 @@ def test_kujob_program_named_by_the_id(tmp_path):
     assert "[a] step a" in err and "cannot run ./step-c.sh" in err and err.endswith("shards failed: c\n"), err
 
 
+def test_kujob_failed_shard_that_left_its_done_file_is_named(tmp_path):
+    """A shell command that writes with a redirect (`> out-{}.txt`) creates
+    its output at once: a shard that failed (or was terminated) left it, and
+    a rerun with --done-if skipped that shard as done, silently.  The
+    failure now says so (kujob never deletes it: it is the command's)."""
+    p = run("kujob -s '{0..1}' --done-if out-{}.txt -- sh -c 'echo partial > out-{}.txt; exit {}'", tmp_path)
+    assert p.returncode == 1
+    err = p.stderr.decode().splitlines()
+    assert err[-3:] == ["kujob: [1] failed (exit status 1)",
+                        "kujob: [1] warning: out-1.txt exists although the shard failed: a rerun with --done-if "
+                        "would skip it; remove it",
+                        "kujob: 1 of 2 shards failed: 1"], err
+    assert (tmp_path / "out-1.txt").exists()
+
+
 def test_slurm_task_keeps_a_literal_dollar_argument(tmp_path):
     """The task line of the sbatch script expanded ANY argument that read
     `$SLURM_ARRAY_TASK_ID`, the command's own included: the same kujob

@@ -296,6 +296,12 @@ class Runner:
         r.status = "failed"
         r.seconds = time.monotonic() - t0
         self._say(f"[{r.shard_id}] failed ({r.message})")
+        if (self.done_if and r.returncode is not None and not (self._stop.is_set() and "://" in self.done_if)
+                and is_done(self.done_if, r.shard_id)):
+            # made by this run (it was checked missing before): not a tarproc
+            # writer (a shell redirect '> out.tar' creates its file at once)
+            self._say(f"[{r.shard_id}] warning: {done_path(self.done_if, r.shard_id)} exists although the shard "
+                      f"failed: a rerun with --done-if would skip it; remove it")
 
     def _exec(self, argv, env, shard_id):
         prefix = f"[{shard_id}] ".encode("utf-8", "surrogateescape")
