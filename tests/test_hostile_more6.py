@@ -167,6 +167,22 @@ def test_tarcreate_refuses_a_member_name_that_is_a_directory(name, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["plan.txt"]
 
 
+def test_tarcreate_output_naming_the_plan_is_refused(tmp_path):
+    """`tarcreate plan.txt -o plan.txt` replaced the plan with the tar, exit
+    0 (as lines2tar and tarmix did before pass 4).  A file of the plan may
+    still be the output: it is read before the new one replaces it."""
+    (tmp_path / "plan.txt").write_text("0.txt text:hi\n")
+    p = run("tarcreate plan.txt -o ./plan.txt", tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert "plan.txt: is also the output" in one_line(p)
+    assert (tmp_path / "plan.txt").read_text() == "0.txt text:hi\n"
+    (tmp_path / "p2.txt").write_text("0.tar old.tar\n1.txt text:new\n")
+    (tmp_path / "old.tar").write_bytes(b"old bytes")
+    p = run("tarcreate p2.txt -o old.tar", tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert members(tmp_path / "old.tar") == [("0.tar", b"old bytes"), ("1.txt", b"new")]
+
+
 def test_tarcreate_terminated_leaves_no_pipe_command_running(tmp_path):
     """SIGTERM while a `pipe:` command ran killed only its shell: the
     command's own children (here a sleep) went on running, orphaned."""
