@@ -205,6 +205,32 @@ def test_tarcreate_terminated_leaves_no_pipe_command_running(tmp_path):
 # ------------------------------------------------------------------ tarsplit
 
 
+def test_tarsplit_terminated_in_a_post_command_leaves_none_of_it_running(tmp_path):
+    """SIGTERM while a -p command ran killed only its shell: the command's
+    children (an upload, here a sleep) went on, orphaned."""
+    marker = unique_sleep()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for i in range(30):
+            info = tarfile.TarInfo(f"s{i:03d}.txt")
+            info.size = 3
+            tf.addfile(info, io.BytesIO(b"abc"))
+    (tmp_path / "in.tar").write_bytes(buf.getvalue())
+    proc = subprocess.Popen(["tarsplit", "-n", "10", "-o", "out-%03d.tar", "-p", f"{marker}; true", "in.tar"],
+                            cwd=tmp_path, stderr=subprocess.PIPE)
+    try:
+        assert wait_for(lambda: processes_with(marker))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 143
+        assert wait_for(lambda: not processes_with(marker), 10), "the post command's children still run"
+        assert sorted(os.listdir(tmp_path)) == ["in.tar", "out-000.tar"]  # committed before its post command
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_left(marker)
+
+
 @pytest.mark.parametrize("size", ["1e400", "inf", "-inf", "infGiB"])
 def test_tarsplit_size_beyond_a_float_is_a_usage_error(size, tmp_path):
     """`-s 1e400` (or `inf`) was an internal error (OverflowError)."""

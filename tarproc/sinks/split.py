@@ -195,10 +195,20 @@ def post_command(template, delete=False, env=None):
     def post(shard):
         cmd = fill_command(template, shard.name, shard.index)
         try:
-            # stdin is /dev/null: the post command must not eat tarsplit's input
-            rc = subprocess.call(cmd, shell=True, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), env=env)
+            # stdin is /dev/null: the post command must not eat tarsplit's input;
+            # its own session: an interrupted split ends the command's children too
+            proc = subprocess.Popen(cmd, shell=True, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), env=env,
+                                    start_new_session=True)
         except OSError as e:
             raise OutputError(f"{shard.name}: cannot run post command {cmd!r}: {e.strerror}") from None
+        try:
+            rc = proc.wait()
+        except BaseException:  # Ctrl-C, SIGTERM: what it started goes too (a '&' of a finished one stays)
+            from ..runtime.procs import _killpg
+
+            _killpg(proc.pid)
+            proc.wait()
+            raise
         if rc != 0:
             raise OutputError(f"{shard.name}: post command {cmd!r} failed with exit status {rc}")
         if delete and scheme_of(shard.name) == "file":
