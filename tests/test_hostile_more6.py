@@ -231,6 +231,40 @@ def test_tarsplit_terminated_in_a_post_command_leaves_none_of_it_running(tmp_pat
         kill_left(marker)
 
 
+def small_tar(n, prefix="s"):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for i in range(n):
+            data = f"{prefix} {i}".encode()
+            info = tarfile.TarInfo(f"{prefix}{i:03d}.txt")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("args, victim", [
+    ("-n 10 --start 1 -o data-%d.tar data-0.tar data-1.tar", "data-1.tar"),  # input 1 would be replaced unread
+    ("-n 10 -o data-%d.tar data-0.tar", "data-0.tar"),
+    ("--shards 2 --total 40 --start 1 -o data-{shard}.tar data-0.tar data-1.tar", "data-1.tar"),
+    ("--fractions a=0.5,b=0.5 -o data-{split}-%d.tar data-0.tar data-1.tar data-a-0.tar", "data-a-0.tar"),
+    ("-n 10 -o out --manifest data-0.tar data-0.tar", "data-0.tar"),
+    ("-n 10 -o out --index data-1.tar data-0.tar data-1.tar", "data-1.tar"),
+])
+def test_tarsplit_never_replaces_an_input(args, victim, tmp_path):
+    """`tarsplit -n 10 --start 1 -o 'data-%d.tar' data-0.tar data-1.tar`
+    (resplitting in place) committed shard data-1.tar over the input
+    data-1.tar before it was read: the run then read its own shard back,
+    duplicated 10 samples, lost 20, exit 0.  `--manifest` or `--index` naming an input replaced it
+    with JSON, exit 0.  Now refused (exit 2) before that input is touched."""
+    for name, prefix in (("data-0.tar", "a"), ("data-1.tar", "b"), ("data-a-0.tar", "c")):
+        (tmp_path / name).write_bytes(small_tar(20, prefix))
+    before = (tmp_path / victim).read_bytes()
+    p = run(f"tarsplit {args}", tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert f"{victim}: is also" in one_line(p)
+    assert (tmp_path / victim).read_bytes() == before
+
+
 @pytest.mark.parametrize("size", ["1e400", "inf", "-inf", "infGiB"])
 def test_tarsplit_size_beyond_a_float_is_a_usage_error(size, tmp_path):
     """`-s 1e400` (or `inf`) was an internal error (OverflowError)."""
