@@ -264,6 +264,8 @@ def main(args, command, prog="kujob"):
         return 0
 
     ids = jobs.expand_ids(args.shards)
+    if args.done_if:
+        jobs.check_done_template(args.done_if, len(ids))
     first = 0
     if args.index is not None or args.index_from_env:
         value = args.index
@@ -277,8 +279,6 @@ def main(args, command, prog="kujob"):
     if args.retries < 0:
         raise UsageError(f"bad --retries {args.retries}: must be 0 or more")
     jobs.check_command(command, ids)
-    if args.done_if:
-        jobs.check_done_template(args.done_if)
     if jobs.PLACEHOLDER not in " ".join(command) and not args.quiet:
         print(f"{prog}: warning: the command has no {{}}: every shard runs the same command "
               f"(it can read its id from $KUJOB_ID)", file=sys.stderr)

@@ -59,6 +59,10 @@ def main(args, prog="tarcreate"):
     from .base import note_terminal
 
     note_terminal(prog, [args.plan], "the plan")
+    if args.plan != "-":
+        from .guards import refuse_overwriting_inputs
+
+        refuse_overwriting_inputs([args.output], [args.plan], "the plan")
     items = read_plan(args.plan, args.plan_format, args.delim, args.key, args.dir)
     if not items:
         rep.info("the plan makes no members (writing an empty archive)")

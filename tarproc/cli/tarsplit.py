@@ -124,14 +124,24 @@ def tarsplit_command(
     stats = S.Stats()
 
 
+    import itertools
+
+    from .base import URLS_AHEAD
+    from .guards import refuse_overwriting_inputs
+
+    urls = open_inputs(args)
+    ahead = urls if isinstance(urls, list) else list(itertools.islice(urls, URLS_AHEAD))
+    if ahead is not urls:
+        urls = itertools.chain(ahead, urls)
+    # before anything is written (the manifest is written also when the run fails)
+    refuse_overwriting_inputs([args.manifest, args.index], ahead, "choose another --manifest or --index")
+
     shards = []
     total_bytes = 0
     spooled = None
     mode = {}
     try:
-        urls = None
         if exact:
-            urls = open_inputs(args)
             if args.total is not None:
                 total = _total_from(args.total, rep)
             else:
@@ -157,7 +167,7 @@ def tarsplit_command(
             recorder = IndexRecorder()
             samples = recorder.stage(samples)
         infos = []
-        kw = {"max_count": max_count, "max_size": max_size, "maxshards": args.maxshards, **mode}
+        kw = {"max_count": max_count, "max_size": max_size, "maxshards": args.maxshards, "inputs": ahead, **mode}
         for shard in split_samples(samples, pattern, start=args.start, compression=compression,
                                    post=post if posts else None, stats=stats, **kw):
             shards.append(shard)

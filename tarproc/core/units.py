@@ -20,4 +20,6 @@ def parse_size(text):
         raise UsageError(f"bad size {text!r} (use e.g. 1e9, 100MB, 64MiB, 1GiB)") from None
     if value < 0:
         raise UsageError(f"bad size {text!r}: negative")
+    if value != value or value == float("inf"):  # nan, or beyond a float (1e400)
+        raise UsageError(f"bad size {text!r} (use e.g. 1e9, 100MB, 64MiB, 1GiB)")
     return int(value)

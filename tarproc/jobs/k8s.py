@@ -97,7 +97,7 @@ def job_manifest(command, patterns, image, name=None, namespace=None, parallelis
         for shard_id in ids:
             fill(command, shard_id)
     if done_if:
-        check_done_template(done_if)
+        check_done_template(done_if, len(ids))
     if not image:
         raise UsageError("--k8s needs --image IMAGE (an image with tarproc and your command installed)")
     n = len(ids)

@@ -82,8 +82,9 @@ def check_command(command, ids=()):
         for shard_id in ids:
             fill(command, shard_id)
         return
-    prog = command[0].replace(PLACEHOLDER, "x")
-    if shutil.which(prog) is None:
+    if PLACEHOLDER in command[0]:
+        return  # a program per id (./step-{}.sh): a missing one fails its shard, naming it
+    if shutil.which(command[0]) is None:
         raise UsageError(f"command not found: {command[0]}")
 
 
@@ -101,9 +102,15 @@ def done_path(template, shard_id):
     return template.replace(PLACEHOLDER, shard_id)
 
 
-def check_done_template(template):
+def check_done_template(template, nids=1):
+    """Refuse a ``--done-if`` that cannot be checked, or one without ``{}``
+    over several ids: every shard would check the same output, and the
+    first to make it would mark all the others done."""
     from ..sources.open import scheme_of
 
+    if nids > 1 and PLACEHOLDER not in template:
+        raise UsageError(f"--done-if {template!r} has no {{}}: every one of the {nids} shards would check the "
+                         f"same output (give e.g. out-{{}}.tar)")
     scheme = scheme_of(template)
     if scheme in ("-", "pipe"):
         raise UsageError(f"--done-if {template!r}: give a file name or a URL, e.g. out-{{}}.tar")
@@ -289,6 +296,12 @@ class Runner:
         r.status = "failed"
         r.seconds = time.monotonic() - t0
         self._say(f"[{r.shard_id}] failed ({r.message})")
+        if (self.done_if and r.returncode is not None and not (self._stop.is_set() and "://" in self.done_if)
+                and is_done(self.done_if, r.shard_id)):
+            # made by this run (it was checked missing before): not a tarproc
+            # writer (a shell redirect '> out.tar' creates its file at once)
+            self._say(f"[{r.shard_id}] warning: {done_path(self.done_if, r.shard_id)} exists although the shard "
+                      f"failed: a rerun with --done-if would skip it; remove it")
 
     def _exec(self, argv, env, shard_id):
         prefix = f"[{shard_id}] ".encode("utf-8", "surrogateescape")
@@ -304,22 +317,84 @@ class Runner:
             if self._stop.is_set():  # stop() ran while this one was starting
                 _signal_group(proc, "SIGTERM")
         try:
-            while True:
-                # whole lines, each prefixed; a line over 64 KiB is cut into
-                # prefixed pieces, and a last line without newline gets one
-                chunk = proc.stdout.readline(1 << 16)
-                if not chunk:
-                    break
-                if not chunk.endswith(b"\n"):
-                    chunk += b"\n"
-                with self._lock:
-                    self._write_log(prefix + chunk)
-            proc.stdout.close()
+            self._relay(proc, prefix)
             code = proc.wait()
         finally:
             with self._lock:
                 self._procs.discard(proc)
         return code, describe_exit(code)
+
+    def _relay(self, proc, prefix):
+        """Copy the shard's output to the log until its end: whole lines,
+        each prefixed; a line over 64 KiB is cut into prefixed pieces, and a
+        last line without newline gets one.
+
+        The shard ends when its command exits, as a pod or a Slurm task
+        does: what it left running in its process group (``cmd &``, a
+        helper that keeps stdout open) would otherwise hold the output open
+        and kujob with it.  ``LEFTOVER_GRACE`` seconds after the command
+        exits, the rest of its group gets SIGTERM, 5 s later SIGKILL, and
+        kujob stops reading (a process that left the group may keep the
+        pipe: it is not waited for)."""
+        import select
+
+        fd = proc.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        try:
+            exitfd = os.pidfd_open(proc.pid)  # readable once the command has exited (it is not reaped)
+            poller.register(exitfd, select.POLLIN)
+        except (AttributeError, OSError):
+            exitfd = None
+        pending = b""
+        deadline = None  # after the command exited: when to signal what is left of its group
+        signals = ["SIGTERM", "SIGKILL", None]
+        try:
+            while True:
+                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                if exitfd is None and deadline is None:
+                    timeout = 0.2
+                ready = {f for f, _ in poller.poll(None if timeout is None else int(timeout * 1000) + 1)}
+                if fd in ready:
+                    chunk = os.read(fd, 1 << 16)
+                    if not chunk:
+                        break
+                    pending += chunk
+                    lines, start = [], 0
+                    while True:
+                        cut = pending.find(b"\n", start, start + (1 << 16))
+                        if cut >= 0:
+                            lines.append(prefix + pending[start:cut + 1])
+                            start = cut + 1
+                        elif len(pending) - start >= 1 << 16:
+                            lines.append(prefix + pending[start:start + (1 << 16)] + b"\n")
+                            start += 1 << 16
+                        else:
+                            break
+                    pending = pending[start:]
+                    if lines:
+                        with self._lock:
+                            self._write_log(b"".join(lines))
+                    continue
+                if deadline is None:
+                    if exitfd is not None and exitfd in ready or exitfd is None and _exited(proc.pid):
+                        if exitfd is not None:
+                            poller.unregister(exitfd)
+                        deadline = time.monotonic() + LEFTOVER_GRACE
+                    continue
+                if time.monotonic() >= deadline:
+                    sig = signals.pop(0)
+                    if sig is None:
+                        break  # a process outside the group holds the output: not ours to wait for
+                    _signal_group(proc, sig)  # the leader is not reaped yet: the group id is still its own
+                    deadline = time.monotonic() + 5
+        finally:
+            if pending:
+                with self._lock:
+                    self._write_log(prefix + pending + b"\n")
+            if exitfd is not None:
+                os.close(exitfd)
+            proc.stdout.close()
 
     def _write_log(self, data):
         clear = getattr(self.progress, "clear", None)
@@ -365,6 +440,18 @@ class Runner:
             except subprocess.TimeoutExpired:
                 pass
             _signal_group(p, "SIGKILL")  # what is left of its group
+
+
+#: Seconds a shard's leftover processes may go on after its command exited.
+LEFTOVER_GRACE = 1.0
+
+
+def _exited(pid):
+    """Whether the child ``pid`` has exited, without reaping it."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
 
 
 def _signal_group(proc, name):

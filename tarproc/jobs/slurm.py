@@ -157,7 +157,9 @@ class ArrayJob:
             f"#SBATCH --output={_directive_path(os.path.join(self.log_dir, self.name) + '-%A_%a.log')}",
             f"#SBATCH --chdir={_directive_path(self.chdir)}",
         ] + [f"#SBATCH {line}" for line in self.header]
-        task = " ".join('"$SLURM_ARRAY_TASK_ID"' if a == "$SLURM_ARRAY_TASK_ID" else q(a) for a in self.task_argv())
+        # only kujob's own --index is the task's number: a command argument that
+        # reads $SLURM_ARRAY_TASK_ID is quoted like any other (as in a local run)
+        task = " ".join('"$SLURM_ARRAY_TASK_ID"' if n == 2 else q(a) for n, a in enumerate(self.task_argv()))
         records = q(os.path.join(self.log_dir, self.name + "-"))
         body = [
             "",
@@ -203,9 +205,8 @@ def plan(command, patterns, *, name=None, log_dir=DEFAULT_LOG_DIR, chdir=None, k
         for shard_id in ids:
             fill(command, shard_id)
     if done_if:
-        check_done_template(done_if)
-    prog = command[0].replace("{}", "x")
-    if warn and not uses_shell(command) and shutil.which(prog) is None:
+        check_done_template(done_if, len(ids))
+    if warn and not uses_shell(command) and "{}" not in command[0] and shutil.which(command[0]) is None:
         warn(f"warning: {command[0]} is not on PATH here: every task fails unless the nodes have it")
     if int(retries) < 0:
         raise UsageError(f"bad --retries {retries}: must be 0 or more")

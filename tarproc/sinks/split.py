@@ -195,10 +195,20 @@ def post_command(template, delete=False, env=None):
     def post(shard):
         cmd = fill_command(template, shard.name, shard.index)
         try:
-            # stdin is /dev/null: the post command must not eat tarsplit's input
-            rc = subprocess.call(cmd, shell=True, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), env=env)
+            # stdin is /dev/null: the post command must not eat tarsplit's input;
+            # its own session: an interrupted split ends the command's children too
+            proc = subprocess.Popen(cmd, shell=True, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), env=env,
+                                    start_new_session=True)
         except OSError as e:
             raise OutputError(f"{shard.name}: cannot run post command {cmd!r}: {e.strerror}") from None
+        try:
+            rc = proc.wait()
+        except BaseException:  # Ctrl-C, SIGTERM: what it started goes too (a '&' of a finished one stays)
+            from ..runtime.procs import _killpg
+
+            _killpg(proc.pid)
+            proc.wait()
+            raise
         if rc != 0:
             raise OutputError(f"{shard.name}: post command {cmd!r} failed with exit status {rc}")
         if delete and scheme_of(shard.name) == "file":
@@ -212,9 +222,26 @@ def post_command(template, delete=False, env=None):
     return post
 
 
+def input_guard(inputs):
+    """A ``check(name)`` that refuses (:class:`UsageError`) a shard name that
+    is one of the local files ``inputs``: committing the shard would replace
+    an input, perhaps before it is read.  A symbolic link named like the
+    shard is replaced, never its target, so it passes."""
+    from ..sources.open import scheme_of
+
+    real = {os.path.realpath(u) for u in inputs or ()
+            if isinstance(u, str) and u != "-" and scheme_of(u) == "file" and os.path.isfile(u)}
+
+    def check(name):
+        if real and scheme_of(name) == "file" and not os.path.islink(name) and os.path.realpath(name) in real:
+            raise UsageError(f"{name}: is also an input; writing this shard would replace it (choose another -o)")
+
+    return check
+
+
 def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxshards=None,
                   compression="auto", post=None, stats=None, shards=None, total=None, fractions=None, seed=0,
-                  **header_defaults):
+                  inputs=(), **header_defaults):
     """Write ``samples`` to shards named by ``pattern`` (see :func:`shard_name`)
     and yield a :class:`Shard` for each shard as it is completed.
 
@@ -229,19 +256,23 @@ def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxs
     ``shards=N`` writes exactly N shards of equal counts instead (see
     :func:`split_exact`; ``total`` is the number of samples);
     ``fractions='train=0.8,val=0.2'`` sends each sample to a split by a
-    stable hash of its key and ``seed`` (see :func:`split_fractions`)."""
+    stable hash of its key and ``seed`` (see :func:`split_fractions`).
+    ``inputs``: local files no shard may replace (see :func:`input_guard`)."""
     from .output import open_sink
+
+    guard = input_guard(inputs)
 
     if shards is not None:
         if fractions is not None or max_count is not None or max_size is not None or maxshards is not None:
             raise UsageError("shards=N cannot be combined with fractions, a count, a size or maxshards")
-        yield from split_exact(samples, pattern, shards, total, start, compression, post, stats, **header_defaults)
+        yield from split_exact(samples, pattern, shards, total, start, compression, post, stats, guard=guard,
+                               **header_defaults)
         return
     if fractions is not None:
         if maxshards is not None or start:
             raise UsageError("fractions cannot be combined with maxshards or start")
         yield from split_fractions(samples, pattern, fractions, seed, max_count, max_size, compression, post, stats,
-                                   **header_defaults)
+                                   guard=guard, **header_defaults)
         return
 
     if max_count is not None and max_count < 1:
@@ -281,6 +312,7 @@ def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxs
                     return
             if shard is None:
                 name = shard_name(pattern, index)
+                guard(name)
                 sink = open_sink(name, compression, defer=False)  # each shard commits when closed
                 writer = SampleWriter(sink, stats, **header_defaults)
                 shard = Shard(name, index)
@@ -328,7 +360,7 @@ class _Rotator:
     as it holds ``counts[k]`` samples when a schedule of counts is given."""
 
     def __init__(self, pattern, start=0, counts=None, max_count=None, max_size=None, compression="auto",
-                 post=None, stats=None, split=None, header_defaults=None):
+                 post=None, stats=None, split=None, header_defaults=None, guard=None):
         from .index import ShardIndex
 
         self._ShardIndex = ShardIndex
@@ -342,6 +374,7 @@ class _Rotator:
         self.stats = stats if stats is not None else Stats()
         self.split = split
         self.header_defaults = header_defaults or {}
+        self.guard = guard
         self.shard = self.sink = self.writer = None
         self.done = []  # every finished shard
         self.samples = 0
@@ -353,6 +386,8 @@ class _Rotator:
         from .output import open_sink
 
         name = shard_name(self.pattern, self.index)
+        if self.guard is not None:
+            self.guard(name)
         self.sink = open_sink(name, self.compression, defer=False)  # each shard commits when closed
         self.writer = SampleWriter(self.sink, self.stats, **self.header_defaults)
         self.shard = IndexedShard(name, self.index, self.split)
@@ -482,7 +517,7 @@ def split_of(key, fractions, seed=0):
 
 
 def split_exact(samples, pattern, shards, total=None, start=0, compression="auto", post=None, stats=None,
-                **header_defaults):
+                guard=None, **header_defaults):
     """Write ``samples`` to exactly ``shards`` shards whose sample counts
     differ by at most one (the first ``total % shards`` get one more), and
     yield each :class:`IndexedShard` as it is completed.  ``total`` is the
@@ -494,7 +529,7 @@ def split_exact(samples, pattern, shards, total=None, start=0, compression="auto
         except TypeError:
             raise UsageError("shards=N needs the total number of samples (total=, or a sequence)") from None
     rot = _Rotator(pattern, start, exact_counts(total, shards), compression=compression, post=post, stats=stats,
-                   header_defaults=header_defaults)
+                   header_defaults=header_defaults, guard=guard)
     it = iter(samples)
     try:
         for sample in it:
@@ -508,7 +543,7 @@ def split_exact(samples, pattern, shards, total=None, start=0, compression="auto
 
 
 def split_fractions(samples, pattern, fractions, seed=0, max_count=None, max_size=None, compression="auto",
-                    post=None, stats=None, **header_defaults):
+                    post=None, stats=None, guard=None, **header_defaults):
     """Send each sample to a split chosen by :func:`split_of` and write each
     split to its own shards, named by ``pattern`` with ``{split}`` filled in
     (``'out/{split}-%06d.tar'``); yields each :class:`IndexedShard` as it is
@@ -522,7 +557,7 @@ def split_fractions(samples, pattern, fractions, seed=0, max_count=None, max_siz
         if "%" not in pat and "{" not in pat:
             pat = shard_pattern(pat)
         rots[name] = _Rotator(pat, 0, None, max_count, max_size, compression, post, stats, split=name,
-                              header_defaults=header_defaults)
+                              header_defaults=header_defaults, guard=guard)
     if max_count is not None and max_count < 1:
         raise UsageError(f"the sample count per shard must be at least 1 (got {max_count})")
     it = iter(samples)

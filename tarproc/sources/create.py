@@ -25,6 +25,7 @@ failure (a ``pipe:`` command that fails) leaves no output behind.
 import os
 
 from ..errors import BadInput, SampleFailed, UsageError
+from ..core.limits import quote
 from ..core.rules import split_name, unsafe_name
 
 
@@ -53,6 +54,17 @@ def format_key(fmt, index):
         return fmt.format(index, index=index, record=index, i=index)
     except (ValueError, TypeError, KeyError, IndexError) as e:
         raise UsageError(f"bad key format {fmt!r}: {e}") from None
+
+
+def plan_lines(text):
+    """The lines of a plan: ended by ``\\n`` (or ``\\r\\n``) only, never by
+    the other characters ``str.splitlines`` ends lines at (U+2028, U+0085,
+    form feed, vertical tab, ``\\x1c``-``\\x1e``), which file names and texts
+    may hold."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def detect_format(lines, path="", delim=None):
@@ -108,6 +120,10 @@ def _check_file(where, path):
 
 def _check_name(where, name):
     why = unsafe_name(name)
+    if not why and name.rsplit("/", 1)[-1] in ("", "."):
+        # a file member named 'dir/' reads as a directory holding data: GNU
+        # tar fails extracting it, bsdtar calls the archive damaged
+        why = f"member name {quote(name)}: it names a directory, not a file"
     if why:
         raise BadInput(f"{where}: refusing {why}")
 
@@ -116,10 +132,12 @@ def parse_table(text, name, delim=None, key_format="{index:09d}", basedir=None):
     """The :class:`PlanItem` list of a TSV/CSV plan (see the module doc)."""
     import csv
 
-    lines = text.splitlines(keepends=True)
-    first = lines[0] if lines else ""
-    d = _delimiter(name, first, delim)
-    reader = csv.reader(lines, delimiter=d)
+    import io
+
+    first = plan_lines(text[:1 << 16])[:1] or [""]
+    d = _delimiter(name, first[0], delim)
+    # newline="": rows end at \n, \r\n or \r (csv's own rule), never at U+2028 and the like
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=d)
     try:
         header = next(reader)
     except StopIteration:
@@ -175,19 +193,21 @@ def parse_table(text, name, delim=None, key_format="{index:09d}", basedir=None):
 def parse_lines(text, name, basedir=None):
     """The :class:`PlanItem` list of a ``TARPATH SOURCE`` plan."""
     items = []
-    for lineno, line in enumerate(text.splitlines(), 1):
+    import re
+
+    for lineno, line in enumerate(plan_lines(text), 1):
         where = f"{name}:{lineno}"
-        s = line.strip()
+        s = line.strip(" \t")
         if not s or s.startswith("#"):
             continue
-        parts = s.split(None, 1)
+        parts = re.split(r"[ \t]+", s, 1)  # spaces or tabs, not the other characters Python calls space
         if len(parts) != 2:
             raise BadInput(f"{where}: expected 'TARPATH SOURCE'")
         tarpath, source = parts
         _check_name(where, tarpath)
         if source.startswith("text:"):
             # the text is everything after "text:" up to the end of the line
-            rest = line.lstrip()[len(tarpath):].lstrip()
+            rest = line.lstrip(" \t")[len(tarpath):].lstrip(" \t")
             items.append(PlanItem(where, tarpath, "text", rest[len("text:"):]))
         elif source.startswith("pipe:"):
             if not source[5:].strip():
@@ -224,7 +244,7 @@ def read_plan(path, fmt="auto", delim=None, key_format="{index:09d}", basedir=No
     if basedir is not None and not os.path.isdir(basedir):
         raise UsageError(f"-C {basedir}: not a directory")
     if fmt == "auto":
-        fmt = detect_format(text.splitlines()[:50], path if path != "-" else "", delim)
+        fmt = detect_format(plan_lines(text[:1 << 20])[:50], path if path != "-" else "", delim)
     if fmt == "table":
         items = parse_table(text, name, delim, key_format, basedir)
     elif fmt == "lines":
@@ -295,11 +315,19 @@ def item_bytes(item, basedir=None):
     import tempfile
 
     from ..core.blob import Blob, _File
-    from ..core.limits import quote, shorten, tail_of_fd
+    from ..core.limits import shorten, tail_of_fd
+    from ..runtime.procs import _killpg, _wait_nowait
 
     with tempfile.TemporaryFile() as errf, tempfile.TemporaryFile() as outf:  # stderr: only its tail is read
-        p = subprocess.run(item.value, shell=True, stdin=subprocess.DEVNULL, stdout=outf,
-                           stderr=errf, cwd=basedir or None)
+        # its own process group: a signal to tarcreate ends the command's
+        # children too, not only its shell; so does the command's end
+        p = subprocess.Popen(item.value, shell=True, stdin=subprocess.DEVNULL, stdout=outf, stderr=errf,
+                             cwd=basedir or None, start_new_session=True)
+        try:
+            _wait_nowait(p.pid)  # exited, not reaped: the group id stays its own
+        finally:
+            _killpg(p.pid)
+            p.wait()
         if p.returncode != 0:
             err = tail_of_fd(errf.fileno())[0].decode("utf-8", "replace").strip().splitlines()
             tail = f": {shorten(err[-1])}" if err else ""
