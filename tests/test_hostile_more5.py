@@ -1,0 +1,123 @@
+"""Red-team pass 7: tarserve, tarindex, tarfirst, tar2json, lines2tar, tarmix.
+Each test is a problem an earlier pass missed (see the commit that fixed it)."""
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from helpers import read_tar, tar_bytes
+from test_tarserve import Tarserve, raw, status
+
+
+def run(cmd, cwd, input=None, env=None, timeout=60):
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=cwd, input=input, capture_output=True,
+                          timeout=timeout, env=full_env)
+
+
+def shard(n, prefix="s", size=0):
+    members = []
+    for i in range(n):
+        members += [(f"{prefix}{i:05d}.txt", b"%s %d " % (prefix.encode(), i) + b"x" * size),
+                    (f"{prefix}{i:05d}.cls", b"%d" % (i % 7))]
+    return tar_bytes(members)
+
+
+@pytest.fixture
+def serve(tmp_path):
+    servers = []
+
+    def start(args, env=None):
+        s = Tarserve(tmp_path, args, env)
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+def _dechunk(body):
+    """The payload of a chunked body, and whether it ended with the zero chunk."""
+    out, pos = bytearray(), 0
+    while True:
+        eol = body.find(b"\r\n", pos)
+        if eol < 0:
+            return bytes(out), False
+        size = int(body[pos:eol], 16)
+        if size == 0:
+            return bytes(out), body[eol:eol + 4] == b"\r\n\r\n"
+        out += body[eol + 2:eol + 2 + size]
+        if len(body) < eol + 2 + size + 2:
+            return bytes(out), False
+        pos = eol + 2 + size + 2
+
+
+# ---------------------------------------------------------------- tarserve
+
+
+def test_tarserve_a_client_trickling_bytes_after_its_answer_does_not_keep_its_slot(tmp_path, serve):
+    """The close of an answered connection read what the client still sent
+    with a 1 s timeout per read and no total: a client sending a byte every
+    half second after its 404 held one of --max-clients forever (80 such
+    connections shut a server out for good, for ~160 bytes/s)."""
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "a.tar").write_bytes(shard(3))
+    s = serve(["root", "-q", "--max-clients", "1"])
+    hog = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    hog.sendall(b"GET /missing.tar HTTP/1.1\r\n\r\n")
+    stop = threading.Event()
+
+    def trickle():
+        while not stop.wait(0.3):
+            try:
+                hog.send(b"x")
+            except OSError:
+                return
+
+    t = threading.Thread(target=trickle)
+    t.start()
+    try:
+        assert status(hog.recv(4096)) == 404
+        time.sleep(3.5)  # past the bounded linger (2 s); the hog still sends
+        answer = raw(s.port, b"GET /a.tar HTTP/1.1\r\n\r\n")
+        assert status(answer) == 200, answer[:200]
+    finally:
+        stop.set()
+        t.join()
+        hog.close()
+
+
+def test_tarserve_bytes_sent_after_the_request_do_not_reset_a_complete_answer(tmp_path, serve):
+    """A client that sent anything after its request head (a pipelined
+    request, a stray CRLF) got a reset instead of the end of a complete
+    body: closing a socket with unread bytes discards what is still queued
+    for sending, while the server logged a complete 200."""
+    (tmp_path / "root").mkdir()
+    data = shard(1500, size=3000)  # several MB: more than the socket buffers hold
+    (tmp_path / "root" / "big.tar").write_bytes(data)
+    s = serve(["root"])
+    with socket.create_connection(("127.0.0.1", s.port), timeout=20) as c:
+        c.sendall(b"GET /big.tar HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.3)
+        c.sendall(b"GET /big.tar HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(1.0)  # the server has written everything by now and closes
+        answer = b""
+        while True:
+            try:
+                got = c.recv(1 << 20)
+            except ConnectionResetError:
+                break
+            if not got:
+                break
+            answer += got
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert status(head) == 200
+    payload, complete = _dechunk(body)
+    assert complete, f"{len(payload)} of {len(data)} bytes, no terminating chunk"
+    assert sorted(read_tar(payload)) == sorted(read_tar(data))
