@@ -121,3 +121,36 @@ def test_tarserve_bytes_sent_after_the_request_do_not_reset_a_complete_answer(tm
     payload, complete = _dechunk(body)
     assert complete, f"{len(payload)} of {len(data)} bytes, no terminating chunk"
     assert sorted(read_tar(payload)) == sorted(read_tar(data))
+
+
+# ---------------------------------------------------------------- tarfirst, tarmix: -o naming an input
+
+
+def test_tarfirst_output_naming_its_input_is_refused(tmp_path):
+    """`tarfirst -f jpg -o shard.tar shard.tar` (first.jpg meant) replaced the
+    shard by one field's bytes; lines2tar, tarindex and tarmix refuse it."""
+    (tmp_path / "a.tar").write_bytes(shard(3))
+    before = (tmp_path / "a.tar").read_bytes()
+    p = run("tarfirst -f txt -o a.tar a.tar", tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert b"a.tar: is also the output" in p.stderr and p.stderr.count(b"\n") == 1, p.stderr
+    assert (tmp_path / "a.tar").read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["a.tar"]
+    assert run("tarfirst -f txt -o first.txt a.tar", tmp_path).returncode == 0
+    assert (tmp_path / "first.txt").read_bytes() == b"s 0 "
+
+
+def test_tarmix_output_naming_one_of_its_shards_is_refused(tmp_path):
+    """`tarmix mix.json -o a-1.tar` where a-1.tar is a shard of a source:
+    the mix (which ends when a source runs out) replaced the shard."""
+    for i in range(3):
+        (tmp_path / f"a-{i}.tar").write_bytes(shard(4, prefix=f"a{i}-"))
+    before = (tmp_path / "a-1.tar").read_bytes()
+    spec = {"sources": [{"shards": "a-{0..2}.tar"}]}
+    p = run("tarmix --seed 1 - -o a-1.tar", tmp_path, json.dumps(spec).encode())
+    assert p.returncode == 2, p.stderr
+    assert b"a-1.tar: is also the output" in p.stderr and p.stderr.count(b"\n") == 1, p.stderr
+    assert (tmp_path / "a-1.tar").read_bytes() == before
+    p = run("tarmix --seed 1 - -o mixed.tar", tmp_path, json.dumps(spec).encode())
+    assert p.returncode == 0, p.stderr
+    assert len(read_tar((tmp_path / "mixed.tar").read_bytes())) == 24
