@@ -29,7 +29,7 @@ URLs (or ids) held as list  1,000,000           ``TARPROC_MAX_URLS``
   a download tool's stderr): messages quote at most that much.
 - :func:`bounded_list` holds the URLs of brace patterns and file lists that
   a command must have all at once (tarpcat's per-worker lists, tarmix's
-  sources, kujob's shard ids): beyond the bound it is a one-line usage error,
+  sources together, kujob's shard ids): beyond the bound it is a one-line usage error,
   never gigabytes of strings.  ``tarcat --shuffle`` shuffles longer lists
   through a buffer of that many URLs instead.
 - :func:`shorten` cuts a name (key, member name, URL) for a one-line message:
@@ -91,13 +91,16 @@ def check_ratio(url, codec, decoded, compressed):
 MAX_URLS = _env_int("TARPROC_MAX_URLS", 1_000_000)
 
 
-def bounded_list(items, what="the input list"):
+def bounded_list(items, what="the input list", limit=None):
     """``list(items)``, refused with a :class:`~tarproc.errors.UsageError`
-    (before reading further) when it has more than :data:`MAX_URLS` items."""
+    (before reading further) when it has more than :data:`MAX_URLS` items
+    (or ``limit``: what is left of the bound when one command holds several
+    lists, as tarmix's sources)."""
     import itertools
 
-    out = list(itertools.islice(items, MAX_URLS + 1))
-    if len(out) > MAX_URLS:
+    limit = MAX_URLS if limit is None else max(0, limit)
+    out = list(itertools.islice(items, limit + 1))
+    if len(out) > limit:
         from ..errors import UsageError
 
         raise UsageError(f"{what}: more than {MAX_URLS} entries, more than this command holds in memory "
