@@ -182,3 +182,23 @@ def test_tarmix_url_bound_is_for_all_sources_together(tmp_path):
             env={"TARPROC_MAX_URLS": "1000"})
     assert p.returncode == 2, p.stderr
     assert b"more than 1000" in p.stderr and p.stderr.count(b"\n") == 1, p.stderr
+
+
+def test_tarserve_a_cut_off_shard_is_never_a_complete_answer(tmp_path, serve):
+    """A shard that ends on a member boundary without its end-of-archive
+    marker (a shard still being copied into the directory: cp writes whole
+    blocks) was served as a complete 200: offline readers warn, but the
+    client of a server never sees the warning. tarserve is strict by
+    default now (--no-strict serves what is there)."""
+    (tmp_path / "root").mkdir()
+    data = shard(40)
+    cut = data[:10 * 2048]  # 10 samples of 2 one-block members: a member boundary
+    (tmp_path / "root" / "cut.tar").write_bytes(cut)
+    s = serve(["root", "-q"])
+    p = subprocess.run(["curl", "-sS", s.url + "cut.tar"], capture_output=True, timeout=30)
+    assert p.returncode != 0, "a cut-off shard looked complete"
+    s2 = serve(["root", "-q", "--no-strict"])
+    p = subprocess.run(["curl", "-sS", "--fail", s2.url + "cut.tar"], capture_output=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert len([n for n, _ in read_tar(p.stdout)]) == 20
+    assert "end-of-archive" in s2.text()

@@ -100,10 +100,12 @@ class Server:
     """An HTTP server of transformed shards (see the module documentation).
     ``start()`` listens and serves in background threads; ``stop(drain)``
     stops accepting, lets responses in flight finish for up to ``drain``
-    seconds, then cuts the rest (their clients see an error)."""
+    seconds, then cuts the rest (their clients see an error).  ``strict``
+    (the default) fails a response whose shard ends without the
+    end-of-archive marker: its client cannot see a warning."""
 
     def __init__(self, prefix, *, map=None, command=None, parallel=None, count=None, skip=0, slice=None,
-                 fields=None, rekey=None, shuffle=0, seed=None, max_failures=0, strict=False, batch=32,
+                 fields=None, rekey=None, shuffle=0, seed=None, max_failures=0, strict=True, batch=32,
                  host="127.0.0.1", port=8080, token=None, max_clients=16, client_timeout=60.0,
                  header_timeout=10.0, drain_timeout=30.0, log=None, quiet=False):
         from ..stages import basic as S
