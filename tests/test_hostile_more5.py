@@ -202,3 +202,19 @@ def test_tarserve_a_cut_off_shard_is_never_a_complete_answer(tmp_path, serve):
     assert p.returncode == 0, p.stderr
     assert len([n for n, _ in read_tar(p.stdout)]) == 20
     assert "end-of-archive" in s2.text()
+
+
+# ---------------------------------------------------------------- tarindex
+
+
+@pytest.mark.parametrize("offsets", ["x.json", "./x.json", "sub/../x.json"])
+def test_tarindex_offsets_naming_the_index_itself_is_refused(offsets, tmp_path):
+    """`tarindex a.tar -o x.json --offsets x.json` exited 0 with one file
+    that was the JSON (the sidecar written first, then replaced): an index
+    that IndexedDataset cannot read ("not this index's offsets")."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.tar").write_bytes(shard(3))
+    p = run(f"tarindex a.tar -o x.json --offsets {offsets}", tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert b"--offsets" in p.stderr and p.stderr.count(b"\n") == 1, p.stderr
+    assert not (tmp_path / "x.json").exists()
