@@ -218,3 +218,32 @@ def test_tarindex_offsets_naming_the_index_itself_is_refused(offsets, tmp_path):
     assert p.returncode == 2, p.stderr
     assert b"--offsets" in p.stderr and p.stderr.count(b"\n") == 1, p.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+# ---------------------------------------------------------------- tar2json
+
+
+def test_tar2json_json_output_is_json_for_numbers_floats_cannot_hold(tmp_path):
+    """A JSON field holding 1e999 (valid JSON, beyond a float) or NaN (which
+    Python's parser accepts) came out as the bare words Infinity / NaN: not
+    JSON, strict readers (JavaScript's JSON.parse, Go, serde) refuse the
+    whole line. They are null now, as JSON.stringify writes them; YAML keeps
+    .inf / .nan (valid YAML)."""
+    line = b'k1\t{"v": 1e999, "m": -1e999, "w": NaN, "x": [1.5, {"y": 1e999}]}\n'
+    (tmp_path / "j.tar").write_bytes(run("lines2tar -k '__key__ json'", tmp_path, line).stdout)
+
+    def strict(text):
+        def refuse(c):
+            raise ValueError(f"not JSON: {c}")
+        return json.loads(text, parse_constant=refuse)
+
+    p = run("tar2json -f jsonlines -k 'json.v json.m json.w json.x'", tmp_path, (tmp_path / "j.tar").read_bytes())
+    assert p.returncode == 0, p.stderr
+    assert strict(p.stdout) == {"json.v": None, "json.m": None, "json.w": None, "json.x": [1.5, {"y": None}]}
+    p = run("tar2json -f json -k 'json.v json.x' j.tar", tmp_path)
+    assert strict(p.stdout) == {"json.v": None, "json.x": [1.5, {"y": None}]}
+    p = run("tar2tsv --format jsonl -f 'json.v json.x' j.tar", tmp_path)  # the same rows in tar2tsv
+    assert p.returncode == 0, p.stderr
+    assert strict(p.stdout) == {"__key__": "k1", "json.v": None, "json.x": [1.5, {"y": None}]}
+    p = run("tar2json -k 'json.v json.w' j.tar", tmp_path)
+    assert b'"json.v": .inf' in p.stdout and b'"json.w": .nan' in p.stdout

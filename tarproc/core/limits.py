@@ -209,14 +209,33 @@ def json_loads(data, limit=None):
         raise ValueError("JSON nested too deeply") from None
 
 
-def json_dumps(obj, **kw):
-    """``json.dumps`` that raises ``ValueError`` instead of ``RecursionError``."""
+def json_dumps(obj, finite=False, **kw):
+    """``json.dumps`` that raises ``ValueError`` instead of ``RecursionError``.
+    ``finite``: NaN and the infinities (a field's ``1e999`` overflows a
+    float; Python's parser accepts ``NaN``) are written as ``null``, as
+    JavaScript's ``JSON.stringify`` does: JSON has no word for them, and a
+    bare ``Infinity`` makes strict readers refuse the whole text."""
     import json
 
     try:
-        return json.dumps(obj, **kw)
+        if not finite:
+            return json.dumps(obj, **kw)
+        try:
+            return json.dumps(obj, allow_nan=False, **kw)
+        except ValueError:
+            return json.dumps(_finite(obj), allow_nan=False, **kw)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+
+
+def _finite(value):
+    if isinstance(value, float):
+        return value if value - value == 0.0 else None  # inf - inf and nan - nan are nan
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def shorten(name, limit=None):
