@@ -53,8 +53,11 @@ def main(args, prog="tarfirst"):
     import tarproc as S
     from ..sinks.show import find_match
 
+    from .guards import refuse_overwriting_inputs
+
     rep = Reporter(prog, args.verbose, args.quiet, False)
-    urls = open_inputs(args)
+    # -o naming an input (first.jpg meant) would replace a shard by one field
+    urls = refuse_overwriting_inputs([args.output], open_inputs(args), "tarfirst writes one field")
     samples = S.iter_samples(urls, strict=args.strict, warn=rep.warn, spooler=spooler_of(args))
     source = S.skip(args.skip)(samples) if args.skip else samples
     check = FieldCheck(rep, args.field)

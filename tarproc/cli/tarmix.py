@@ -93,6 +93,7 @@ def main(args, prog="tarmix"):
         raise UsageError(f"{args.spec}: a mix spec larger than 1 MiB")
     name = "stdin" if args.spec == "-" else args.spec
     spec = load_spec(data.decode("utf-8", "replace"), name)
+    _refuse_output_among_shards(args.output, spec)
     stats = S.Stats()
     stages = []
     if args.skip:
@@ -112,6 +113,23 @@ def main(args, prog="tarmix"):
         writer.close()
     rep.done(stats)
     return 0
+
+
+def _refuse_output_among_shards(output, spec):
+    """-o naming a shard of a source is refused: a mix is not an edited copy
+    of its sources (it ends when one runs out), so the commit would destroy it."""
+    import itertools
+
+    from ..core import limits
+    from ..sources.shardlist import expand_urls
+
+    for src in spec["sources"]:
+        urls = itertools.islice(expand_urls([src["shards"]]), limits.MAX_URLS + 1)
+        checked = refuse_overwriting_inputs([output], urls, "a mix does not keep its sources")
+        if checked is urls:  # the output is not an existing local file: nothing to check
+            return
+        for _ in checked:
+            pass
 
 
 def entry():

@@ -52,7 +52,9 @@ def tarserve_command(
     seed: Seed = None,
     max_failures: Annotated[int, opt("--max-failures", metavar="N", parser=nonneg(),
                             help="failed samples skipped before a response fails")] = 0,
-    strict: Annotated[bool, opt("--strict", help="a shard without the end-of-archive marker fails")] = False,
+    strict: Annotated[bool, opt("--strict/--no-strict",
+                      help="a shard without the end-of-archive marker (cut off, or still being copied) "
+                           "fails its response (default); --no-strict serves what is there")] = True,
     host: Annotated[str, opt("--host", metavar="ADDR", help="address to listen on (default 127.0.0.1: loopback "
                                                             "unless told)")] = "127.0.0.1",
     port: Annotated[int, opt("--port", metavar="N", parser=nonneg(),

@@ -29,7 +29,7 @@ URLs (or ids) held as list  1,000,000           ``TARPROC_MAX_URLS``
   a download tool's stderr): messages quote at most that much.
 - :func:`bounded_list` holds the URLs of brace patterns and file lists that
   a command must have all at once (tarpcat's per-worker lists, tarmix's
-  sources, kujob's shard ids): beyond the bound it is a one-line usage error,
+  sources together, kujob's shard ids): beyond the bound it is a one-line usage error,
   never gigabytes of strings.  ``tarcat --shuffle`` shuffles longer lists
   through a buffer of that many URLs instead.
 - :func:`shorten` cuts a name (key, member name, URL) for a one-line message:
@@ -91,13 +91,16 @@ def check_ratio(url, codec, decoded, compressed):
 MAX_URLS = _env_int("TARPROC_MAX_URLS", 1_000_000)
 
 
-def bounded_list(items, what="the input list"):
+def bounded_list(items, what="the input list", limit=None):
     """``list(items)``, refused with a :class:`~tarproc.errors.UsageError`
-    (before reading further) when it has more than :data:`MAX_URLS` items."""
+    (before reading further) when it has more than :data:`MAX_URLS` items
+    (or ``limit``: what is left of the bound when one command holds several
+    lists, as tarmix's sources)."""
     import itertools
 
-    out = list(itertools.islice(items, MAX_URLS + 1))
-    if len(out) > MAX_URLS:
+    limit = MAX_URLS if limit is None else max(0, limit)
+    out = list(itertools.islice(items, limit + 1))
+    if len(out) > limit:
         from ..errors import UsageError
 
         raise UsageError(f"{what}: more than {MAX_URLS} entries, more than this command holds in memory "
@@ -206,14 +209,33 @@ def json_loads(data, limit=None):
         raise ValueError("JSON nested too deeply") from None
 
 
-def json_dumps(obj, **kw):
-    """``json.dumps`` that raises ``ValueError`` instead of ``RecursionError``."""
+def json_dumps(obj, finite=False, **kw):
+    """``json.dumps`` that raises ``ValueError`` instead of ``RecursionError``.
+    ``finite``: NaN and the infinities (a field's ``1e999`` overflows a
+    float; Python's parser accepts ``NaN``) are written as ``null``, as
+    JavaScript's ``JSON.stringify`` does: JSON has no word for them, and a
+    bare ``Infinity`` makes strict readers refuse the whole text."""
     import json
 
     try:
-        return json.dumps(obj, **kw)
+        if not finite:
+            return json.dumps(obj, **kw)
+        try:
+            return json.dumps(obj, allow_nan=False, **kw)
+        except ValueError:
+            return json.dumps(_finite(obj), allow_nan=False, **kw)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+
+
+def _finite(value):
+    if isinstance(value, float):
+        return value if value - value == 0.0 else None  # inf - inf and nan - nan are nan
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def shorten(name, limit=None):

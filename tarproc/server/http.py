@@ -74,6 +74,10 @@ MAX_LISTING = 100_000
 CHUNK = 256 * 1024
 #: Connections above max_clients that still get a 503 (beyond: closed at once).
 OVERFLOW = 64
+#: Seconds, in all, that a closing connection reads (and drops) what the
+#: client still sends, so that closing does not reset the answer; a client
+#: that keeps sending cannot hold its connection longer than this.
+LINGER = 2.0
 
 _TOKEN_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
@@ -96,10 +100,12 @@ class Server:
     """An HTTP server of transformed shards (see the module documentation).
     ``start()`` listens and serves in background threads; ``stop(drain)``
     stops accepting, lets responses in flight finish for up to ``drain``
-    seconds, then cuts the rest (their clients see an error)."""
+    seconds, then cuts the rest (their clients see an error).  ``strict``
+    (the default) fails a response whose shard ends without the
+    end-of-archive marker: its client cannot see a warning."""
 
     def __init__(self, prefix, *, map=None, command=None, parallel=None, count=None, skip=0, slice=None,
-                 fields=None, rekey=None, shuffle=0, seed=None, max_failures=0, strict=False, batch=32,
+                 fields=None, rekey=None, shuffle=0, seed=None, max_failures=0, strict=True, batch=32,
                  host="127.0.0.1", port=8080, token=None, max_clients=16, client_timeout=60.0,
                  header_timeout=10.0, drain_timeout=30.0, log=None, quiet=False):
         from ..stages import basic as S
@@ -272,6 +278,7 @@ class Server:
                         status = 200
                         self._send_head(conn, 200, [("Content-Type", "application/x-tar"),
                                                     ("Transfer-Encoding", "chunked")])
+                        _linger_close(conn)
                     else:
                         status, sent = self._stream(conn, name, location)
             except _Refused as r:
@@ -420,6 +427,7 @@ class Server:
         self._send_head(conn, 200, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
         if method == "GET":
             conn.sendall(body)
+        _linger_close(conn)
         return 200, len(body) if method == "GET" else 0
 
     def _stream(self, conn, name, url):
@@ -462,6 +470,7 @@ class Server:
                     raise _Refused(502, f"{name}: empty output")
                 conn.sendall(b"0\r\n\r\n")
                 complete = True
+                _linger_close(conn)  # a byte the client sent after its request must not reset the end
                 return 200, sent
             self._log(f"tarserve: {name}: failed (exit status {rc}); "
                       + ("response cut" if started else "answered 502"))
@@ -508,12 +517,22 @@ def _kill_job(proc, grace=2.0):
         pass
 
 
-def _linger_close(conn):
+def _linger_close(conn, linger=LINGER):
+    """End an answer that is complete: FIN after the queued bytes, then read
+    and drop what the client still sends until it closes, for ``linger``
+    seconds in all.  (Closing a socket with unread bytes sends a reset,
+    which makes the client's kernel drop the end of an answer it has not
+    read yet.)"""
+    deadline = time.monotonic() + linger
     try:
         conn.shutdown(socket.SHUT_WR)
-        conn.settimeout(1.0)
-        while conn.recv(65536):
-            pass
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            conn.settimeout(left)
+            if not conn.recv(65536):
+                break
     except OSError:
         pass
 

@@ -219,6 +219,11 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
             sidecar_path = offsets if isinstance(offsets, str) else sidecar_name(output)
     elif isinstance(offsets, str):
         sidecar_path = offsets
+    if sidecar_path is not None and output not in (None, "-"):
+        same = (os.path.realpath(sidecar_path) == os.path.realpath(output)
+                if scheme_of(sidecar_path) == scheme_of(output) == "file" else sidecar_path == output)
+        if same:  # the JSON would replace the sidecar: an index that cannot be read back
+            raise UsageError(f"--offsets {sidecar_path}: names the index itself; the offsets are another file")
     if sidecar_path is not None:
         # named relative to the index (a bare name when they share a directory)
         if index_dir is not None and scheme_of(sidecar_path) == "file":

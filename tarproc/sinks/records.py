@@ -14,6 +14,7 @@ escaped so that any YAML 1.1 or 1.2 reader gives back the same values.
 import json
 import re
 
+from ..core import limits
 from ..errors import UsageError
 from .table import Column, cell, default_columns, parse_columns
 
@@ -89,9 +90,9 @@ def format_record(rec, fmt="yaml"):
             return "--- {}\n"
         return "---\n" + "".join(f"{_ystr(str(k))}: {yaml_value(v)}\n" for k, v in rec.items())
     if fmt == "json":
-        return _escape(json.dumps(rec, indent=4, ensure_ascii=False)) + "\n\n"
+        return _escape(limits.json_dumps(rec, finite=True, indent=4, ensure_ascii=False)) + "\n\n"
     if fmt == "jsonlines":  # NEL and U+2028/9 escaped too: one line for any line splitter
-        return _escape(json.dumps(rec, ensure_ascii=False)) + "\n"
+        return _escape(limits.json_dumps(rec, finite=True, ensure_ascii=False)) + "\n"
     raise UsageError(f"unknown output format {fmt!r} (use {', '.join(FORMATS)})")
 
 

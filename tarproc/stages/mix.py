@@ -224,9 +224,13 @@ def mix_sources(spec, seed=None, stats=None, strict=False, warn=None, shuffle=No
 
     from .basic import shuffle as shuffle_stage
 
+    from ..core import limits
+
     rng = random.Random(seed)
-    sources = [_source(s, rng, stats, strict, warn) for s in spec["sources"]]
-    weights = [s["weight"] for s in spec["sources"]]
+    budget = [limits.MAX_URLS]  # the shard lists of all sources together (each is held as a list)
+    sources = [_source(s, rng, stats, strict, warn, budget) for s in spec["sources"]]
+    top = max(s["weight"] for s in spec["sources"])
+    weights = [s["weight"] / top for s in spec["sources"]]  # a sum of weights near the float maximum is inf
     probs = [s["probability"] for s in spec["sources"]]
     total = sum(weights)
     cum = []
@@ -257,12 +261,16 @@ def mix_sources(spec, seed=None, stats=None, strict=False, warn=None, shuffle=No
     return mixed()
 
 
-def _source(spec, rng, stats, strict, warn):
+def _source(spec, rng, stats, strict, warn, budget=None):
     from ..core.limits import bounded_list
     from ..sources.shardlist import expand_urls
     from .basic import shuffle as shuffle_stage
 
-    urls = bounded_list(expand_urls([spec["shards"]]), "the shards of a source")  # repeated: a list
+    # repeated: a list; ``budget`` is what is left of the bound for all sources
+    urls = bounded_list(expand_urls([spec["shards"]]), "the shards of the sources",
+                        None if budget is None else budget[0])
+    if budget is not None:
+        budget[0] -= len(urls)
 
     def repeated():
         for _ in range(spec["nrepeats"]):
