@@ -277,3 +277,14 @@ def test_tarsplit_size_beyond_a_float_is_a_usage_error(size, tmp_path):
     assert p.returncode == 2
     assert "bad size" in one_line(p)
     assert sorted(os.listdir(tmp_path)) == ["in.tar"]
+
+
+def test_tarcreate_plan_size_is_bounded(tmp_path):
+    """A plan is checked whole before writing, so its size is bounded:
+    ``tarcreate /dev/zero`` read until memory ran out."""
+    p = subprocess.run(["tarcreate", "/dev/zero"], cwd=tmp_path, capture_output=True, timeout=60,
+                       env={**os.environ, "TARPROC_MAX_PLAN": "100000"})
+    assert p.returncode == 2 and p.stdout == b""
+    assert p.stderr.decode() == ("tarcreate: /dev/zero: the plan is larger than 100,000 bytes (TARPROC_MAX_PLAN): "
+                                 "it is checked whole before anything is written, so split it and join the parts "
+                                 "with tarcat\n")

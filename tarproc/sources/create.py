@@ -25,7 +25,7 @@ failure (a ``pipe:`` command that fails) leaves no output behind.
 import os
 
 from ..errors import BadInput, SampleFailed, UsageError
-from ..core.limits import quote
+from ..core.limits import _env_int, quote
 from ..core.rules import split_name, unsafe_name
 
 
@@ -221,6 +221,10 @@ def parse_lines(text, name, basedir=None):
     return items
 
 
+#: Largest plan (bytes) read: a plan is held and checked whole.
+MAX_PLAN = _env_int("TARPROC_MAX_PLAN", 256 << 20)
+
+
 def read_plan(path, fmt="auto", delim=None, key_format="{index:09d}", basedir=None):
     """Read and check a plan file (``-`` for stdin); returns the list of
     :class:`PlanItem`.  Every problem is a :class:`BadInput` naming the
@@ -230,12 +234,15 @@ def read_plan(path, fmt="auto", delim=None, key_format="{index:09d}", basedir=No
     name = "stdin" if path == "-" else path
     try:
         if path == "-":
-            raw = sys.stdin.buffer.read()
+            raw = sys.stdin.buffer.read(MAX_PLAN + 1)
         else:
             with open(path, "rb") as f:
-                raw = f.read()
+                raw = f.read(MAX_PLAN + 1)
     except OSError as e:
         raise BadInput(f"{name}: cannot read the plan: {e.strerror}") from None
+    if len(raw) > MAX_PLAN:
+        raise BadInput(f"{name}: the plan is larger than {MAX_PLAN:,} bytes (TARPROC_MAX_PLAN): it is checked "
+                       f"whole before anything is written, so split it and join the parts with tarcat")
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
