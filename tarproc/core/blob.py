@@ -25,12 +25,8 @@ killed process from live ones.
 import io
 import os
 
-from .limits import _env_int
-
 #: Default size from which a member is spooled to a file.
 DEFAULT_THRESHOLD = 4 << 20
-#: Bytes of one sample's fields held in memory (see :func:`sample_budget`).
-SAMPLE_MEMORY = _env_int("TARPROC_SAMPLE_MEMORY", 16 << 20)
 #: Chunk size for copies that go through user space.
 CHUNK = 1 << 20
 SPOOL_PREFIX = ".tarproc-spool."
@@ -530,67 +526,6 @@ def _spool_write_failed(path, e):
                        f"samples are kept there; choose the place with --tmpdir or TMPDIR)")
 
 
-class Packer:
-    """Files copied one after another into one spool file, each a blob of
-    its part: many fields held for one descriptor and no memory (a command's
-    thousands of outputs, :func:`tarproc.stages.command._read_files`)."""
-
-    def __init__(self, spooler):
-        self.spooler = spooler
-        self.file = None
-        self.size = 0
-
-    def add(self, fd, size):
-        """A blob of the first ``size`` bytes of the open file ``fd`` (fewer
-        if it has shrunk), copied into the pack."""
-        if self.file is None:
-            wfd, path = self.spooler.new_file()
-            self.file = _File(wfd, path, True)
-        out, start = self.file.fd, self.size
-        got = 0
-        try:
-            while got < size:
-                try:
-                    n = os.copy_file_range(fd, out, size - got, got, start + got)
-                except OSError:  # not between these file systems: through user space
-                    piece = os.pread(fd, min(CHUNK, size - got), got)
-                    n = len(piece) and os.pwrite(out, piece, start + got)
-                if not n:
-                    break
-                got += n
-        except OSError as e:
-            raise _spool_write_failed(self.file.path, e) from None
-        finally:
-            self.size = start + got
-        return Blob(self.file, start, got)
-
-    def add_bytes(self, data):
-        """A blob holding ``data``, written into the pack."""
-        if self.file is None:
-            wfd, path = self.spooler.new_file()
-            self.file = _File(wfd, path, True)
-        start = self.size
-        view = memoryview(data)
-        pos = 0
-        try:
-            while pos < len(view):
-                pos += os.pwrite(self.file.fd, view[pos : pos + CHUNK], start + pos)
-        except OSError as e:
-            raise _spool_write_failed(self.file.path, e) from None
-        finally:
-            self.size = start + pos
-        return Blob(self.file, start, len(view))
-
-
-def sample_budget(spooler):
-    """Bytes of one sample's fields held in memory before the rest go to a
-    :class:`Packer` (a sample of thousands of members: a clip's frames);
-    no limit when the spooler never spools."""
-    if spooler is None or spooler.threshold == float("inf"):
-        return float("inf")
-    return min(SAMPLE_MEMORY, 4 * spooler.threshold)
-
-
 def region(fd, path, offset, length, shared=None):
     """A blob of ``length`` bytes at ``offset`` of an open file that we do not
     own (``fd`` is duplicated once per ``shared`` holder, a dict the caller
@@ -637,42 +572,3 @@ def as_bytes(value):
     if type(value) is Blob:
         return value.read()
     return value
-
-
-class Skipped:
-    """The stand-in for a large member's data that was read past (see
-    :class:`SizesOnly`): it has a length and nothing else."""
-
-    __slots__ = ("length",)
-
-    def __init__(self, length):
-        self.length = length
-
-    def __len__(self):
-        return self.length
-
-    def __repr__(self):
-        return f"Skipped({self.length} bytes)"
-
-
-class SizesOnly(Spooler):
-    """A spooler for readers that need only sizes (``tarcheck``): large
-    members are read through a small buffer and dropped, never stored."""
-
-    def spool(self, read_into, size, fail):
-        read_past(read_into, size, fail)
-        return Skipped(size)
-
-
-def read_past(read_into, size, fail, keep=0):
-    """Read a member's ``size`` bytes through a small buffer (``fail(got)`` if
-    the input ends first); return only its first ``keep`` bytes."""
-    kept, view, got = bytearray(), memoryview(bytearray(min(size, CHUNK))), 0
-    while got < size:
-        n = read_into(view[: min(len(view), size - got)])
-        if not n:
-            fail(got)
-        if len(kept) < keep:
-            kept += view[: min(n, keep - len(kept))]
-        got += n
-    return bytes(kept)

@@ -5,7 +5,8 @@ see :mod:`tarproc.core.rules` for keys, fields and metadata.  Consecutive
 members with the same key form one sample (the WebDataset convention)."""
 
 from ..errors import BadArchive, BadSample
-from .blob import Blob, Packer, sample_budget
+from .blob import Blob
+from .pack import Packer, sample_budget
 from .limits import quote
 from .passthru import RawSample, is_canonical_writer
 from .rules import bad_field_name, bad_key, is_meta, split_name, unnamed, unsafe_name
@@ -19,7 +20,7 @@ def group(members, source="-", stats=None, spooler=None):
     Non-regular members and names without an extension are skipped and
     counted in ``stats``; a field that repeats inside one sample raises
     :class:`BadSample`; an unsafe name raises :class:`BadArchive`.  With a
-    ``spooler``, a sample's fields past :func:`~tarproc.core.blob.sample_budget`
+    ``spooler``, a sample's fields past :func:`~tarproc.core.pack.sample_budget`
     bytes become blobs of one spool file (a sample of thousands of members)."""
     if stats is None:
         stats = Stats()

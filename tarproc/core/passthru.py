@@ -30,7 +30,7 @@ import re
 from zlib import adler32
 
 from ..errors import BadArchive, BadSample
-from .blob import Packer, sample_budget
+from .pack import Packer, sample_budget
 from .limits import quote
 from .rules import split_name, unnamed, unsafe_name
 from .stats import Stats

@@ -32,7 +32,7 @@ in memory and the rest in a temporary SQLite database on disk (in ``TMPDIR``,
 deleted when the check ends; SQLite's page cache is bounded).
 """
 
-from ..core.blob import SizesOnly
+from ..core.pack import SizesOnly
 from ..core import limits
 from ..core.limits import shorten
 from ..core.rules import split_name, unnamed, unsafe_name

@@ -19,7 +19,8 @@ module is cheap.
 import io
 import json
 import re
-from ..core.blob import Blob, Spooler, read_past
+from ..core.blob import Blob, Spooler
+from ..core.pack import read_past
 
 #: How much of a spooled (large) field a preview reads.
 PREFIX = 1 << 16
