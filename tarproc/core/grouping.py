@@ -77,6 +77,47 @@ def sample_members(sample):
     return out
 
 
+def written_twice(key, field):
+    """The error for a sample written right after one with the same key
+    when both have ``field`` (read back, the two are one sample)."""
+    return BadSample(key, f"field {field!r} written twice: a sample with the same key came just before, and "
+                          "read back the two are one sample (duplicate keys: make them unique, e.g. with "
+                          "tarcat --rekey, or keep the last of each with tarsort --update)")
+
+
+class SideBySide:
+    """The rule of :class:`SampleWriter` for samples written side by side,
+    for a writer that has only each sample's key and field names (``tarpcat``
+    merging samples its workers encoded): :meth:`check` them in output
+    order; it raises :func:`written_twice`'s error when a field would come
+    twice in one sample read back.  :meth:`restart` starts a new run of one
+    key without a check (for a sample known to follow one with another key)."""
+
+    __slots__ = ("key", "fields")
+
+    def __init__(self):
+        self.key = None
+        self.fields = ()
+
+    def check(self, key, fields):
+        """``fields``: the field names of the sample (no metadata names)."""
+        if key != self.key or key is None:
+            self.key = key
+            self.fields = fields
+            return
+        last = self.fields
+        if type(last) is not set:
+            last = self.fields = set(last)
+        for f in sorted(fields):
+            if f in last:
+                raise written_twice(key, f)
+        last.update(fields)
+
+    def restart(self, key, fields):
+        self.key = key
+        self.fields = fields
+
+
 class SampleWriter:
     """Write samples to a binary stream as tar members (see :class:`TarWriter`
     for the header defaults, which are keyword arguments here too).
@@ -104,10 +145,7 @@ class SampleWriter:
             fields = last if type(last) is set else {f for f in last if not is_meta(f)}
             twice = sorted(f for f in sample if f in fields and not is_meta(f))
             if twice:
-                raise BadSample(key, f"field {twice[0]!r} written twice: a sample with the same key came just "
-                                     "before, and read back the two are one sample (duplicate keys: make them "
-                                     "unique, e.g. with tarcat --rekey, or keep the last of each with tarsort "
-                                     "--update)")
+                raise written_twice(key, twice[0])
             fields.update(f for f in sample if not is_meta(f))
             sample_fields = fields
         else:
