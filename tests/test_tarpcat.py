@@ -157,3 +157,62 @@ def test_same_key_side_by_side_as_every_writer(sh, tmp_path):
     assert got == {"a0": ["txt"], "k": ["cls", "jpg", "txt"], "c1": ["txt"]}
     out = sh("tarpcat -w 2 --shuffle 10 --seed 1 f?.tar").stdout
     assert samples_of(out) == {"k": {f"f{i}": b"f%d" % i for i in range(4)}}
+
+
+def test_side_by_side_rule_on_the_merged_order_matches_sample_writer(tmp_path):
+    """Shards whose keys repeat across them, merged in order (1-3 workers) and shuffled: the library
+    yields exactly the samples SampleWriter would write in that order, and stops where it would, with its
+    message.  The order is learnt from the same shards with unique keys (same sizes, so the same batches,
+    turns and shuffle)."""
+    import io
+    import random
+    import tarfile
+
+    from tarproc.core.grouping import SampleWriter
+    from tarproc.errors import BadSample
+    from tarproc.sources.pcat import parallel_encoded
+
+    def names_of(blob):
+        with tarfile.open(fileobj=io.BytesIO(bytes(blob) + bytes(1024))) as tf:
+            return [m.name for m in tf]
+
+    def run(urls, **kw):
+        got = []
+        try:
+            for blob in parallel_encoded(urls, **kw):
+                got.append(names_of(blob))
+        except BadSample as e:
+            return got, str(e)
+        return got, None
+
+    outcomes = set()
+    for trial in range(6):
+        r = random.Random(trial)
+        plain, unique, samples = [], [], {}
+        for s in range(5):
+            members, umembers, last = [], [], None
+            for i in range(r.randrange(1, 6)):
+                key = r.choice([k for k in "pqr" if k != last])  # never twice in a row: one shard, one sample
+                last = key
+                for field in sorted(r.sample(["a", "b", "c"], r.randrange(1, 3))):
+                    members.append((f"{key}.{field}", b"x" * r.randrange(1, 700)))
+                    umembers.append((f"{key}{s}{i}.{field}", members[-1][1]))  # the same sizes
+                samples[f"{key}{s}{i}"] = key
+            for name, ms, out in ((f"p{s}.tar", members, plain), (f"u{s}.tar", umembers, unique)):
+                (tmp_path / name).write_bytes(tar_bytes(ms))
+                out.append(str(tmp_path / name))
+        for kw in (dict(workers=1 + trial % 3), dict(workers=2, shuffle=4, seed=trial)):
+            order, err = run(unique, **kw)
+            assert err is None and len(order) == len(samples)
+            writer, expected, want = SampleWriter(io.BytesIO()), [], None
+            for names in order:  # what SampleWriter does with the samples in this order
+                ukey = names[0].split(".")[0]
+                try:
+                    writer.write({"__key__": samples[ukey], **{n.split(".", 1)[1]: b"" for n in names}})
+                except BadSample as e:
+                    want = str(e)
+                    break
+                expected.append([samples[ukey] + n[len(ukey):] for n in names])
+            assert run(plain, **kw) == (expected, want), kw
+            outcomes.add(want is None)
+    assert outcomes == {True, False}  # both allowed and refused orders were tried

@@ -27,6 +27,12 @@ Errors: a damaged or unreadable shard ends the iteration with
 :class:`~tarproc.errors.BadInput` naming the shard, after every sample read
 before the damage.  With ``ignore_errors`` the rest of the shard is skipped
 instead, ``warn(message)`` is told, and the URL is added to ``failed``.
+
+The encoded forms apply the rule of every writer (:class:`~tarproc.core.grouping.SampleWriter`)
+to the order they give: two samples side by side with one key are one sample
+read back, so when a field would come twice in it
+:class:`~tarproc.errors.BadSample` is raised before the second is given
+(the workers send each sample's key and field names with its bytes).
 """
 
 import os
@@ -46,11 +52,13 @@ _PIPE_SIZE = 1 << 20
 #   _CONTROL: a pickled tuple (("start", url), ("warn", url, msg), ...);
 #   _SAMPLES: a pickled list of sample dicts (parallel_samples);
 #   _TAR:     ``count`` native uint64 sample lengths, a native uint64 m, m
-#             bytes of a pickled list of (key, field names) of its samples,
-#             then the samples' tar members back to back.  The list holds
-#             every sample's in mode "tar-all" (parallel_encoded shuffles
-#             them), else those of the first and last sample only (in order,
-#             only those can come next to samples of another message).
+#             bytes of a pickled pair of lists (keys, names) of its samples
+#             (names: the sample's dict keys joined with "/", which no field
+#             name holds; see _names), then the samples' tar members back to
+#             back.  The lists hold every sample's in mode "tar-all"
+#             (parallel_encoded shuffles them), else those of the first and
+#             last sample only (in order, only those can come next to samples
+#             of another message).
 #   _SAMPLES_PART, _TAR_PART: the same, for the complete samples of a batch
 #             sent early because the worker's input stalled; the batch goes on
 #             in the next message, so the parent stays with this worker (the
@@ -58,7 +66,7 @@ _PIPE_SIZE = 1 << 20
 #   _PIECES:  one sample holding large fields: a pickled list of its tar
 #             pieces, ``bytes`` or a blob reference (core.blob.handover), so
 #             a blob crosses as its spool file's name, never its bytes, and
-#             its (key, field names).
+#             its key and names.
 # The parent applies the writers' rule for samples side by side with one key
 # (core.grouping.SideBySide) to the output order with these names: the
 # workers' writers only see their own shards.
@@ -94,16 +102,22 @@ class _Out:
         self.send(self.fd, [_HEADER.pack(_PIECES, 1), self.dumps((refs, meta), protocol=5)])
 
     def tar(self, lengths, metas, pieces, part=False):
-        metas = self.dumps(metas, protocol=5)
+        metas = self.dumps(metas, protocol=5)  # (keys, names)
         pieces[0] = (_HEADER.pack(_TAR_PART if part else _TAR, len(lengths)) + array("Q", lengths).tobytes()
                      + _U64.pack(len(metas)) + metas)
         self.send(self.fd, pieces)
 
 
-def _meta(sample):
-    """What the parent needs of a sample for the side-by-side rule: its key
-    and field names."""
-    return sample.get("__key__"), [f for f in sample if f[:2] != "__" or f[-2:] != "__"]
+def _names(sample):
+    """What the parent needs of a sample for the side-by-side rule, with its
+    key: its field names, as its dict keys (metadata names too, cheaper than
+    leaving them out here) joined with "/" (see :func:`_fields`)."""
+    return "/".join(sample)
+
+
+def _fields(names):
+    """The field names of a sample from :func:`_names`."""
+    return [f for f in names.split("/") if f[:2] != "__" or f[-2:] != "__"]
 
 
 class _Collect:
@@ -141,7 +155,8 @@ def _worker(conn, urls, mode, strict, header_defaults):
             stats = Stats()
             batch = []
             lengths = []
-            metas = []  # (key, fields) of every sample of the batch, or of its first and last
+            keys = []  # the keys and _names of every sample of the batch, or of its first and last
+            names = []
             last = None
             size = 0
             held = 0  # samples and bytes of the current batch, including those sent early
@@ -152,7 +167,7 @@ def _worker(conn, urls, mode, strict, header_defaults):
                 tw = writer.tar
 
             def flush(failed=False, part=False):
-                nonlocal batch, lengths, metas, size, held, held_size
+                nonlocal batch, lengths, keys, names, size, held, held_size
                 if tar:
                     if failed:  # drop the pieces of a sample cut off by the error
                         pieces = coll.pieces
@@ -164,15 +179,17 @@ def _worker(conn, urls, mode, strict, header_defaults):
                             total += len(pieces[k])
                     if lengths or (held and not part):
                         if len(lengths) > 1 and not every:
-                            metas.append(_meta(last))
-                        out.tar(lengths, metas, coll.pieces, part)
+                            keys.append(last.get("__key__"))
+                            names.append(_names(last))
+                        out.tar(lengths, (keys, names), coll.pieces, part)
                         del coll.pieces[1:]
                 else:
                     if batch or (held and not part):
                         out.samples(batch, part)
                 batch = []
                 lengths = []
-                metas = []
+                keys = []
+                names = []
                 size = 0
                 if not part:
                     held = held_size = 0
@@ -195,12 +212,13 @@ def _worker(conn, urls, mode, strict, header_defaults):
                             flush()
                             one = _Collect()
                             SampleWriter(one, **header_defaults).write(sample)
-                            out.pieces(one.pieces[1:], _meta(sample))
+                            out.pieces(one.pieces[1:], (sample.get("__key__"), _names(sample)))
                             continue
                         writer.write(sample)
                         after = tw.bytes_written
                         if every or not lengths:
-                            metas.append(_meta(sample))
+                            keys.append(sample.get("__key__"))
+                            names.append(_names(sample))
                         last = sample
                         lengths.append(after - before)
                         size += after - before
@@ -338,8 +356,8 @@ def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, st
              mode="tar"):
     """The batches of the workers, in turns: ``(lengths, data)`` or ``(None,
     pieces)`` in mode "tar", which applies the side-by-side rule to them in
-    this order; with ``metas`` (the (key, fields) of each sample) as a third
-    item in mode "tar-all", whose caller applies it; lists of samples in mode
+    this order; with ``(keys, names)`` of the samples (see :func:`_names`) as
+    a third item in mode "tar-all", whose caller applies it; lists of samples in mode
     "samples"."""
     import pickle
 
@@ -376,16 +394,16 @@ def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, st
                     lengths = view[:head].cast("Q").tolist()
                     m = _U64.unpack_from(view, head)[0]
                     head += 8
-                    metas = loads(view[head : head + m])
+                    keys, names = loads(view[head : head + m])
                     data = view[head + m :]
                     del view
                     if every:
-                        yield lengths, data, metas
+                        yield lengths, data, (keys, names)
                     else:
                         if count:
-                            check(*metas[0])  # next to the last sample written
+                            check(keys[0], _fields(names[0]))  # next to the last sample written
                             if count > 1:  # the worker's writer checked the rest, up to the last
-                                restart(*metas[1])
+                                restart(keys[1], _fields(names[1]))
                         yield lengths, data
                     del data  # so that the buffer can be reused
                     if kind == _TAR_PART:  # the batch goes on: same worker
@@ -395,14 +413,14 @@ def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, st
                 if kind == _PIECES:
                     from ..core.blob import take
 
-                    refs, meta = loads(view)
+                    refs, (key, names) = loads(view)
                     view.release()
                     pieces = [take(p) if type(p) is tuple else p for p in refs]
                     stats.read += 1
                     if every:
-                        yield None, pieces, [meta]
+                        yield None, pieces, ([key], [names])
                     else:
-                        check(*meta)
+                        check(key, _fields(names))
                         yield None, pieces
                     turn += 1
                     break
@@ -481,7 +499,10 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     list; ``start_method``: ``fork`` (default), ``spawn`` or ``forkserver``.  A worker whose
     input stalls sends the samples it has at once; ``stall`` (a
     :class:`~tarproc.runtime.stall.Stall`, e.g. also given to the sink) is
-    called before waiting for a worker, so output keeps pace with slow input."""
+    called before waiting for a worker, so output keeps pace with slow input.
+    Two samples that come side by side with one key and a common field (from
+    shards that share keys) raise :class:`~tarproc.errors.BadSample` before
+    the second is given (see the module documentation)."""
     from ..stages.basic import shuffle as shuffle_stage
 
     if shuffle < 0:
@@ -513,25 +534,33 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
         return blobs()
 
     def with_names():
-        for lengths, data, metas in batches:
+        for lengths, data, (keys, names) in batches:
             if lengths is None:
-                yield data, metas[0]
+                yield data, keys[0], names[0]
                 continue
             pos = 0
-            for n, meta in zip(lengths, metas):  # copies: a buffered view would pin its whole batch in memory
-                yield bytes(data[pos : pos + n]), meta
+            for n, key, nm in zip(lengths, keys, names):  # copies: a view would pin its whole batch in memory
+                yield bytes(data[pos : pos + n]), key, nm
                 pos += n
             del data
 
     def shuffled():
-        # the rule for samples side by side with one key applies to the order they come out in
+        # the rule for samples side by side with one key, on the order they come out in: the rule of
+        # SideBySide, with its common case (another key) inline
         from ..core.grouping import SideBySide
 
-        check = SideBySide().check
+        side = SideBySide()
+        last = last_names = None
         mixed = shuffle_stage(shuffle, seed)(with_names())
         try:
-            for blob, (key, fields) in mixed:
-                check(key, fields)
+            for blob, key, names in mixed:
+                if key != last or key is None:
+                    last, last_names = key, names
+                else:  # rare: the same key again
+                    if last_names is not None:  # the second sample of this run of the key
+                        side.restart(key, _fields(last_names))
+                        last_names = None
+                    side.check(key, _fields(names))
                 yield blob
         finally:
             mixed.close()
@@ -558,7 +587,9 @@ def parallel_encoded_batches(urls, workers=None, strict=False, ignore_errors=Fal
     ``(lengths, data)`` batches: ``data`` holds ``len(lengths)`` encoded
     samples back to back (the fastest way to copy everything).  A sample with
     large fields comes alone as ``(None, pieces)``: a list of ``bytes`` and
-    :class:`~tarproc.core.blob.Blob` to write in turn (:func:`write_pieces`)."""
+    :class:`~tarproc.core.blob.Blob` to write in turn (:func:`write_pieces`).
+    A batch whose first sample has the key and a field of the last sample
+    given raises :class:`~tarproc.errors.BadSample` instead."""
     return _parallel(url_list(urls), workers, "tar", strict, ignore_errors, warn, info, stats, failed,
                      header_defaults, start_method, stall)
 
