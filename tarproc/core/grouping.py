@@ -85,37 +85,60 @@ def written_twice(key, field):
                           "tarcat --rekey, or keep the last of each with tarsort --update)")
 
 
+def names_of(sample):
+    """A sample's names as :class:`SideBySide` takes them, cheap to make and
+    to send between processes: its dict keys joined with "/" (which no field
+    name holds; metadata names are left out when the names are needed)."""
+    return "/".join(sample)
+
+
 class SideBySide:
     """The rule of :class:`SampleWriter` for samples written side by side,
-    for a writer that has only each sample's key and field names (``tarpcat``
-    merging samples its workers encoded): :meth:`check` them in output
-    order; it raises :func:`written_twice`'s error when a field would come
-    twice in one sample read back.  :meth:`restart` starts a new run of one
-    key without a check (for a sample known to follow one with another key)."""
+    for a writer that has only each sample's key and :func:`names_of`
+    (``tarpcat`` merging samples its workers encoded): :meth:`check` them in
+    output order; it raises :func:`written_twice`'s error when a field would
+    come twice in one sample read back.  :meth:`restart` starts a new run of
+    one key without a check (for a sample known to follow another key)."""
 
     __slots__ = ("key", "fields")
 
     def __init__(self):
         self.key = None
-        self.fields = ()
+        self.fields = None  # the names of the run's sample, or the set of the run's fields
 
-    def check(self, key, fields):
-        """``fields``: the field names of the sample (no metadata names)."""
+    def check(self, key, names):
         if key != self.key or key is None:
             self.key = key
-            self.fields = fields
+            self.fields = names
             return
-        last = self.fields
-        if type(last) is not set:
-            last = self.fields = set(last)
-        for f in sorted(fields):
-            if f in last:
+        fields = self.fields
+        if type(fields) is not set:
+            fields = self.fields = set(_fields(fields))
+        new = _fields(names)
+        for f in sorted(new):
+            if f in fields:
                 raise written_twice(key, f)
-        last.update(fields)
+        fields.update(new)
 
-    def restart(self, key, fields):
+    def restart(self, key, names):
         self.key = key
-        self.fields = fields
+        self.fields = names
+
+    def checked(self, items):
+        """Check ``(obj, key, names)`` items in turn; yield each ``obj``."""
+        check = self.check
+        last = None
+        for obj, key, names in items:
+            if key == last:  # rare: the same key again
+                check(key, names)
+            else:
+                last = self.key = key
+                self.fields = names
+            yield obj
+
+
+def _fields(names):
+    return [f for f in names.split("/") if f[:2] != "__" or f[-2:] != "__"]
 
 
 class SampleWriter:

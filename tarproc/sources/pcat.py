@@ -28,11 +28,9 @@ Errors: a damaged or unreadable shard ends the iteration with
 before the damage.  With ``ignore_errors`` the rest of the shard is skipped
 instead, ``warn(message)`` is told, and the URL is added to ``failed``.
 
-The encoded forms apply the rule of every writer (:class:`~tarproc.core.grouping.SampleWriter`)
-to the order they give: two samples side by side with one key are one sample
-read back, so when a field would come twice in it
-:class:`~tarproc.errors.BadSample` is raised before the second is given
-(the workers send each sample's key and field names with its bytes).
+The encoded forms apply the writers' rule for one key side by side
+(:class:`~tarproc.core.grouping.SideBySide`) to the order they give, with the
+key and names the workers send with each sample's bytes.
 """
 
 import os
@@ -52,13 +50,10 @@ _PIPE_SIZE = 1 << 20
 #   _CONTROL: a pickled tuple (("start", url), ("warn", url, msg), ...);
 #   _SAMPLES: a pickled list of sample dicts (parallel_samples);
 #   _TAR:     ``count`` native uint64 sample lengths, a native uint64 m, m
-#             bytes of a pickled pair of lists (keys, names) of its samples
-#             (names: the sample's dict keys joined with "/", which no field
-#             name holds; see _names), then the samples' tar members back to
-#             back.  The lists hold every sample's in mode "tar-all"
-#             (parallel_encoded shuffles them), else those of the first and
-#             last sample only (in order, only those can come next to samples
-#             of another message).
+#             bytes of a pickled pair of lists (keys, names_of) of its samples
+#             (of every one in mode "tar-all", which parallel_encoded
+#             shuffles, else of the first and last), then the samples' tar
+#             members back to back.
 #   _SAMPLES_PART, _TAR_PART: the same, for the complete samples of a batch
 #             sent early because the worker's input stalled; the batch goes on
 #             in the next message, so the parent stays with this worker (the
@@ -66,10 +61,7 @@ _PIPE_SIZE = 1 << 20
 #   _PIECES:  one sample holding large fields: a pickled list of its tar
 #             pieces, ``bytes`` or a blob reference (core.blob.handover), so
 #             a blob crosses as its spool file's name, never its bytes, and
-#             its key and names.
-# The parent applies the writers' rule for samples side by side with one key
-# (core.grouping.SideBySide) to the output order with these names: the
-# workers' writers only see their own shards.
+#             its key and names_of.
 _HEADER = struct.Struct("<BQ")
 _U64 = struct.Struct("=Q")
 _CONTROL, _SAMPLES, _TAR, _PIECES, _SAMPLES_PART, _TAR_PART = 1, 2, 3, 4, 5, 6
@@ -108,18 +100,6 @@ class _Out:
         self.send(self.fd, pieces)
 
 
-def _names(sample):
-    """What the parent needs of a sample for the side-by-side rule, with its
-    key: its field names, as its dict keys (metadata names too, cheaper than
-    leaving them out here) joined with "/" (see :func:`_fields`)."""
-    return "/".join(sample)
-
-
-def _fields(names):
-    """The field names of a sample from :func:`_names`."""
-    return [f for f in names.split("/") if f[:2] != "__" or f[-2:] != "__"]
-
-
 class _Collect:
     """A write-only stream that keeps what is written, as a list of pieces
     (the first one reserved for the frame header)."""
@@ -136,7 +116,7 @@ def _worker(conn, urls, mode, strict, header_defaults):
     which sets its signals and makes it die with the parent): read ``urls``
     in order, send batches.  ``mode``: "samples", "tar" or "tar-all" (the
     key and field names of every sample, not only of a batch's ends)."""
-    from ..core.grouping import SampleWriter
+    from ..core.grouping import SampleWriter, names_of
     from ..runtime.stall import Stall
     from .samples import iter_samples
     from ..core.blob import Blob
@@ -155,7 +135,7 @@ def _worker(conn, urls, mode, strict, header_defaults):
             stats = Stats()
             batch = []
             lengths = []
-            keys = []  # the keys and _names of every sample of the batch, or of its first and last
+            keys = []  # the keys and names_of of every sample of the batch, or of its first and last
             names = []
             last = None
             size = 0
@@ -180,7 +160,7 @@ def _worker(conn, urls, mode, strict, header_defaults):
                     if lengths or (held and not part):
                         if len(lengths) > 1 and not every:
                             keys.append(last.get("__key__"))
-                            names.append(_names(last))
+                            names.append(names_of(last))
                         out.tar(lengths, (keys, names), coll.pieces, part)
                         del coll.pieces[1:]
                 else:
@@ -212,13 +192,13 @@ def _worker(conn, urls, mode, strict, header_defaults):
                             flush()
                             one = _Collect()
                             SampleWriter(one, **header_defaults).write(sample)
-                            out.pieces(one.pieces[1:], (sample.get("__key__"), _names(sample)))
+                            out.pieces(one.pieces[1:], (sample.get("__key__"), names_of(sample)))
                             continue
                         writer.write(sample)
                         after = tw.bytes_written
                         if every or not lengths:
                             keys.append(sample.get("__key__"))
-                            names.append(_names(sample))
+                            names.append(names_of(sample))
                         last = sample
                         lengths.append(after - before)
                         size += after - before
@@ -355,10 +335,8 @@ def poll_ready(fd):
 def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, stats, failed, stall=None,
              mode="tar"):
     """The batches of the workers, in turns: ``(lengths, data)`` or ``(None,
-    pieces)`` in mode "tar", which applies the side-by-side rule to them in
-    this order; with ``(keys, names)`` of the samples (see :func:`_names`) as
-    a third item in mode "tar-all", whose caller applies it; lists of samples in mode
-    "samples"."""
+    pieces)`` in mode "tar" (checked with SideBySide in this order); with
+    their ``(keys, names)`` third in mode "tar-all"; sample lists in "samples"."""
     import pickle
 
     from ..core.grouping import SideBySide
@@ -401,9 +379,9 @@ def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, st
                         yield lengths, data, (keys, names)
                     else:
                         if count:
-                            check(keys[0], _fields(names[0]))  # next to the last sample written
+                            check(keys[0], names[0])  # next to the last sample written
                             if count > 1:  # the worker's writer checked the rest, up to the last
-                                restart(keys[1], _fields(names[1]))
+                                restart(keys[1], names[1])
                         yield lengths, data
                     del data  # so that the buffer can be reused
                     if kind == _TAR_PART:  # the batch goes on: same worker
@@ -420,7 +398,7 @@ def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, st
                     if every:
                         yield None, pieces, ([key], [names])
                     else:
-                        check(key, _fields(names))
+                        check(key, names)
                         yield None, pieces
                     turn += 1
                     break
@@ -544,24 +522,12 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
                 pos += n
             del data
 
-    def shuffled():
-        # the rule for samples side by side with one key, on the order they come out in: the rule of
-        # SideBySide, with its common case (another key) inline
+    def shuffled():  # the side-by-side rule on the order they come out in
         from ..core.grouping import SideBySide
 
-        side = SideBySide()
-        last = last_names = None
         mixed = shuffle_stage(shuffle, seed)(with_names())
         try:
-            for blob, key, names in mixed:
-                if key != last or key is None:
-                    last, last_names = key, names
-                else:  # rare: the same key again
-                    if last_names is not None:  # the second sample of this run of the key
-                        side.restart(key, _fields(last_names))
-                        last_names = None
-                    side.check(key, _fields(names))
-                yield blob
+            yield from SideBySide().checked(mixed)
         finally:
             mixed.close()
             close = getattr(batches, "close", None)
