@@ -4,7 +4,7 @@ import collections
 import gzip
 import os
 
-from helpers import read_tar, tar_bytes
+from helpers import read_tar, samples_of, tar_bytes
 
 
 def make_shards(tmp_path, n=24, per=30):
@@ -107,3 +107,112 @@ def test_head_ends_quietly_and_help(sh, tmp_path):
     assert p.stdout.split()[0] == b"100"
     assert p.stdout.split()[1] in (b"0", b"141")
     assert b"examples:" in sh("tarpcat --help").stdout
+
+
+def test_same_key_side_by_side_as_every_writer(sh, tmp_path):
+    """Samples of different shards (other workers, batches, a shuffle) that come out side by side with one
+    key read back as one sample: as SampleWriter does for every writer (docs/reading.md), allowed when their
+    fields differ, refused when a field would come twice (one line, exit 2, nothing under the final name)."""
+    import webdataset as wds
+
+    def shard(name, *members):
+        (tmp_path / name).write_bytes(tar_bytes(list(members)))
+
+    shard("a.tar", ("a0.txt", b"a0"), ("k.jpg", b"A"))
+    shard("b.tar", ("k.jpg", b"B"), ("b1.txt", b"b1"))  # k.jpg again: refused after a.tar
+    shard("c.tar", ("k.cls", b"C"), ("c1.txt", b"c1"))  # k.cls: fine after a.tar
+    shard("d.tar", ("k.txt", b"D"))  # a shard (so a batch) of one sample: k's fields add up
+    shard("big.tar", ("a0.txt", b"a0"), ("k.jpg", b"L" * 3000))  # a large member (--blob-threshold 1KiB)
+    shard("big2.tar", ("k.jpg", b"L" * 3000), ("b1.txt", b"b1"))
+    for i in range(4):
+        shard(f"e{i}.tar", ("k.txt", b"e%d" % i))  # shuffled, two k.txt always meet
+        shard(f"f{i}.tar", ("k.f%d" % i, b"f%d" % i))  # shuffled, any order is one sample k
+    msg = "sample 'k': field 'jpg' written twice: a sample with the same key came just before"
+    ref = sh("tarcat a.tar b.tar -o out.tar", ok=False)
+    assert ref.returncode == 2 and msg in ref.stderr.decode()
+    for opts in ("-w 1 a.tar d.tar b.tar", "-w 2 a.tar b.tar", "-w 3 -c 9 a.tar d.tar b.tar",
+                 "-w 1 --blob-threshold 1KiB big.tar b.tar", "-w 2 --blob-threshold 1KiB a.tar big2.tar",
+                 "-w 2 --shuffle 10 --seed 1 e?.tar"):
+        p = sh(f"tarpcat {opts} -o out.tar", ok=False)
+        lines = p.stderr.decode().splitlines()
+        assert p.returncode == 2 and len(lines) == 1, (opts, p.stderr)
+        assert "sample 'k': field " in lines[0] and "--rekey" in lines[0] and "--update" in lines[0], opts
+        assert not (tmp_path / "out.tar").exists(), opts
+        if "e?" not in opts:  # the same line as tarcat's
+            assert lines[0] == "tarpcat" + ref.stderr.decode().strip()[len("tarcat"):], opts
+    assert not [n for n in os.listdir(tmp_path) if not n.endswith(".tar") or n.startswith("out")]
+    # on stdout, in a pipe: what came before, as tarcat writes it (readable, the first k kept)
+    p = sh("tarpcat -w 2 a.tar b.tar | cat > piped.tar", ok=False)
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1
+    assert (tmp_path / "piped.tar").read_bytes() == sh("tarcat a.tar b.tar | cat", ok=False).stdout
+    assert [(s["__key__"], s.get("jpg")) for s in wds.WebDataset(str(tmp_path / "piped.tar"),
+                                                                  shardshuffle=False)] == [("a0", None), ("k", b"A")]
+    # fields differ: written, and the bytes are tarcat's
+    want = sh("tarcat a.tar d.tar c.tar").stdout
+    for opts in ("-w 1", "-w 3", "-w 2 -c 9"):
+        assert sh(f"tarpcat {opts} a.tar d.tar c.tar").stdout == want, opts
+    (tmp_path / "adc.tar").write_bytes(want)
+    got = {s["__key__"]: sorted(k for k in s if not k.startswith("__"))
+           for s in wds.WebDataset(str(tmp_path / "adc.tar"), shardshuffle=False)}
+    assert got == {"a0": ["txt"], "k": ["cls", "jpg", "txt"], "c1": ["txt"]}
+    out = sh("tarpcat -w 2 --shuffle 10 --seed 1 f?.tar").stdout
+    assert samples_of(out) == {"k": {f"f{i}": b"f%d" % i for i in range(4)}}
+
+
+def test_side_by_side_rule_on_the_merged_order_matches_sample_writer(tmp_path):
+    """Shards whose keys repeat across them, merged in order (1-3 workers) and shuffled: the library
+    yields exactly the samples SampleWriter would write in that order, and stops where it would, with its
+    message.  The order is learnt from the same shards with unique keys (same sizes, so the same batches,
+    turns and shuffle)."""
+    import io
+    import random
+    import tarfile
+
+    from tarproc.core.grouping import SampleWriter
+    from tarproc.errors import BadSample
+    from tarproc.sources.pcat import parallel_encoded
+
+    def names_of(blob):
+        with tarfile.open(fileobj=io.BytesIO(bytes(blob) + bytes(1024))) as tf:
+            return [m.name for m in tf]
+
+    def run(urls, **kw):
+        got = []
+        try:
+            for blob in parallel_encoded(urls, **kw):
+                got.append(names_of(blob))
+        except BadSample as e:
+            return got, str(e)
+        return got, None
+
+    outcomes = set()
+    for trial in range(6):
+        r = random.Random(trial)
+        plain, unique, samples = [], [], {}
+        for s in range(5):
+            members, umembers, last = [], [], None
+            for i in range(r.randrange(1, 6)):
+                key = r.choice([k for k in "pqr" if k != last])  # never twice in a row: one shard, one sample
+                last = key
+                for field in sorted(r.sample(["a", "b", "c"], r.randrange(1, 3))):
+                    members.append((f"{key}.{field}", b"x" * r.randrange(1, 700)))
+                    umembers.append((f"{key}{s}{i}.{field}", members[-1][1]))  # the same sizes
+                samples[f"{key}{s}{i}"] = key
+            for name, ms, out in ((f"p{s}.tar", members, plain), (f"u{s}.tar", umembers, unique)):
+                (tmp_path / name).write_bytes(tar_bytes(ms))
+                out.append(str(tmp_path / name))
+        for kw in (dict(workers=1 + trial % 3), dict(workers=2, shuffle=4, seed=trial)):
+            order, err = run(unique, **kw)
+            assert err is None and len(order) == len(samples)
+            writer, expected, want = SampleWriter(io.BytesIO()), [], None
+            for names in order:  # what SampleWriter does with the samples in this order
+                ukey = names[0].split(".")[0]
+                try:
+                    writer.write({"__key__": samples[ukey], **{n.split(".", 1)[1]: b"" for n in names}})
+                except BadSample as e:
+                    want = str(e)
+                    break
+                expected.append([samples[ukey] + n[len(ukey):] for n in names])
+            assert run(plain, **kw) == (expected, want), kw
+            outcomes.add(want is None)
+    assert outcomes == {True, False}  # both allowed and refused orders were tried

@@ -18,8 +18,11 @@ NOTES = """
 Worker i of N reads shards i, i+N, ... in order, and the output takes one batch
 of samples from each worker in turn: the order depends only on the shard list,
 the options and -w, never on timing. Every sample appears exactly once.
+Two samples with one key side by side are one sample read back: written when
+their fields differ, refused when a field would come twice (as every writer).
 exit status: 0 ok (also when --ignore-errors skipped shards), 1 the output could
-not be written, 2 bad usage or a damaged/unreadable shard (named on stderr).
+not be written, 2 bad usage, a damaged/unreadable shard (named on stderr) or a
+field twice under one key side by side.
 """
 
 

@@ -92,6 +92,70 @@ def sample_members(sample):
     return out
 
 
+def written_twice(key, field):
+    """The error for a sample written right after one with the same key
+    when both have ``field`` (read back, the two are one sample)."""
+    return BadSample(key, f"field {field!r} written twice: a sample with the same key came just before, and "
+                          "read back the two are one sample (duplicate keys: make them unique, e.g. with "
+                          "tarcat --rekey, or keep the last of each with tarsort --update)")
+
+
+def names_of(sample):
+    """A sample's names as :class:`SideBySide` takes them, cheap to make and
+    to send between processes: its dict keys joined with "/" (which no field
+    name holds; metadata names are left out when the names are needed)."""
+    return "/".join(sample)
+
+
+class SideBySide:
+    """The rule of :class:`SampleWriter` for samples written side by side,
+    for a writer that has only each sample's key and :func:`names_of`
+    (``tarpcat`` merging samples its workers encoded): :meth:`check` them in
+    output order; it raises :func:`written_twice`'s error when a field would
+    come twice in one sample read back.  :meth:`restart` starts a new run of
+    one key without a check (for a sample known to follow another key)."""
+
+    __slots__ = ("key", "fields")
+
+    def __init__(self):
+        self.key = None
+        self.fields = None  # the names of the run's sample, or the set of the run's fields
+
+    def check(self, key, names):
+        if key != self.key or key is None:
+            self.key = key
+            self.fields = names
+            return
+        fields = self.fields
+        if type(fields) is not set:
+            fields = self.fields = set(_fields(fields))
+        new = _fields(names)
+        for f in sorted(new):
+            if f in fields:
+                raise written_twice(key, f)
+        fields.update(new)
+
+    def restart(self, key, names):
+        self.key = key
+        self.fields = names
+
+    def checked(self, items):
+        """Check ``(obj, key, names)`` items in turn; yield each ``obj``."""
+        check = self.check
+        last = None
+        for obj, key, names in items:
+            if key == last:  # rare: the same key again
+                check(key, names)
+            else:
+                last = self.key = key
+                self.fields = names
+            yield obj
+
+
+def _fields(names):
+    return [f for f in names.split("/") if f[:2] != "__" or f[-2:] != "__"]
+
+
 class SampleWriter:
     """Write samples to a binary stream as tar members (see :class:`TarWriter`
     for the header defaults, which are keyword arguments here too).
@@ -119,10 +183,7 @@ class SampleWriter:
             fields = last if type(last) is set else {f for f in last if not is_meta(f)}
             twice = sorted(f for f in sample if f in fields and not is_meta(f))
             if twice:
-                raise BadSample(key, f"field {twice[0]!r} written twice: a sample with the same key came just "
-                                     "before, and read back the two are one sample (duplicate keys: make them "
-                                     "unique, e.g. with tarcat --rekey, or keep the last of each with tarsort "
-                                     "--update)")
+                raise written_twice(key, twice[0])
             fields.update(f for f in sample if not is_meta(f))
             sample_fields = fields
         else:

@@ -27,6 +27,10 @@ Errors: a damaged or unreadable shard ends the iteration with
 :class:`~tarproc.errors.BadInput` naming the shard, after every sample read
 before the damage.  With ``ignore_errors`` the rest of the shard is skipped
 instead, ``warn(message)`` is told, and the URL is added to ``failed``.
+
+The encoded forms apply the writers' rule for one key side by side
+(:class:`~tarproc.core.grouping.SideBySide`) to the order they give, with the
+key and names the workers send with each sample's bytes.
 """
 
 import os
@@ -45,16 +49,21 @@ _PIPE_SIZE = 1 << 20
 # a header (kind, count):
 #   _CONTROL: a pickled tuple (("start", url), ("warn", url, msg), ...);
 #   _SAMPLES: a pickled list of sample dicts (parallel_samples);
-#   _TAR:     ``count`` native uint64 sample lengths, then the samples'
-#             tar members back to back.
+#   _TAR:     ``count`` native uint64 sample lengths, a native uint64 m, m
+#             bytes of a pickled pair of lists (keys, names_of) of its samples
+#             (of every one in mode "tar-all", which parallel_encoded
+#             shuffles, else of the first and last), then the samples' tar
+#             members back to back.
 #   _SAMPLES_PART, _TAR_PART: the same, for the complete samples of a batch
 #             sent early because the worker's input stalled; the batch goes on
 #             in the next message, so the parent stays with this worker (the
 #             turns, hence the output order, do not depend on timing).
 #   _PIECES:  one sample holding large fields: a pickled list of its tar
 #             pieces, ``bytes`` or a blob reference (core.blob.handover), so
-#             a blob crosses as its spool file's name, never its bytes.
+#             a blob crosses as its spool file's name, never its bytes, and
+#             its key and names_of.
 _HEADER = struct.Struct("<BQ")
+_U64 = struct.Struct("=Q")
 _CONTROL, _SAMPLES, _TAR, _PIECES, _SAMPLES_PART, _TAR_PART = 1, 2, 3, 4, 5, 6
 
 
@@ -78,14 +87,16 @@ class _Out:
         self.send(self.fd, [_HEADER.pack(_SAMPLES_PART if part else _SAMPLES, len(batch)),
                             self.dumps(batch, protocol=5)])
 
-    def pieces(self, pieces):
+    def pieces(self, pieces, meta):
         from ..core.blob import Blob, handover
 
         refs = [handover(p) if type(p) is Blob else bytes(p) for p in pieces]
-        self.send(self.fd, [_HEADER.pack(_PIECES, 1), self.dumps(refs, protocol=5)])
+        self.send(self.fd, [_HEADER.pack(_PIECES, 1), self.dumps((refs, meta), protocol=5)])
 
-    def tar(self, lengths, pieces, size, part=False):
-        pieces[0] = _HEADER.pack(_TAR_PART if part else _TAR, len(lengths)) + array("Q", lengths).tobytes()
+    def tar(self, lengths, metas, pieces, part=False):
+        metas = self.dumps(metas, protocol=5)  # (keys, names)
+        pieces[0] = (_HEADER.pack(_TAR_PART if part else _TAR, len(lengths)) + array("Q", lengths).tobytes()
+                     + _U64.pack(len(metas)) + metas)
         self.send(self.fd, pieces)
 
 
@@ -103,8 +114,9 @@ class _Collect:
 def _worker(conn, urls, mode, strict, header_defaults):
     """Body of a worker process (started by :func:`tarproc.runtime.pool.start_worker`,
     which sets its signals and makes it die with the parent): read ``urls``
-    in order, send batches."""
-    from ..core.grouping import SampleWriter
+    in order, send batches.  ``mode``: "samples", "tar" or "tar-all" (the
+    key and field names of every sample, not only of a batch's ends)."""
+    from ..core.grouping import SampleWriter, names_of
     from ..runtime.stall import Stall
     from .samples import iter_samples
     from ..core.blob import Blob
@@ -115,13 +127,17 @@ def _worker(conn, urls, mode, strict, header_defaults):
     out = _Out(conn)
     stall = Stall()  # the input is about to wait: send the complete samples of the batch so far
     send = out.control
-    tar = mode == "tar"
+    tar = mode != "samples"
+    every = mode == "tar-all"
     try:
         for url in urls:
             send("start", url)
             stats = Stats()
             batch = []
             lengths = []
+            keys = []  # the keys and names_of of every sample of the batch, or of its first and last
+            names = []
+            last = None
             size = 0
             held = 0  # samples and bytes of the current batch, including those sent early
             held_size = 0
@@ -131,7 +147,7 @@ def _worker(conn, urls, mode, strict, header_defaults):
                 tw = writer.tar
 
             def flush(failed=False, part=False):
-                nonlocal batch, lengths, size, held, held_size
+                nonlocal batch, lengths, keys, names, size, held, held_size
                 if tar:
                     if failed:  # drop the pieces of a sample cut off by the error
                         pieces = coll.pieces
@@ -142,13 +158,18 @@ def _worker(conn, urls, mode, strict, header_defaults):
                                 break
                             total += len(pieces[k])
                     if lengths or (held and not part):
-                        out.tar(lengths, coll.pieces, size, part)
+                        if len(lengths) > 1 and not every:
+                            keys.append(last.get("__key__"))
+                            names.append(names_of(last))
+                        out.tar(lengths, (keys, names), coll.pieces, part)
                         del coll.pieces[1:]
                 else:
                     if batch or (held and not part):
                         out.samples(batch, part)
                 batch = []
                 lengths = []
+                keys = []
+                names = []
                 size = 0
                 if not part:
                     held = held_size = 0
@@ -171,10 +192,14 @@ def _worker(conn, urls, mode, strict, header_defaults):
                             flush()
                             one = _Collect()
                             SampleWriter(one, **header_defaults).write(sample)
-                            out.pieces(one.pieces[1:])
+                            out.pieces(one.pieces[1:], (sample.get("__key__"), names_of(sample)))
                             continue
                         writer.write(sample)
                         after = tw.bytes_written
+                        if every or not lengths:
+                            keys.append(sample.get("__key__"))
+                            names.append(names_of(sample))
+                        last = sample
                         lengths.append(after - before)
                         size += after - before
                         held += 1
@@ -278,7 +303,7 @@ def _parallel(urls, workers, mode, strict=False, ignore_errors=False, warn=None,
     except BaseException:
         _stop(procs, readers, conns)
         raise
-    return _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, stats, failed, stall)
+    return _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, stats, failed, stall, mode)
 
 
 def _stop(procs, readers, conns):
@@ -307,12 +332,20 @@ def poll_ready(fd):
     return bool(select.select([fd], [], [], 0)[0])
 
 
-def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, stats, failed, stall=None):
+def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, stats, failed, stall=None,
+             mode="tar"):
+    """The batches of the workers, in turns: ``(lengths, data)`` or ``(None,
+    pieces)`` in mode "tar" (checked with SideBySide in this order); with
+    their ``(keys, names)`` third in mode "tar-all"; sample lists in "samples"."""
     import pickle
 
+    from ..core.grouping import SideBySide
     from ..errors import describe_exit
 
     hsize = _HEADER.size
+    every = mode == "tar-all"
+    side = SideBySide()
+    check, restart = side.check, side.restart
 
     loads = pickle.loads
     try:
@@ -337,9 +370,19 @@ def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, st
                     stats.read += count
                     head = 8 * count
                     lengths = view[:head].cast("Q").tolist()
-                    data = view[head:]
+                    m = _U64.unpack_from(view, head)[0]
+                    head += 8
+                    keys, names = loads(view[head : head + m])
+                    data = view[head + m :]
                     del view
-                    yield lengths, data
+                    if every:
+                        yield lengths, data, (keys, names)
+                    else:
+                        if count:
+                            check(keys[0], names[0])  # next to the last sample written
+                            if count > 1:  # the worker's writer checked the rest, up to the last
+                                restart(keys[1], names[1])
+                        yield lengths, data
                     del data  # so that the buffer can be reused
                     if kind == _TAR_PART:  # the batch goes on: same worker
                         continue
@@ -348,10 +391,15 @@ def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, st
                 if kind == _PIECES:
                     from ..core.blob import take
 
-                    pieces = [take(p) if type(p) is tuple else p for p in loads(view)]
+                    refs, (key, names) = loads(view)
                     view.release()
+                    pieces = [take(p) if type(p) is tuple else p for p in refs]
                     stats.read += 1
-                    yield None, pieces
+                    if every:
+                        yield None, pieces, ([key], [names])
+                    else:
+                        check(key, names)
+                        yield None, pieces
                     turn += 1
                     break
                 if kind == _SAMPLES or kind == _SAMPLES_PART:
@@ -429,15 +477,18 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     list; ``start_method``: ``fork`` (default), ``spawn`` or ``forkserver``.  A worker whose
     input stalls sends the samples it has at once; ``stall`` (a
     :class:`~tarproc.runtime.stall.Stall`, e.g. also given to the sink) is
-    called before waiting for a worker, so output keeps pace with slow input."""
+    called before waiting for a worker, so output keeps pace with slow input.
+    Two samples that come side by side with one key and a common field (from
+    shards that share keys) raise :class:`~tarproc.errors.BadSample` before
+    the second is given (see the module documentation)."""
     from ..stages.basic import shuffle as shuffle_stage
 
     if shuffle < 0:
         raise UsageError("--shuffle must be >= 0")
     urls = _shuffled_urls(urls, shuffle, seed)
 
-    batches = _parallel(urls, workers, "tar", strict, ignore_errors, warn, info, stats, failed, header_defaults,
-                        start_method, stall)
+    batches = _parallel(urls, workers, "tar-all" if shuffle > 0 else "tar", strict, ignore_errors, warn, info,
+                        stats, failed, header_defaults, start_method, stall)
 
     def blobs():
         try:
@@ -446,25 +497,44 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
                     yield data
                     continue
                 pos = 0
-                if shuffle > 0:  # copies: a buffered view would pin its whole batch in memory
-                    for n in lengths:
-                        yield bytes(data[pos : pos + n])
-                        pos += n
-                else:
-                    view = memoryview(data)
-                    for n in lengths:
-                        yield view[pos : pos + n]
-                        pos += n
-                    del view
+                view = memoryview(data)
+                for n in lengths:
+                    yield view[pos : pos + n]
+                    pos += n
+                del view
                 del data  # so that the reader can reuse its buffer
         finally:
             close = getattr(batches, "close", None)
             if close is not None:
                 close()
 
-    if shuffle > 0:
-        return shuffle_stage(shuffle, seed)(blobs())
-    return blobs()
+    if shuffle <= 0:
+        return blobs()
+
+    def with_names():
+        for lengths, data, (keys, names) in batches:
+            if lengths is None:
+                yield data, keys[0], names[0]
+                continue
+            pos = 0
+            for n, key, nm in zip(lengths, keys, names):  # copies: a view would pin its whole batch in memory
+                yield bytes(data[pos : pos + n]), key, nm
+                pos += n
+            del data
+
+    def shuffled():  # the side-by-side rule on the order they come out in
+        from ..core.grouping import SideBySide
+
+        mixed = shuffle_stage(shuffle, seed)(with_names())
+        try:
+            yield from SideBySide().checked(mixed)
+        finally:
+            mixed.close()
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+
+    return shuffled()
 
 
 def write_pieces(out, pieces):
@@ -483,7 +553,9 @@ def parallel_encoded_batches(urls, workers=None, strict=False, ignore_errors=Fal
     ``(lengths, data)`` batches: ``data`` holds ``len(lengths)`` encoded
     samples back to back (the fastest way to copy everything).  A sample with
     large fields comes alone as ``(None, pieces)``: a list of ``bytes`` and
-    :class:`~tarproc.core.blob.Blob` to write in turn (:func:`write_pieces`)."""
+    :class:`~tarproc.core.blob.Blob` to write in turn (:func:`write_pieces`).
+    A batch whose first sample has the key and a field of the last sample
+    given raises :class:`~tarproc.errors.BadSample` instead."""
     return _parallel(url_list(urls), workers, "tar", strict, ignore_errors, warn, info, stats, failed,
                      header_defaults, start_method, stall)
 
