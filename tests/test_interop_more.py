@@ -99,6 +99,7 @@ def test_names_at_the_ustar_edges_read_the_same_in_gnu_tar_bsdtar_and_tarfile(tm
     with tarfile.open(tmp_path / "out.tar", encoding="utf-8", errors="surrogateescape") as tf:
         got = [(m.name.encode("utf-8", "surrogateescape"), tf.extractfile(m).read()) for m in tf]
     assert got == [(n, b"data:" + n) for n in NAMES]
+    assert run("tarcat out.tar", tmp_path).stdout == (tmp_path / "out.tar").read_bytes()  # and ours
     warnings = gnu.stderr.decode().splitlines()
     assert warnings == ["tar: Ignoring unknown extended header keyword 'hdrcharset'"], warnings
     # pax only where ustar cannot hold the name, or where it is UTF-8 beyond ASCII
