@@ -459,13 +459,39 @@ def _pax_record(key, value):
 _MAX_OCTAL_SIZE = 0o77777777777
 
 
+def _is_utf8(nameb):
+    try:
+        nameb.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def _ustar_split(nameb):
+    """``(prefix, name)`` for the ustar fields of a name, or ``(b"", None)``
+    when they cannot hold it.  The prefix is never empty and never ends in
+    ``/`` (bsdtar joins such a prefix to the name without adding one: it
+    read ``x//n`` as ``x/n``); the name part is never empty."""
+    if len(nameb) <= 100:
+        return b"", nameb
+    cut = nameb.find(b"/", len(nameb) - 101)  # the longest name part that fits
+    while 0 < cut <= 155:
+        if nameb[cut - 1] != 0x2F and cut < len(nameb) - 1:
+            return nameb[:cut], nameb[cut + 1 :]
+        cut = nameb.find(b"/", cut + 1)
+    return b"", None
+
+
 class TarWriter:
     """Write tar members to ``stream`` (anything with ``write``).
 
     Headers are ustar with a fixed ``mode``, ``mtime``, owner and group, so the
     same members give the same bytes.  A pax header is added only for what
-    ustar cannot hold: names that are not ASCII or do not fit the 100+155 byte
-    name/prefix split, and sizes of 8 GiB and more.  ``close()`` writes the
+    ustar cannot hold: names that do not fit the 100+155 byte name/prefix
+    split (:func:`_ustar_split`) and UTF-8 names beyond ASCII, and sizes of
+    8 GiB and more.  The ustar name fields always hold the name's own bytes
+    (its last 100 when it does not fit), as GNU tar writes them, for
+    readers that take only those fields (wids).  ``close()`` writes the
     end-of-archive marker (two zero blocks) but does not close ``stream``.
     """
 
@@ -538,30 +564,21 @@ class TarWriter:
 
     def _slow_header(self, nameb, size):
         records = []
-        prefix = b""
-        short = nameb
-        if not nameb.isascii():
-            try:
-                nameb.decode("utf-8")
-                utf8 = True
-            except UnicodeDecodeError:
-                utf8 = False
-            # pax path values are UTF-8; a name that is not goes raw into the
-            # ustar field when it fits (hdrcharset=BINARY makes GNU tar warn)
-            if utf8 or len(nameb) > 100:
-                records.append(_pax_record("path", nameb))
-                if not utf8:
-                    records.insert(0, _pax_record("hdrcharset", b"BINARY"))
-                short = nameb.decode("ascii", "ignore").encode()[-100:]
-        elif len(nameb) > 100:
-            cut = nameb.find(b"/", max(0, len(nameb) - 101))
-            while 0 < cut <= 155 and len(nameb) - cut - 1 > 100:
-                cut = nameb.find(b"/", cut + 1)
-            if 0 < cut <= 155 and 0 < len(nameb) - cut - 1 <= 100:
-                prefix, short = nameb[:cut], nameb[cut + 1 :]
-            else:
-                records.append(_pax_record("path", nameb))
-                short = nameb[-100:]
+        prefix, short = _ustar_split(nameb)
+        if short is None:  # ustar cannot hold it: a pax path, and its tail in the name field
+            utf8 = _is_utf8(nameb)
+            if not utf8:  # pax path values are UTF-8 (GNU tar warns about hdrcharset, and reads it)
+                records.append(_pax_record("hdrcharset", b"BINARY"))
+            records.append(_pax_record("path", nameb))
+            short = nameb[-100:]
+            while short[:1] and 0x80 <= short[0] < 0xC0:  # from a character boundary
+                short = short[1:]
+            prefix = b""
+        elif not nameb.isascii() and _is_utf8(nameb):
+            # as GNU tar: a pax path, and the name's own bytes in the ustar
+            # fields (for readers that take only those: wids); a name that
+            # is not UTF-8 goes only there, as its bytes
+            records.append(_pax_record("path", nameb))
         if size > _MAX_OCTAL_SIZE:
             records.append(_pax_record("size", str(size).encode()))
         header = self._header(short, size, prefix)
