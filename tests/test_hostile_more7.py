@@ -252,3 +252,34 @@ def test_a_forked_child_that_exits_leaves_the_parents_workers_alone(stage, tmp_p
     err = p.stderr.decode()
     assert p.returncode == 0 and p.stdout == b"120 []\n", (p.stdout, err)
     assert "Traceback" not in err and "can only join" not in err, err
+
+
+# ------------------------------------------------------------------ URLs as pathlib paths, and non-URLs
+
+
+def test_the_api_takes_pathlib_paths_and_refuses_non_urls_in_one_line(tmp_path):
+    """``pathlib.Path`` is how Python code names files, but ``write_samples``
+    raised "AttributeError: 'PosixPath' object has no attribute
+    'startswith'", ``iter_samples`` and ``index_shards`` "TypeError:
+    'PosixPath' object is not iterable", ``check_shards`` an AttributeError
+    and ``IndexedDataset`` a UsageError; ``iter_samples(None)`` was a
+    TypeError, and ``write_samples(url, sample)`` (one dict, not a list)
+    "a sample is a dict, not str".  Paths now work wherever a URL does (one
+    file, as named), and anything else is a one-line UsageError."""
+    samples = [{"__key__": f"{i:03d}", "txt": b"%d" % i} for i in range(5)]
+    out = tmp_path / "out.tar"
+    assert tarproc.write_samples(out, iter(samples)) == 5
+    assert [s["__key__"] for s in tarproc.iter_samples(out)] == [s["__key__"] for s in samples]
+    assert len(list(tarproc.iter_samples([out, str(out)]))) == 10
+    shards = [s.name for s in tarproc.split_samples(tarproc.iter_samples(out), tmp_path / "sp-%d.tar", max_count=3)]
+    assert shards == [str(tmp_path / "sp-0.tar"), str(tmp_path / "sp-1.tar")]
+    tarproc.index_shards([tmp_path / "sp-0.tar", tmp_path / "sp-1.tar"], tmp_path / "index.json")
+    assert tarproc.IndexedDataset(tmp_path / "index.json")[4]["txt"] == b"4"
+    assert tarproc.check_shards(tmp_path / "sp-1.tar")["ok"]
+    for call in (lambda: list(tarproc.iter_samples(None)), lambda: list(tarproc.iter_samples(5)),
+                 lambda: tarproc.write_samples(tmp_path / "one.tar", samples[0]),
+                 lambda: tarproc.write_samples(None, samples), lambda: tarproc.check_shards(3)):
+        with pytest.raises(tarproc.UsageError) as e:
+            call()
+        assert "\n" not in str(e.value) and ("expected" in str(e.value) or "iterable" in str(e.value))
+    assert not [n for n in os.listdir(tmp_path) if n.startswith((".", "one", "None"))]

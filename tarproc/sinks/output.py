@@ -231,6 +231,9 @@ class Sink:
     shards: each is committed as it is closed)."""
 
     def __init__(self, url, compression="auto", stall=None, defer=True):
+        from ..sources.shardlist import as_url
+
+        url = as_url(url, "output")
         self.url = url
         self.path = url  # a local output's final path (a symlink's target)
         self.compression = compression_for(url) if compression == "auto" else compression
