@@ -283,3 +283,25 @@ def test_the_api_takes_pathlib_paths_and_refuses_non_urls_in_one_line(tmp_path):
             call()
         assert "\n" not in str(e.value) and ("expected" in str(e.value) or "iterable" in str(e.value))
     assert not [n for n in os.listdir(tmp_path) if n.startswith((".", "one", "None"))]
+
+
+@pytest.mark.parametrize("stage", ["command", "function"])
+def test_map_stages_fail_only_the_sample_that_is_not_a_sample(stage):
+    """A non-dict item in the input of ``map_command`` ended the run with a
+    bare AttributeError ("'int' object has no attribute 'get'"), a field
+    name that is not a ``str`` with a TypeError; in ``map_function`` a
+    non-dict failed its whole batch ("worker process failed") even under
+    ``error_handling="skip"``.  Each is now that sample's failure, under
+    the error policy, and the other samples go through."""
+    items = [{"__key__": "a", "x": b"1"}, 7, {"__key__": "b", 3: b"x", "x": b"2"}, {"__key__": "c", "x": b"3"}]
+    errors = []
+    if stage == "command":
+        run = lambda items, **kw: tarproc.map_command(iter(items), "true", parallel=2, **kw)  # noqa: E731
+    else:
+        run = lambda items, **kw: tarproc.map_function(iter(items), lambda s: s, parallel=2, **kw)  # noqa: E731
+    out = list(run(items, on_error=errors.append))
+    assert [s["__key__"] for s in out] == ["a", "c"]
+    assert any("a sample is a dict, not int" in m for m in errors), errors
+    with pytest.raises(tarproc.SampleFailed) as e:
+        list(run([7], error_handling="abort"))
+    assert "a sample is a dict, not int" in str(e.value)

@@ -135,6 +135,8 @@ class CommandRunner:
 
     def prepare(self, index, sample):
         """A :class:`_Job` ready to start, or a failed :class:`_Result`."""
+        if not isinstance(sample, dict):
+            return _Result(None, error=f"a sample is a dict, not {type(sample).__name__}")
         key = sample.get("__key__")
         if not isinstance(key, str) or not key:
             return _Result(key, error="sample has no __key__")
@@ -274,7 +276,7 @@ class CommandRunner:
         for field, value in sample.items():
             name = names.get(field)
             if name is None:
-                if is_extra_meta(field):
+                if type(field) is str and is_extra_meta(field):
                     continue
                 why = bad_field_name(field)
                 if why:

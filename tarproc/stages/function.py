@@ -114,6 +114,8 @@ class _BytesFields:
 
 def _apply(fn, sample):
     """``(key, outputs, None)`` or ``(key, [], error, traceback)`` of one sample."""
+    if not isinstance(sample, dict):
+        return (None, [], f"TypeError: a sample is a dict, not {type(sample).__name__}", b"")
     key = sample.get("__key__")
     try:
         return (key, _normalize(fn(sample), sample), None)
