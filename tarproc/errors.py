@@ -50,7 +50,8 @@ class BadSample(BadInput):
         self.key = key
         self.source = source
         prefix = f"{shorten(source)}: " if source else ""
-        super().__init__(f"{prefix}sample {quote(key)}: {problem}")
+        what = "sample" if key is None else f"sample {quote(key)}"
+        super().__init__(f"{prefix}{what}: {problem}")
 
 
 class OutputError(TarprocError):

@@ -9,7 +9,7 @@ from .blob import Blob
 from .pack import Packer, sample_budget
 from .limits import quote
 from .passthru import RawSample, is_canonical_writer
-from .rules import bad_field_name, bad_key, is_meta, split_name, unnamed, unsafe_name
+from .rules import MAX_NAME_BYTES, bad_field_name, bad_key, is_meta, split_name, unnamed, unsafe_name
 from .stats import Stats
 from .tario import REGULAR, TYPE_NAMES, TarWriter
 
@@ -68,11 +68,24 @@ def group(members, source="-", stats=None, spooler=None):
         yield current
 
 
+def _check_names(sample):
+    """Raise :class:`BadSample` unless ``sample`` is a dict whose names are all ``str``."""
+    if not isinstance(sample, dict):
+        raise BadSample(None, f"not written: a sample is a dict, not {type(sample).__name__}")
+    key = sample.get("__key__")
+    for field in sample:
+        if not isinstance(field, str):
+            raise BadSample(key, f"not written: field name {quote(field)} is {type(field).__name__}, not a str")
+    return key
+
+
 def sample_members(sample):
     """The ``(name, data)`` members of a sample, fields in sorted order."""
-    key = sample.get("__key__")
-    if not isinstance(key, str) or not key:
+    key = _check_names(sample)
+    if key is None or key == "":
         raise BadSample(key, "sample has no __key__")
+    if not isinstance(key, str):
+        raise BadSample(key, f"not written: its __key__ is {type(key).__name__}, not a str")
     why = bad_key(key)
     if why:
         raise BadSample(key, f"not written: {why}: it would not read back")
@@ -83,12 +96,18 @@ def sample_members(sample):
         value = sample[field]
         if isinstance(value, str):
             value = value.encode("utf-8")
+        elif isinstance(value, memoryview) and (value.itemsize != 1 or not value.c_contiguous):
+            # len() of a memoryview counts items, not bytes: its bytes, as one run
+            value = value.cast("B") if value.c_contiguous else value.tobytes()
         elif not isinstance(value, (bytes, bytearray, memoryview, Blob)):
             raise BadSample(key, f"field {field!r} is {type(value).__name__}, not bytes, str or Blob")
         why = bad_field_name(field)
+        name = key + "." + field
+        if not why and len(name) > MAX_NAME_BYTES // 4:
+            why = unsafe_name(name)
         if why:
             raise BadSample(key, f"not written, bad field name: {why}: it would not read back")
-        out.append((key + "." + field, value))
+        out.append((name, value))
     return out
 
 
@@ -174,8 +193,11 @@ class SampleWriter:
         self._repeated_ok = repeated_keys
 
     def write(self, sample):
+        if type(sample) is not dict and type(sample) is not RawSample:
+            _check_names(sample)
         key = sample.get("__key__")
         if key == self._last_key and key is not None and not self._repeated_ok:
+            _check_names(sample)
             # read back, members of consecutive samples with one key are one sample (as in webdataset):
             # fine when their fields differ (a sample scattered in its input comes back whole), not when
             # a field repeats (it would read back twice in one sample)
@@ -202,12 +224,16 @@ class SampleWriter:
                 self.stats.written += 1
                 return
         write = self.tar.write
-        if (isinstance(key, str) and key and "." not in key[key.rfind("/") + 1 :] and not key.endswith("/")
-                and unsafe_name(key) is None):
+        if (isinstance(key, str) and key and len(key) <= 65536 and "." not in key[key.rfind("/") + 1 :]
+                and not key.endswith("/") and unsafe_name(key) is None):
             # fast path for well-formed samples (is_meta inlined)
-            fields = [f for f in sorted(sample) if f[:2] != "__" or f[-2:] != "__"]
+            try:
+                fields = [f for f in sorted(sample) if f[:2] != "__" or f[-2:] != "__"]
+            except TypeError:  # a name that is not a str: sample_members says which
+                fields = [None]
             for field in fields:
-                if type(sample[field]) is not bytes or "/" in field or not field.isprintable():
+                if (type(field) is not str or type(sample[field]) is not bytes or "/" in field
+                        or not field.isprintable() or len(field) > 4096):
                     break
             else:
                 for field in fields:

@@ -13,6 +13,12 @@ sample and are never written as members."""
 
 from .limits import quote
 
+#: Longest member name (UTF-8 bytes) read or written: a longer one needs a pax
+#: or GNU long-name header over the 1 MiB that the tar reader accepts
+#: (:data:`tarproc.core.tario.MAX_SPECIAL`), so a writer refuses it rather
+#: than write a tar nothing here could read back.
+MAX_NAME_BYTES = (1 << 20) - 512
+
 
 def is_meta(name):
     """Whether an entry of a sample is metadata (``__key__``, ``__source__``, ...)."""
@@ -53,6 +59,16 @@ def _controls(text):
     return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
 
 
+def _encodable(text):
+    """Whether ``text`` encodes as a member name (UTF-8; the surrogates
+    ``\\udc80``-``\\udcff`` stand for the bytes of a name that is not UTF-8)."""
+    try:
+        text.encode("utf-8", "surrogateescape")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 def unsafe_name(name):
     """Why a member name is refused, or ``None`` when it is acceptable.
 
@@ -70,6 +86,12 @@ def unsafe_name(name):
         return f"member name {quote(name)} has a '..' component"
     if _controls(name):
         return f"member name {quote(name)} has control characters"
+    if not name.isprintable() and not _encodable(name):
+        return f"member name {quote(name)} cannot be encoded in UTF-8 (a lone surrogate)"
+    if len(name) > MAX_NAME_BYTES // 4:
+        size = len(name.encode("utf-8", "surrogatepass"))
+        if size > MAX_NAME_BYTES:
+            return f"member name {quote(name)} is longer than {MAX_NAME_BYTES:,} bytes ({size:,} in UTF-8)"
     return None
 
 
@@ -87,6 +109,10 @@ def bad_field_name(field):
         return f"field name {quote(field)}"
     if _controls(field):
         return f"field name {quote(field)} has control characters"
+    if not field.isprintable() and not _encodable(field):
+        return f"field name {quote(field)} cannot be encoded in UTF-8 (a lone surrogate)"
+    if len(field) > MAX_NAME_BYTES // 4 and len(field.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        return f"field name {quote(field)} is longer than {MAX_NAME_BYTES:,} bytes"
     return None
 
 

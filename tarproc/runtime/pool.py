@@ -37,6 +37,22 @@ _LEN64 = struct.Struct("!Q")
 _IOV = 1000  # iovecs per writev (Linux IOV_MAX is 1024)
 
 
+_FORK_HOOK = False
+
+
+def _forget_children():
+    """In a child made by ``os.fork``: the parent's worker processes are not
+    its children.  ``multiprocess`` keeps them listed (it resets the list only
+    in processes it starts itself), and its exit hook would then send them
+    SIGTERM and fail to join them."""
+    import sys
+
+    process = sys.modules.get("multiprocess.process")
+    children = getattr(process, "_children", None)
+    if children is not None:
+        children.clear()
+
+
 def get_context(start_method=None):
     """The ``multiprocess`` context for ``start_method`` (default: ``fork``
     where the platform has it, else the platform's default)."""
@@ -44,6 +60,10 @@ def get_context(start_method=None):
         raise UsageError(f"start method must be one of {', '.join(START_METHODS)}, not {start_method!r}")
     import multiprocess
 
+    global _FORK_HOOK
+    if not _FORK_HOOK and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_forget_children)
+        _FORK_HOOK = True
     if start_method is None and "fork" in multiprocess.get_all_start_methods():
         start_method = "fork"
     return multiprocess.get_context(start_method)
@@ -292,6 +312,14 @@ def stop_workers(procs, timeout=5):
 # ---------------------------------------------------------------- task pool
 
 
+def _exiting():
+    """Whether ``multiprocess`` has begun ending its processes at interpreter exit."""
+    import sys
+
+    util = sys.modules.get("multiprocess.util")
+    return bool(getattr(util, "_exiting", False))
+
+
 class WorkerDied(SampleFailed):
     """A worker process ended while it held a task; ``position`` is where in
     the task (which item) it was, -1 when unknown."""
@@ -361,6 +389,7 @@ class TaskPool:
         self.setup_args = tuple(setup_args)
         self.name = name
         self.lock = threading.Lock()
+        self.pid = os.getpid()
         self.closed = False
         self.broken = None
         self.blind = 0
@@ -494,7 +523,7 @@ class TaskPool:
         with self.lock:
             pending = list(w.inflight)
             w.inflight.clear()
-            if self.closed:
+            if self.closed or _exiting():  # (at exit multiprocess terminates its daemons: none to replace)
                 return
             try:
                 new = self._start(w.slot)
@@ -533,6 +562,8 @@ class TaskPool:
         if self.closed:
             return
         self.closed = True
+        if os.getpid() != self.pid:  # a copy in a forked child: the workers are the parent's
+            return
         workers = [w for w in self.workers if w is not None]
         stop_workers([w.proc for w in workers])
         try:

@@ -154,6 +154,50 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_keeper_lock)  # a lock held by another thread at fork stays held
 
 
+# ---------------------------------------------------------------- at exit
+
+_AT_EXIT = None  # {generator: stop} (weak keys) of the stages to end at interpreter exit
+
+
+def close_at_exit(gen, stop=None):
+    """Register the generator ``gen`` of a stage that starts processes and
+    threads (``map_command``, ``map_function``) to be ended at interpreter
+    exit, if still open: ``gen.close()`` runs its cleanup while threads
+    still run (during finalization they are frozen, and a cleanup that
+    waits for one hung the exit for ever).  If it is running in another
+    thread then, ``stop()`` is called instead (it kills what it started).
+    Returns ``gen``."""
+    global _AT_EXIT
+    if _AT_EXIT is None:
+        import atexit
+        import weakref
+
+        _AT_EXIT = weakref.WeakKeyDictionary()
+        atexit.register(_close_all)
+    _AT_EXIT[gen] = (os.getpid(), stop)
+    return gen
+
+
+def _close_all():
+    live = _AT_EXIT
+    if not live:
+        return
+    me = os.getpid()
+    for gen, (owner, stop) in list(live.items())[::-1]:  # the last opened (the outer stage) first
+        if owner != me:  # a forked child's copy: not ours to end
+            continue
+        try:
+            if gen.gi_frame is None:
+                continue
+            if gen.gi_running:
+                if stop is not None:
+                    stop()
+            else:
+                gen.close()
+        except Exception:  # noqa: BLE001 - exiting: end the others anyway
+            pass
+
+
 #: Words that make a shell command more than one simple command.
 _SHELL_WORDS = frozenset("if then else elif fi for while until do done case esac in { } ! [[ ]] function "
                          "time select coproc exec".split())

@@ -213,7 +213,8 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
     ``runner`` provides ``prepare(index, sample)`` (a job, or a finished
     result), ``spawn(job)`` (None, or a result when it could not start),
     ``finish(job, status)`` (the result), ``discard(job)`` and the attributes
-    ``timeout``, ``closed``, ``any_ok`` and ``spawner``; a job has ``index``, ``log``,
+    ``timeout``, ``closed``, ``aborted``, ``any_ok`` and ``spawner`` (and gets
+    ``wake()``: to be called after setting ``aborted``); a job has ``index``, ``log``,
     ``handle``, ``pid``, ``pidfd``, ``deadline`` and ``timed_out``.
     ``on_stall()`` is called before waiting when results were handed out
     since its last call, at most every :data:`STALL_GAP` seconds (the wait
@@ -345,8 +346,14 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
             if job is not None:
                 prepared.append(job)
 
+    runner.wake = inbox.wake  # runner.abort() (at exit, from another thread) wakes us to stop
+    me = os.getpid()
     try:
         while True:
+            if runner.aborted:
+                from ..errors import SampleFailed
+
+                raise SampleFailed("stopped: the interpreter is exiting")
             while failed:
                 index, result = failed.popleft()
                 inflight -= 1
@@ -413,6 +420,8 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
         if inbox.error is not None:
             raise inbox.error
     finally:
+        if os.getpid() != me:  # a copy in a forked child: the commands and directories are the parent's
+            return
         runner.closed = True  # what is still queued is not started
         if thread is not None:
             jobs.put(None)

@@ -207,6 +207,16 @@ class Remover:
         """Remove what is handed over or waiting; wait for the thread."""
         if self.thread is False:
             return
+        import sys
+
+        if sys.is_finalizing():  # its thread is frozen: remove them here
+            for name, fd, names in self.batch:
+                try:
+                    _clear_dir(self.top, name, fd, names)
+                except Exception:  # noqa: BLE001 - left for _remove_root
+                    pass
+            self.batch, self.thread = [], False
+            return
         if self.batch:
             self._hand_over()
         thread, self.thread = self.thread, False

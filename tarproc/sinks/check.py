@@ -323,10 +323,9 @@ def check_shards(urls, majority=0.5, strict=False, on_shard=None, keep=True):
     shards' reports are not kept (the report's ``"shards"`` is empty), so
     memory stays flat over any number of shards: give ``on_shard`` to see
     them.  ``total["bad_shards"]`` counts the shards with problems."""
-    if isinstance(urls, str):
-        from ..sources.shardlist import expand_urls
+    from ..sources.shardlist import as_urls
 
-        urls = expand_urls([urls])
+    urls = as_urls(urls)
     keys_seen = SeenKeys()
     shards = []
     total_fields = {}

@@ -202,13 +202,13 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
     entry says ``"offsets": false``); ``warn(message)`` is told about them.
     ``progress(info)`` is called after each shard."""
     from ..sources.open import scheme_of
-    from ..sources.shardlist import expand_urls
+    from ..sources.shardlist import as_url, as_urls
 
     from ..core.limits import bounded_list
 
-    if isinstance(urls, str):
-        urls = expand_urls([urls])
-    urls = bounded_list(urls, "the shard list")  # the index holds one entry per shard
+    urls = bounded_list(as_urls(urls), "the shard list")  # the index holds one entry per shard
+    if output is not None:
+        output = as_url(output, "output")
     if not urls:
         raise UsageError("no shards to index")
     sidecar = sidecar_path = index_dir = None

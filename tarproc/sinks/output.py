@@ -193,6 +193,34 @@ class CommitGate:
             self.pending.pop().abort()
 
 
+_OPEN = None  # the sinks with a temporary file or a writer process (weak), aborted at exit if still open
+
+
+def _abort_at_exit(sink):
+    global _OPEN
+    if _OPEN is None:
+        import atexit
+        import weakref
+
+        _OPEN = weakref.WeakSet()
+        atexit.register(_abort_open)
+    sink.owner = os.getpid()
+    _OPEN.add(sink)
+
+
+def _abort_open():
+    """At interpreter exit: discard every output still open (written by a
+    daemon thread the exit is about to stop, or never closed), so that its
+    temporary file is gone and no writer process publishes it."""
+    me = os.getpid()
+    for sink in list(_OPEN or ()):
+        if getattr(sink, "owner", None) == me and sink.state in ("open", "finished"):
+            try:
+                sink.abort()
+            except Exception:  # noqa: BLE001 - exiting: the others still
+                pass
+
+
 class Sink:
     """A binary output opened by URL.  ``write`` bytes, then ``close()``
     (complete it and commit, or hand it to the active :class:`CommitGate`)
@@ -203,6 +231,9 @@ class Sink:
     shards: each is committed as it is closed)."""
 
     def __init__(self, url, compression="auto", stall=None, defer=True):
+        from ..sources.shardlist import as_url
+
+        url = as_url(url, "output")
         self.url = url
         self.path = url  # a local output's final path (a symlink's target)
         self.compression = compression_for(url) if compression == "auto" else compression
@@ -269,6 +300,8 @@ class Sink:
             _command_for(url, WRITE_COMMANDS, "WRITE")
             raise UsageError(f"{url}: unknown URL scheme {scheme!r}")
         self._zproc = None
+        if self.tmp is not None or self.client is not None:
+            _abort_at_exit(self)
         self._raw = io.FileIO(fd, "wb", closefd=True)
         self.stream = self._open_compressor(self._raw)
         self._hook = None

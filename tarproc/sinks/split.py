@@ -260,6 +260,9 @@ def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxs
     ``inputs``: local files no shard may replace (see :func:`input_guard`)."""
     from .output import open_sink
 
+    from ..sources.shardlist import as_url
+
+    pattern = as_url(pattern, "pattern")
     guard = input_guard(inputs)
 
     if shards is not None:

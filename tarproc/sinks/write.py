@@ -11,6 +11,11 @@ def write_samples(url, samples, stats=None, stall=None, **header_defaults):
     source) output is flushed whenever the source is about to block."""
     from .output import open_sink
 
+    from ..errors import UsageError
+
+    if isinstance(samples, dict) or not hasattr(samples, "__iter__"):
+        raise UsageError(f"write_samples: samples must be an iterable of samples (dicts), not "
+                         f"{'one sample' if isinstance(samples, dict) else type(samples).__name__}")
     stats = stats if stats is not None else Stats()
     with open_sink(url, stall=stall) as sink:
         writer = SampleWriter(sink, stats, **header_defaults)

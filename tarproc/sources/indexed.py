@@ -127,6 +127,8 @@ class IndexedDataset:
     gives another :class:`IndexedDataset` over those positions."""
 
     def __init__(self, index, base=None, _positions=None):
+        if isinstance(index, os.PathLike):
+            index = os.fspath(index)
         if not isinstance(index, (str, dict)):
             raise UsageError("IndexedDataset needs the location of an index JSON or the index dict")
         self._source = index

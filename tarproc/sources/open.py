@@ -222,6 +222,9 @@ def open_source(url, decompress=True, stall=None):
     ``.url`` and ``.compression`` attributes.  Compressed input is decoded.
     ``stall`` (a :class:`~tarproc.runtime.stall.Stall`) is called before a
     read that would block on an empty pipe."""
+    from .shardlist import as_url
+
+    url = as_url(url)
     scheme = scheme_of(url)
     if scheme == "-":
         raw = _FdReader(0, "-" if url == "-" else url, closefd=False, stall=stall)

@@ -447,11 +447,9 @@ def url_list(urls):
     """A pattern string expanded (``"shard-{0..9}.tar"``), or the URLs of a list."""
     from ..core.limits import bounded_list
 
-    if isinstance(urls, str):
-        from .shardlist import expand_urls
+    from .shardlist import as_urls
 
-        return bounded_list(expand_urls([urls]), "the shard list")
-    return bounded_list(urls, "the shard list")
+    return bounded_list(as_urls(urls), "the shard list")
 
 
 def _shuffled_urls(urls, shuffle, seed):

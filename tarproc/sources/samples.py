@@ -12,7 +12,8 @@ def iter_samples(urls, stats=None, strict=False, warn=None, stall=None, spooler=
     warnings (a shard cut off at a block boundary); with ``strict`` those are
     errors.  Damage raises :class:`~tarproc.errors.BadInput` after every
     sample before it has been yielded.  ``urls`` is a pattern string
-    (``"shard-{0000..0009}.tar"``) or a list of URLs.  ``stall`` (a
+    (``"shard-{0000..0009}.tar"``), a path (``pathlib.Path``: one file, as
+    named) or a list of URLs and paths.  ``stall`` (a
     :class:`~tarproc.runtime.stall.Stall`) is called before a read that
     would block on an empty pipe.  Members from ``spooler.threshold`` bytes
     on come as :class:`~tarproc.core.blob.Blob` (``spooler``: a
@@ -22,11 +23,10 @@ def iter_samples(urls, stats=None, strict=False, warn=None, stall=None, spooler=
     :class:`~tarproc.core.grouping.SampleWriter` copies instead of encoding
     the sample again (:mod:`tarproc.core.passthru`)."""
     from .fragment import iter_fragment
-    from .shardlist import expand_urls
+    from .shardlist import as_urls
     from .open import open_source
 
-    if isinstance(urls, str):
-        urls = expand_urls([urls])
+    urls = as_urls(urls)
     if stats is None:
         stats = Stats()
     for url in urls:

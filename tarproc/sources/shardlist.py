@@ -1,6 +1,37 @@
 """Shard lists: brace patterns and file lists to URLs, lazily."""
 
+import os
+
 from ..errors import UsageError
+
+
+def as_url(value, what="url"):
+    """A URL argument as a ``str``: a ``str`` as it is, ``bytes`` decoded
+    (UTF-8, undecodable bytes kept as surrogates), a path-like object
+    (``pathlib.Path``) as its path; anything else is a :class:`UsageError`."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+        if isinstance(value, str):
+            return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    raise UsageError(f"{what}: expected a URL or path (str or pathlib.Path), not {type(value).__name__}")
+
+
+def as_urls(urls, what="urls"):
+    """The URLs of ``urls`` (one URL, brace pattern or path, or an iterable of
+    URLs and paths), as :func:`expand_urls` yields them: a ``str`` is a
+    pattern, a path-like object names one file as it is."""
+    if isinstance(urls, (str, bytes, os.PathLike)):
+        return expand_urls(urls)
+    try:
+        items = iter(urls)
+    except TypeError:
+        raise UsageError(f"{what}: expected a URL, a brace pattern, a path or a list of them, "
+                         f"not {type(urls).__name__}") from None
+    return (as_url(u, what) for u in items)
 
 
 def expand_urls(args=(), filelist=None):
@@ -14,14 +45,17 @@ def expand_urls(args=(), filelist=None):
     Nothing is expanded ahead: a pattern that names 10^8 URLs costs nothing
     until they are read, the first input opens at once, and a file list is
     read line by line as the URLs are used.  Use ``list(...)`` for a list."""
-    if isinstance(args, (str, bytes)):
+    if isinstance(args, (str, bytes, os.PathLike)):
         args = [args]
-    args = [a.decode("utf-8", "surrogateescape") if isinstance(a, bytes) else a for a in args]
+    args = list(args)
     if not args and filelist is None:
         yield "-"
         return
     for pattern in args:
-        yield from _expand(pattern)
+        if isinstance(pattern, os.PathLike):  # a path names one file, braces and all
+            yield as_url(pattern)
+        else:
+            yield from _expand(as_url(pattern, "pattern"))
     if filelist is not None:
         for line in _lines(filelist):
             yield from _expand(line)

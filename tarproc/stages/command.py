@@ -55,6 +55,7 @@ from ..core.limits import quote
 from ..core.rules import bad_field_name, bad_key, is_extra_meta, is_meta
 from ..runtime.engine import _Result, _check_mode, _handler, _stderr_echo, _stderr_report, default_parallel
 from ..runtime.capture import Capture
+from ..runtime.procs import close_at_exit
 from ..runtime.spawn import Spawner, spawn_loop
 from .collect import _COARSE, _Quota, _entries, _read_files, _settled  # noqa: F401  (_settled: tests)
 from ..runtime.workdir import Remover, _remove_entry, _remove_root
@@ -113,6 +114,10 @@ class CommandRunner:
         self.names = {}  # field -> its file name (a field name checked once, not per sample)
         self.random = b""  # random bytes for directory names, drawn in blocks
         self.closed = False
+        self.aborted = False
+        import threading
+
+        self.ended = threading.Event()  # set once closed (see abort)
         self.any_ok = False  # a sample succeeded: exit 127 is then the sample's own failure
         self.keep_log = True  # False: a successful command's output is not wanted
 
@@ -120,6 +125,7 @@ class CommandRunner:
         """Make the run directory (mode 0700); ``close()`` removes it."""
         import tempfile
 
+        self.pid = os.getpid()
         self.root = tempfile.mkdtemp(prefix="tarproc-", dir=self.parent)
         self.rootfd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         if not self.keepdir:
@@ -130,6 +136,8 @@ class CommandRunner:
 
     def prepare(self, index, sample):
         """A :class:`_Job` ready to start, or a failed :class:`_Result`."""
+        if not isinstance(sample, dict):
+            return _Result(None, error=f"a sample is a dict, not {type(sample).__name__}")
         key = sample.get("__key__")
         if not isinstance(key, str) or not key:
             return _Result(key, error="sample has no __key__")
@@ -269,7 +277,7 @@ class CommandRunner:
         for field, value in sample.items():
             name = names.get(field)
             if name is None:
-                if is_extra_meta(field):
+                if type(field) is str and is_extra_meta(field):
                     continue
                 why = bad_field_name(field)
                 if why:
@@ -375,8 +383,22 @@ class CommandRunner:
 
     # -- cleanup
 
+    def abort(self):
+        """At interpreter exit, from another thread than the one running the
+        loop (which is about to be frozen): the loop stops (its iterator
+        raises :class:`~tarproc.errors.SampleFailed`, so no consumer takes
+        the end for a complete input), and its cleanup runs in its own
+        thread; this waits a few seconds for it."""
+        self.aborted = True
+        wake = getattr(self, "wake", None)
+        if wake is not None:
+            wake()
+        self.ended.wait(5)
+
     def close(self):
         self.closed = True
+        if getattr(self, "pid", os.getpid()) != os.getpid():  # a copy in a forked child: not ours to remove
+            return
         if self.devnull is not None:
             os.close(self.devnull)
             self.devnull = None
@@ -439,8 +461,9 @@ def map_command(samples, command=None, parallel=None, *, script=None, interprete
     runner = CommandRunner(command, script, interpreter, base, subdirs, multi, timeout, workdir, keepdir, add_log,
                            spooler)
     runner.keep_log = not (quiet or add_log is not None)
-    return _run_commands(samples, runner, parallel, error_handling, ordered, stats,
-                         on_error or _stderr_report(prog), _log_echo(echo), quiet or add_log is not None, stall)
+    gen = _run_commands(samples, runner, parallel, error_handling, ordered, stats,
+                        on_error or _stderr_report(prog), _log_echo(echo), quiet or add_log is not None, stall)
+    return close_at_exit(gen, runner.abort)
 
 
 def _log_echo(echo):
@@ -472,7 +495,10 @@ def _run_commands(samples, runner, parallel, error_handling, ordered, stats, on_
         handle = _handler(error_handling, stats, on_error, echo, quiet_log)
         yield from spawn_loop(samples, runner, parallel, 2 * parallel + 2, ordered, handle, on_stall=stall)
     finally:
-        runner.close()
+        try:
+            runner.close()
+        finally:
+            runner.ended.set()
         if runner.keepdir:
             on_error(f"working directories kept in {runner.root}")
 

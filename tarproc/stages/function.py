@@ -114,6 +114,8 @@ class _BytesFields:
 
 def _apply(fn, sample):
     """``(key, outputs, None)`` or ``(key, [], error, traceback)`` of one sample."""
+    if not isinstance(sample, dict):
+        return (None, [], f"TypeError: a sample is a dict, not {type(sample).__name__}", b"")
     key = sample.get("__key__")
     try:
         return (key, _normalize(fn(sample), sample), None)
@@ -155,7 +157,9 @@ def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=T
     order unless ``ordered=False``.  Samples travel in batches of up to
     ``batch``.  ``start_method`` is ``"fork"`` (default where available),
     ``"spawn"`` or ``"forkserver"``.  ``parallel=1`` inside a daemon process
-    (a DataLoader worker) runs ``fn`` in this process.  ``stall`` (a
+    (a DataLoader worker) runs ``fn`` in this process, and is the default
+    there (a ``multiprocess`` daemon, such as a ``map_function`` worker,
+    cannot start workers of its own).  ``stall`` (a
     :class:`~tarproc.runtime.stall.Stall`) sends partial batches when the
     input is about to block.  Works from any thread.
 
@@ -173,13 +177,15 @@ def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=T
         fn = _BytesFields(fn)
 
     _check_mode(error_handling)
+    from ..runtime.pool import get_context, in_daemon
+
+    if parallel is None and in_daemon():
+        parallel = 1  # a DataLoader worker, a Pool worker, a map_function worker: already one of many
     parallel = parallel or default_parallel()
     if parallel < 1:
         raise UsageError("parallel must be >= 1")
     if batch < 1:
         raise UsageError("batch must be >= 1")
-    from ..runtime.pool import get_context, in_daemon
-
     if start_method is not None:
         get_context(start_method)  # a clear message for a bad name, here
     if not callable(fn):
@@ -187,8 +193,10 @@ def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=T
     on_error = on_error or _stderr_report(prog)
     if parallel == 1 and in_daemon():
         return _run_inline(samples, fn, error_handling, stats, on_error)
-    return _run_function(samples, fn, parallel, error_handling, ordered, batch, stats, on_error, start_method,
-                         stall)
+    from ..runtime.procs import close_at_exit
+
+    return close_at_exit(_run_function(samples, fn, parallel, error_handling, ordered, batch, stats, on_error,
+                                       start_method, stall))
 
 
 def _run_inline(samples, fn, error_handling, stats, on_error):
