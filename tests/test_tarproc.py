@@ -367,3 +367,26 @@ def test_more_commands_than_open_files_allow(sh, tmp_path):
     assert p.stderr.decode().splitlines() == [
         "tarproc: warning: -p 100 needs more open files than the limit of 128 (ulimit -n) allows: "
         "running 16 commands at once"]
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_map_timeout_fails_only_the_stuck_samples(sh, tmp_path, method):
+    """``--map --timeout``: a function stuck on a sample (here a sleep; in
+    life a C library or a network call) fails that sample alone, its
+    worker is killed and replaced, and the run ends; without it the run
+    never did."""
+    write(tmp_path, "in.tar", text_shard(12))
+    (tmp_path / f"hang_{method}.py").write_text("import time\n\ndef f(s):\n"
+                                      "    if s['__key__'] in ('0003', '0007'):\n        time.sleep(1000)\n"
+                                      "    return s\n")
+    t0 = time.monotonic()
+    p = sh(f"tarproc -p 2 --start-method {method} --map hang_{method}.py:f --timeout 1 --max-failures 2 in.tar "
+           "> out.tar",
+           stderr_ok=True, timeout=60)
+    assert time.monotonic() - t0 < 30
+    err = p.stderr.decode()
+    assert "sample '0003': timed out after 1 s (worker process killed) (skipped)" in err
+    assert "sample '0007': timed out after 1 s (worker process killed) (skipped)" in err
+    assert "samples read 12, written 10, skipped 0, failed 2" in err
+    assert keys_of((tmp_path / "out.tar").read_bytes()) == [f"{i:04d}" for i in range(12) if i not in (3, 7)]
+    assert subprocess.run(["pgrep", "-f", f"hang_{method}.py:f"], capture_output=True).stdout == b""

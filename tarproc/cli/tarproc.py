@@ -76,8 +76,8 @@ def tarproc_command(
         "--mode", help="input is tar shards (default), or text: one sample per line, per form-feed page, or "
                        "per key (line); the text is in field txt")] = "tar",
     timeout: Annotated[Optional[float], opt("--timeout", metavar="SECONDS",
-                       help="kill a sample's command (its whole process group) after this long; the sample "
-                            "fails")] = None,
+                       help="kill a sample's command (its whole process group), or the --map worker running "
+                            "it, after this long; the sample fails")] = None,
     unordered: Annotated[bool, opt("--unordered",
                          help="write results as they finish, not in input order")] = False,
     workdir: Annotated[Optional[str], opt("-w", "--working-dir", "--working_dir", metavar="DIR",
@@ -119,7 +119,7 @@ def main(args, prog="tarproc"):
         raise UsageError("give exactly one of -c CMD, -s FILE, --map MODULE:FUNC"
                          + (f" (got {' and '.join(chosen)})" if chosen else ""))
     if args.map is not None:
-        for flag, bad in (("-S", args.subdirs), ("-m", args.multi), ("--timeout", args.timeout is not None),
+        for flag, bad in (("-S", args.subdirs), ("-m", args.multi),
                           ("--add-log", args.add_log is not None), ("--keepdir", args.keepdir)):
             if bad:
                 raise UsageError(f"{flag} applies to commands, not to --map")
@@ -150,7 +150,7 @@ def main(args, prog="tarproc"):
             return map_function(inputs, args.map, parallel, error_handling=args.error_handling,
                                 ordered=not args.unordered, batch=args.batch, stats=stats,
                                 on_error=rep.say, prog=prog, start_method=args.start_method,
-                                stall=rep.stall, blobs=args.map_blobs)
+                                stall=rep.stall, blobs=args.map_blobs, timeout=args.timeout)
         return map_command(inputs, args.command, parallel, script=args.script,
                            interpreter=args.interpreter, base=args.base,
                            error_handling=args.error_handling, subdirs=args.subdirs,

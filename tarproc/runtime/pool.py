@@ -13,11 +13,8 @@ Two shapes use it:
 * :func:`start_worker` -- one producer process with a pipe back to the parent
   (``tarpcat``'s shard readers), for workers that stream on their own.
 
-Messages are multiprocess ``Connection`` byte messages (a 4-byte big-endian
-length, then the bytes).  :func:`send_pieces` writes one message from many
-buffers with ``writev`` (no join) and :class:`Receiver` reads one into a
-reused buffer; both keep to the same framing, so ``Connection.send_bytes``
-and ``recv_bytes`` interoperate with them.
+Messages are multiprocess ``Connection`` byte messages, written and read by
+:mod:`tarproc.runtime.messages`.
 
 Nothing here touches signal handlers of the calling process (workers set their
 own), so a pool can be started from any thread.  ``multiprocess`` is imported
@@ -26,15 +23,12 @@ on first use, not with ``tarproc``.
 
 import collections
 import os
-import struct
 import threading
 
 from ..errors import SampleFailed, UsageError, describe_exit
+from .messages import Receiver, send_pieces  # noqa: F401  (Receiver: tarpcat's, through here)
 
 START_METHODS = ("fork", "spawn", "forkserver")
-_LEN = struct.Struct("!i")
-_LEN64 = struct.Struct("!Q")
-_IOV = 1000  # iovecs per writev (Linux IOV_MAX is 1024)
 
 
 _FORK_HOOK = False
@@ -91,84 +85,6 @@ def _check_can_start(what):
     if multiprocess.current_process().daemon:
         raise UsageError(f"{what}: a daemonic multiprocess process cannot start worker processes; "
                          f"use parallel=1 (runs in this process)")
-
-
-# ---------------------------------------------------------------- messages
-
-
-def send_pieces(fd, pieces):
-    """Write one message made of the buffers ``pieces`` to ``fd`` (the
-    ``fileno()`` of a Connection), with ``writev`` and no join."""
-    n = sum(map(len, pieces))
-    head = _LEN.pack(n) if n <= 0x7fffffff else _LEN.pack(-1) + _LEN64.pack(n)
-    pieces = [head] + list(pieces)
-    writev = os.writev
-    for i in range(0, len(pieces), _IOV):
-        chunk = pieces[i : i + _IOV]
-        done = writev(fd, chunk)
-        want = sum(map(len, chunk))
-        if done < want:  # a partial write (a signal): finish the rest plainly
-            rest = memoryview(b"".join(chunk))[done:]
-            while rest:
-                rest = rest[os.write(fd, rest):]
-
-
-class Receiver:
-    """Reads Connection byte messages from ``fd`` into a buffer that is reused
-    while nobody holds a view of it (``reuse=True``), else a fresh one."""
-
-    def __init__(self, fd, reuse=False, size=0):
-        import sys
-
-        self.file = open(fd, "rb", buffering=0, closefd=False)
-        self.head = bytearray(_LEN.size)
-        self.reuse = reuse
-        self.size = size
-        self.buf = None
-        self.base = 0
-        self._refs = sys.getrefcount
-
-    def _fill(self, view):
-        readinto = self.file.readinto
-        pos = 0
-        n = len(view)
-        while pos < n:
-            k = readinto(view[pos:])
-            if not k:
-                if pos == 0 and view.obj is self.head:
-                    raise EOFError
-                raise OSError("got end of file during message")
-            pos += k
-
-    def recv(self):
-        """The next message as a memoryview (valid until the next call when
-        reusing); EOFError at the end."""
-        with memoryview(self.head) as h:
-            self._fill(h)
-        size, = _LEN.unpack(self.head)
-        if size == -1:
-            big = bytearray(8)
-            self._fill(memoryview(big))
-            size, = _LEN64.unpack(big)
-        if not self.reuse:
-            buf = bytearray(size)
-            self._fill(memoryview(buf))
-            return memoryview(buf)
-        buf = self.buf
-        # reuse the buffer unless a view of it is still held (a consumer kept
-        # a sample): then it must stay as it is
-        if buf is None or len(buf) < size or self._refs(buf) != self.base:
-            self.buf = None
-            buf = bytearray(max(size, self.size))
-            self.buf = buf
-            self.base = self._refs(buf)
-        view = memoryview(buf)[:size]
-        self._fill(view)
-        return view
-
-    def close(self):
-        self.buf = None
-        self.file.close()
 
 
 # ---------------------------------------------------------------- workers
@@ -334,7 +250,26 @@ class WorkerError(SampleFailed):
     """A worker could not run a task (its handler raised) or cannot be started."""
 
 
-def _serve(tasks, replies, mark, slot, setup, setup_args):
+class _Mark:
+    """A worker's progress marker (``mark[slot] = item``) that also stamps
+    when the item was taken up, for the parent's per-item timeout."""
+
+    __slots__ = ("mark", "since", "clock")
+
+    def __init__(self, mark, since):
+        import time
+
+        self.mark, self.since, self.clock = mark, since, time.monotonic
+
+    def __setitem__(self, slot, item):
+        self.since[slot] = self.clock()  # before the item: the parent reads the item, then its time
+        self.mark[slot] = item
+
+    def __getitem__(self, slot):
+        return self.mark[slot]
+
+
+def _serve(tasks, replies, mark, slot, setup, setup_args, since=None):
     """Body of a task worker: ``handler = setup(*setup_args)``, then for
     every message ``handler(message, mark, slot)`` -> reply bytes (a pickle;
     ``mark[slot]`` is set to the item in hand).  A handler exception replies
@@ -346,6 +281,8 @@ def _serve(tasks, replies, mark, slot, setup, setup_args):
 
         def handler(blob, mark, slot):
             return failure
+    if since is not None:
+        mark = _Mark(mark, since)
     recv = Receiver(tasks.fileno())
     fd = replies.fileno()
     while True:
@@ -367,7 +304,7 @@ def _serve(tasks, replies, mark, slot, setup, setup_args):
 
 
 class _Worker:
-    __slots__ = ("proc", "tasks", "replies", "receiver", "inflight", "feed", "feeder", "slot", "dead")
+    __slots__ = ("proc", "tasks", "replies", "receiver", "inflight", "feed", "feeder", "slot", "dead", "timed_out")
 
 
 class TaskPool:
@@ -381,7 +318,7 @@ class TaskPool:
     #: deaths outside any item in a row before the pool gives up
     MAX_BLIND_DEATHS = 3
 
-    def __init__(self, n, setup, setup_args=(), start_method=None, name="tarproc-worker"):
+    def __init__(self, n, setup, setup_args=(), start_method=None, name="tarproc-worker", timeout=None):
         _check_can_start(name)
         self.ctx = get_context(start_method)
         self.fork = self.ctx.get_start_method() == "fork"
@@ -394,6 +331,8 @@ class TaskPool:
         self.broken = None
         self.blind = 0
         self.mark = self.ctx.RawArray("i", n)
+        self.timeout = timeout  # seconds one item may take; the worker is killed past it
+        self.since = self.ctx.RawArray("d", n) if timeout else None
         self.wake_r, self.wake_w = os.pipe()
         self.workers = []
         try:
@@ -421,8 +360,8 @@ class TaskPool:
         w = _Worker()
         try:
             w.proc = ctx.Process(target=_child, name=f"{self.name}-{slot}", daemon=True,
-                                 args=(_serve, (t_read, r_write, self.mark, slot, self.setup, self.setup_args),
-                                       close))
+                                 args=(_serve, (t_read, r_write, self.mark, slot, self.setup, self.setup_args,
+                                                self.since), close))
             with _Starting(ctx):
                 w.proc.start()
         except BaseException:
@@ -437,6 +376,7 @@ class TaskPool:
         w.inflight = collections.deque()
         w.slot = slot
         w.dead = False
+        w.timed_out = False
         import queue
 
         w.feed = queue.SimpleQueue()
@@ -477,11 +417,14 @@ class TaskPool:
                 by_fd[w.replies.fileno()] = (w, False)
                 by_fd[w.proc.sentinel] = (w, True)
             try:
-                ready = wait(list(by_fd) + [self.wake_r])
+                ready = wait(list(by_fd) + [self.wake_r], None if self.timeout is None else
+                             min(1.0, self.timeout / 4))
             except (OSError, ValueError):
                 if self.closed:
                     return
                 continue
+            if self.timeout is not None:
+                self._expire(workers)
             for fd in ready:
                 if self.closed:
                     return
@@ -497,6 +440,22 @@ class TaskPool:
                         self._died(w)
                 else:
                     self._take(w)
+
+    def _expire(self, workers):
+        """Kill a worker whose item has run past the timeout (its death then
+        fails that item alone, as any death does)."""
+        import signal
+        import time
+
+        now = time.monotonic()
+        for w in workers:
+            if not w.dead and not w.timed_out and self.mark[w.slot] >= 0 \
+                    and now - self.since[w.slot] > self.timeout:
+                w.timed_out = True
+                try:
+                    os.kill(w.proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
 
     def _take(self, w):
         try:
@@ -517,7 +476,7 @@ class TaskPool:
     def _died(self, w):
         w.dead = True
         w.proc.join(5)
-        how = describe_exit(w.proc.exitcode)
+        how = f"timed out after {self.timeout:g} s" if w.timed_out else describe_exit(w.proc.exitcode)
         position = self.mark[w.slot]
         new = None
         with self.lock:

@@ -150,7 +150,7 @@ def _worker_setup(spec):
 
 
 def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=True, batch=32, stats=None,
-                 on_error=None, prog="tarproc", start_method=None, stall=None, blobs="bytes"):
+                 on_error=None, prog="tarproc", start_method=None, stall=None, blobs="bytes", timeout=None):
     """Apply ``fn`` (a callable -- lambdas and closures too --,
     ``"module:function"`` or ``"path/file.py:function"``) to every sample in
     ``parallel`` worker processes; yield the samples it returns, in input
@@ -168,7 +168,12 @@ def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=T
     worker loads them, so ``fn`` sees only ``bytes``: a 3 GB member costs
     3 GB in that worker.  With ``blobs="blob"`` ``fn`` gets the blob itself
     (``len``, ``open()``, ``copy_to``, ``path``/``offset``, ``read(n)``) and
-    can stream; it may also return blobs."""
+    can stream; it may also return blobs.
+
+    ``timeout`` (seconds): a sample whose ``fn`` runs longer fails (its
+    worker is killed and replaced; the rest of its batch runs again).  It
+    needs worker processes: with ``parallel=1`` inside a daemon it is not
+    applied."""
     if blobs not in ("bytes", "blob"):
         raise UsageError(f"blobs must be 'bytes' or 'blob', not {blobs!r}")
     if blobs == "bytes":
@@ -195,8 +200,10 @@ def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=T
         return _run_inline(samples, fn, error_handling, stats, on_error)
     from ..runtime.procs import close_at_exit
 
+    if timeout is not None and not timeout > 0:
+        raise UsageError(f"timeout must be a positive number of seconds, not {timeout!r}")
     return close_at_exit(_run_function(samples, fn, parallel, error_handling, ordered, batch, stats, on_error,
-                                       start_method, stall))
+                                       start_method, stall, timeout))
 
 
 def _run_inline(samples, fn, error_handling, stats, on_error):
@@ -226,7 +233,9 @@ def _submit(pool, batch, finish):
     def reply(data, exc):
         if isinstance(exc, WorkerDied) and 0 <= exc.position < len(batch):
             p = exc.position
-            failure = (batch[p].get("__key__"), [], f"worker process died ({exc.how})", b"", "died")
+            why = f"{exc.how} (worker process killed)" if exc.how.startswith("timed out") else \
+                f"worker process died ({exc.how})"
+            failure = (batch[p].get("__key__"), [], why, b"", "died")
             rest = batch[:p] + batch[p + 1 :]
             if not rest:
                 finish((batch, [failure], None))
@@ -301,7 +310,8 @@ class _Batcher:
         return self.n
 
 
-def _run_function(samples, fn, parallel, error_handling, ordered, batch, stats, on_error, start_method, stall):
+def _run_function(samples, fn, parallel, error_handling, ordered, batch, stats, on_error, start_method, stall,
+                  timeout=None):
     import pickle
 
     from ..runtime.pool import TaskPool
@@ -327,7 +337,8 @@ def _run_function(samples, fn, parallel, error_handling, ordered, batch, stats, 
         import dill
 
         spec = ("dill", dill.dumps(fn, recurse=True))
-    pool = TaskPool(parallel, _worker_setup, (spec,), start_method=start_method, name="tarproc-map")
+    pool = TaskPool(parallel, _worker_setup, (spec,), start_method=start_method, name="tarproc-map",
+                    timeout=timeout)
     batcher = _Batcher(pool, batch, acquire)
     hook = batcher.flush
     if stall is not None:
