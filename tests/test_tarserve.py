@@ -547,3 +547,28 @@ def test_wids_reads_transformed_shards_from_tarserve(data, serve):
     got = json.loads(p.stdout.decode().strip().splitlines()[-1])
     expect = [[f"s{i:05d}", f"SAMPLE {i} !"] for k in range(3) for i in range(100 * k, 100 * k + 20)]
     assert got == expect
+
+
+def test_a_stalled_job_is_ended(data, serve):
+    """A job that sends nothing for --stall-timeout (a hung source; here a
+    command that sleeps on a sample) is ended: 504 before its first byte, a
+    cut response after; the slot is free again and nothing is left running."""
+    marker = f"{os.getpid()}{time.monotonic_ns() % 100000}"
+    s = serve(["root", "-c", f"case $(cat sample.__key__) in s00000|s00101) sleep 3{marker};; esac", "-p", "1",
+               "--stall-timeout", "1", "--max-clients", "1"], cwd=data)
+    t0 = time.monotonic()
+    got = curl(s.url + "train-0.tar", "-i", "--no-fail")
+    assert got.stdout.startswith(b"HTTP/1.1 504"), got.stdout[:200]
+    cut = curl(s.url + "train-1.tar")
+    assert cut.returncode == 18 and b"s00100.txt" in cut.stdout  # the first sample went out, then the cut
+    assert time.monotonic() - t0 < 20
+    assert "sent nothing for 1s" in s.text() and "answered 504" in s.text() and "response cut" in s.text()
+    deadline = time.monotonic() + 10  # the one slot is free again once the job is ended (503 until then)
+    while (ok := curl(s.url + "train-2.tar")).returncode != 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ok.returncode == 0, ok.stderr
+    deadline = time.monotonic() + 10
+    while subprocess.run(["pgrep", "-f", f"^sleep 3{marker}$"], capture_output=True).stdout and \
+            time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert subprocess.run(["pgrep", "-f", f"^sleep 3{marker}$"], capture_output=True).stdout == b""

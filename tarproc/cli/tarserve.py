@@ -70,6 +70,9 @@ def tarserve_command(
                               help="time allowed to send the request head (default 10)")] = 10.0,
     drain_timeout: Annotated[float, opt("--drain-timeout", metavar="SECONDS",
                              help="on SIGTERM, time left to responses in flight (default 30)")] = 30.0,
+    stall_timeout: Annotated[float, opt("--stall-timeout", metavar="SECONDS",
+                             help="end a response whose job sends nothing for this long (a hung source): "
+                                  "504 before the first byte, a cut response after (default 300)")] = 300.0,
     quiet: Annotated[bool, opt("-q", "--quiet", help="no access log, only errors")] = False,
 ):
     import signal
@@ -90,7 +93,7 @@ def tarserve_command(
                     slice=slice_, fields=fields, rekey=rekey, shuffle=shuffle, seed=seed,
                     max_failures=max_failures, strict=strict, host=host, port=port, token=token,
                     max_clients=max_clients, client_timeout=client_timeout, header_timeout=header_timeout,
-                    drain_timeout=drain_timeout, quiet=quiet)
+                    drain_timeout=drain_timeout, stall_timeout=stall_timeout, quiet=quiet)
     signal.signal(signal.SIGTERM, on_term)
     server.start()
     print(f"tarserve: serving {prefix} on {server.url}", file=sys.stderr, flush=True)

@@ -83,7 +83,7 @@ _TOKEN_RE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
             405: "Method Not Allowed", 408: "Request Timeout", 414: "URI Too Long",
             431: "Request Header Fields Too Large", 500: "Internal Server Error", 502: "Bad Gateway",
-            503: "Service Unavailable", 505: "HTTP Version Not Supported"}
+            503: "Service Unavailable", 504: "Gateway Timeout", 505: "HTTP Version Not Supported"}
 
 
 # ---------------------------------------------------------------- the server
@@ -107,7 +107,7 @@ class Server:
     def __init__(self, prefix, *, map=None, command=None, parallel=None, count=None, skip=0, slice=None,
                  fields=None, rekey=None, shuffle=0, seed=None, max_failures=0, strict=True, batch=32,
                  host="127.0.0.1", port=8080, token=None, max_clients=16, client_timeout=60.0,
-                 header_timeout=10.0, drain_timeout=30.0, log=None, quiet=False):
+                 header_timeout=10.0, drain_timeout=30.0, stall_timeout=300.0, log=None, quiet=False):
         from ..stages import basic as S
 
         self.scheme, self.root = check_prefix(prefix)
@@ -144,6 +144,9 @@ class Server:
         self.client_timeout = client_timeout
         self.header_timeout = header_timeout
         self.drain_timeout = drain_timeout
+        if not stall_timeout > 0:
+            raise UsageError("--stall-timeout must be > 0")
+        self.stall_timeout = stall_timeout  # a job (its source) that sends nothing for this long is ended
         self.quiet = quiet
         self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         self._lock = threading.Lock()
@@ -447,13 +450,20 @@ class Server:
         poller = select.poll()
         poller.register(fd, select.POLLIN)
         poller.register(conn, select.POLLRDHUP | select.POLLERR | select.POLLHUP)
+        stalled = time.monotonic() + self.stall_timeout
         try:
             while True:
-                events = dict(poller.poll())
+                events = dict(poller.poll(max(0, int((stalled - time.monotonic()) * 1000)) + 1))
                 if conn.fileno() in events:
                     self._log(f"tarserve: {name}: client went away, work stopped")
                     return (200 if started else 499), sent
                 if fd not in events:
+                    if time.monotonic() >= stalled:  # (time spent sending to the client is not counted)
+                        self._log(f"tarserve: {name}: the job sent nothing for {self.stall_timeout:g}s "
+                                  f"(its source stalled?): " + ("response cut" if started else "answered 504"))
+                        if not started:
+                            raise _Refused(504, f"{name}: no data for {self.stall_timeout:g}s")
+                        return 200, sent
                     continue
                 data = os.read(fd, CHUNK)
                 if not data:
@@ -464,6 +474,7 @@ class Server:
                     started = True
                 conn.sendall(b"%x\r\n" % len(data) + data + b"\r\n")
                 sent += len(data)
+                stalled = time.monotonic() + self.stall_timeout
             rc = proc.wait()
             if rc == 0:
                 if not started:  # cannot happen (a tar has an end marker); be safe
