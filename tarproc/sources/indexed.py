@@ -24,9 +24,11 @@ import bisect
 import io
 import json
 import os
+import sys
 import threading
 
 from ..core.grouping import group
+from ..core.limits import json_loads, shorten
 from ..core.tario import TarReader
 from ..errors import BadInput, TarprocError, UsageError
 from .open import scheme_of
@@ -51,14 +53,43 @@ def _base_of(location):
     return location.rsplit("/", 1)[0]
 
 
-def _read_all(url):
+def _read_all(url, limit, what):
+    """The bytes of ``url``, at most ``limit`` (more is a ``BadInput``
+    ending in ``what``, before they are read)."""
     from .open import open_source
 
     stream = open_source(url, decompress=False)
     try:
-        return stream.read()
+        data = stream.read(limit + 1)
     finally:
         stream.close()
+    if len(data) > limit:
+        raise BadInput(f"{url}: {what}")
+    return data
+
+
+#: The largest index JSON read (``TARPROC_MAX_INDEX``); about 170 bytes a shard.
+MAX_INDEX = 1 << 28
+
+# the sidecar is read from a path or a remote URL only, never a command (pipe:)
+_SIDECAR_SCHEMES = ("file", "http", "https", "s3", "gs")
+
+
+def _env_limit(name, default):
+    text = os.environ.get(name)
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value <= 0:
+        raise UsageError(f"{name}={text}: not a positive number of bytes")
+    return value
+
+
+def _is_count(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 class _Index:
@@ -69,9 +100,11 @@ class _Index:
 
         where = source if isinstance(source, str) else "index"
         if isinstance(source, str):
+            limit = _env_limit("TARPROC_MAX_INDEX", MAX_INDEX)
+            data = _read_all(source, limit, f"the index is larger than {limit} bytes (TARPROC_MAX_INDEX)")
             try:
-                desc = json.loads(_read_all(source).decode("utf-8", "surrogateescape"))
-            except (ValueError, UnicodeDecodeError) as e:
+                desc = json_loads(data.decode("utf-8", "surrogateescape"))
+            except ValueError as e:
                 raise BadInput(f"{source}: not a JSON index: {e}") from None
             if base is None:
                 base = _base_of(source)
@@ -84,17 +117,34 @@ class _Index:
         self.cum = [0]
         for n, shard in enumerate(self.shards):
             if not isinstance(shard, dict) or not isinstance(shard.get("url"), str) \
-                    or not isinstance(shard.get("nsamples"), int) or shard["nsamples"] < 0:
+                    or not _is_count(shard.get("nsamples")):
                 raise BadInput(f"{where}: shard entry {n} is not {{\"url\": ..., \"nsamples\": N}}")
+            if shard.get("filesize") is not None and not _is_count(shard["filesize"]):
+                raise BadInput(f"{where}: shard entry {n} has a bad filesize ({shorten(repr(shard['filesize']))})")
             self.urls.append(_resolve(shard["url"], base))
             self.cum.append(self.cum[-1] + shard["nsamples"])
+        if self.cum[-1] > sys.maxsize:
+            raise BadInput(f"{where}: the shards have {self.cum[-1]} samples: more samples than a dataset can "
+                           f"hold ({sys.maxsize}): a damaged index")
         self.starts = self.keyblob = self.keyends = None
         side = desc.get("tarproc_offsets")
+        if side is not None and not (isinstance(side, dict) and isinstance(side.get("file"), str)
+                                     and _is_count(side.get("bytes")) and _is_count(side.get("samples"))):
+            raise BadInput(f"{where}: \"tarproc_offsets\" is not {{\"file\": ..., \"samples\": N, \"bytes\": N}}")
+        if not side:
+            for n, shard in enumerate(self.shards):
+                if shard.get("offsets"):
+                    raise BadInput(f"{where}: shard entry {n} has offsets but the index names no offsets file "
+                                   f"(\"tarproc_offsets\"): a damaged index")
         if side:
             import numpy as np
 
             path = _resolve(side["file"], base)
-            blob = _read_all(path)
+            if scheme_of(path) not in _SIDECAR_SCHEMES:
+                raise BadInput(f"{where}: the offsets file {shorten(path)!r} is not a path or URL "
+                               f"(a {scheme_of(path)}: source): a damaged or hostile index")
+            blob = _read_all(path, side["bytes"], f"offsets file has more than the {side['bytes']} bytes the index "
+                                                  f"says: not this index's offsets (index the shards again)")
             if len(blob) != side.get("bytes") or len(blob) < _HEAD.size:
                 raise BadInput(f"{path}: offsets file has {len(blob)} bytes, the index says {side.get('bytes')}: "
                                f"not this index's offsets (index the shards again)")
@@ -235,7 +285,7 @@ class IndexedDataset:
         start = int(idx.starts[g])
         end = int(idx.starts[g + 1]) if j + 1 < shard["nsamples"] else shard["end"]
         key = idx.key(g)
-        limit = int(os.environ.get("TARPROC_MAX_SAMPLE", MAX_SAMPLE))
+        limit = _env_limit("TARPROC_MAX_SAMPLE", MAX_SAMPLE)
         if not 0 <= start < end or end - start > limit:
             raise BadInput(f"{url}: sample {j} ({key!r}): the index gives bytes {start}-{end}: a damaged index")
         data = self._range(url, start, end, shard.get("filesize"))
