@@ -201,13 +201,17 @@ class IndexedDataset:
         self.close()
 
     def close(self):
-        """Close the shard files held open (reopened on the next access)."""
-        fds, self._fds = getattr(self, "_fds", {}), {}
-        for fd in fds.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        """Close the shard files held open (reopened on the next access); a
+        file another thread is reading from is closed when that read ends."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:  # __init__ did not finish
+            return
+        with lock:
+            files, self._fds = self._fds, {}
+            for f in files.values():
+                f.closed = True
+                if not f.users:
+                    _close_quietly(f.fd)
 
     # ------------------------------------------------------------ positions
 
@@ -321,33 +325,54 @@ class IndexedDataset:
                        f"http(s)://, s3:// or gs:// URL, or TARPROC_RANGE_{scheme.upper()})")
 
     def _pread(self, url, start, end, filesize):
-        fd = self._fds.get(url)
-        if fd is None:
+        with self._lock:
+            f = self._fds.get(url)
+            if f is None:
+                try:
+                    fd = os.open(url, os.O_RDONLY)
+                except OSError as e:
+                    raise BadInput(f"{url}: cannot open: {e.strerror}") from None
+                size = os.fstat(fd).st_size
+                if filesize is not None and size != filesize:
+                    os.close(fd)
+                    raise BadInput(f"{url}: the shard has {size} bytes, {filesize} when it was indexed: it "
+                                   f"changed since (index it again)")
+                f = self._fds[url] = _File(fd)
+            f.users += 1  # close() leaves it open until this read ends
+        try:
+            parts = []
+            pos = start
+            while pos < end:
+                try:
+                    piece = os.pread(f.fd, min(end - pos, 1 << 24), pos)
+                except OSError as e:
+                    raise BadInput(f"{url}: read error at offset {pos}: {e.strerror}") from None
+                if not piece:
+                    break
+                parts.append(piece)
+                pos += len(piece)
+        finally:
             with self._lock:
-                fd = self._fds.get(url)
-                if fd is None:
-                    try:
-                        fd = os.open(url, os.O_RDONLY)
-                    except OSError as e:
-                        raise BadInput(f"{url}: cannot open: {e.strerror}") from None
-                    size = os.fstat(fd).st_size
-                    if filesize is not None and size != filesize:
-                        os.close(fd)
-                        raise BadInput(f"{url}: the shard has {size} bytes, {filesize} when it was indexed: it "
-                                       f"changed since (index it again)")
-                    self._fds[url] = fd
-        parts = []
-        pos = start
-        while pos < end:
-            try:
-                piece = os.pread(fd, min(end - pos, 1 << 24), pos)
-            except OSError as e:
-                raise BadInput(f"{url}: read error at offset {pos}: {e.strerror}") from None
-            if not piece:
-                break
-            parts.append(piece)
-            pos += len(piece)
+                f.users -= 1
+                if f.closed and not f.users:
+                    _close_quietly(f.fd)
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+class _File:
+    """A shard file held open, with the number of reads using it."""
+
+    __slots__ = ("fd", "users", "closed")
+
+    def __init__(self, fd):
+        self.fd, self.users, self.closed = fd, 0, False
+
+
+def _close_quietly(fd):
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def _run(cmd, url, what, shell=False):
