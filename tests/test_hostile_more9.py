@@ -143,3 +143,45 @@ def test_close_while_other_threads_read_gives_no_error_nor_another_file(tmp_path
     assert errors == []
     ds.close()
     assert ds._fds == {}
+
+
+def test_fork_while_another_thread_opens_a_shard_does_not_hang_the_child(indexed):
+    """A process forked (a DataLoader worker, a Pool) while another thread was
+    inside ``ds[i]`` opening a shard inherited the dataset's lock held by a
+    thread that does not exist in the child: the child's first ``ds[i]`` hung
+    for ever.  The lock is made anew in a forked child."""
+    import signal
+    import threading
+    import time
+
+    tmp_path, _ = indexed
+    ds = tarproc.IndexedDataset(str(tmp_path / "index.json"))
+    len(ds)
+    held, release = threading.Event(), threading.Event()
+
+    def opener():  # stands for a thread inside the lock (os.open of a slow file system)
+        with ds._lock:
+            held.set()
+            release.wait(10)
+
+    t = threading.Thread(target=opener)
+    t.start()
+    held.wait(5)
+    pid = os.fork()
+    if pid == 0:  # the child: 3 seconds to read one sample
+        signal.alarm(3)
+        try:
+            os._exit(0 if ds[3]["__key__"] == "003" else 1)
+        except BaseException:
+            os._exit(1)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    finally:
+        release.set()
+        t.join()
+    assert done and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status

@@ -26,6 +26,7 @@ import json
 import os
 import sys
 import threading
+import weakref
 
 from ..core.grouping import group
 from ..core.limits import json_loads, shorten
@@ -166,6 +167,20 @@ class _Index:
         return bytes(self.keyblob[start:int(self.keyends[pos])]).decode("utf-8", "surrogateescape")
 
 
+def _after_fork_in_child():
+    """A forked child gets new locks: the parent's may have been held by a
+    thread (loading the index, opening a shard) that the child does not have."""
+    for ds in list(_LIVE):
+        ds._lock = threading.Lock()
+        for f in ds._fds.values():
+            f.users = 0  # the reads that used them were the parent's threads'
+
+
+_LIVE = weakref.WeakSet()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class IndexedDataset:
     """The samples of indexed shards, by position.
 
@@ -188,6 +203,7 @@ class IndexedDataset:
         self._lock = threading.Lock()
         self._fds = {}
         self._checked = set()
+        _LIVE.add(self)
 
     # ------------------------------------------------------------ pickling
 
