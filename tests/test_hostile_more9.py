@@ -185,3 +185,17 @@ def test_fork_while_another_thread_opens_a_shard_does_not_hang_the_child(indexed
         release.set()
         t.join()
     assert done and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+def test_a_wids_index_of_plain_shards_says_how_to_get_offsets(indexed):
+    """A ``widsindex`` index (counts only) of an uncompressed shard was
+    refused with "random access needs uncompressed shards: tarcat it to a
+    .tar": advice for a compressed shard, wrong for this one."""
+    tmp_path, good = indexed
+    desc = {"__kind__": "wids-shard-index-v1", "wids_version": 1,
+            "shardlist": [{"url": "a.tar", "nsamples": 20, "filesize": good["shardlist"][0]["filesize"]}]}
+    ds = tarproc.IndexedDataset(desc, base=str(tmp_path))
+    assert len(ds) == 20
+    with pytest.raises(tarproc.BadInput) as e:
+        ds[3]
+    assert "tarcat" not in str(e.value) and "tarindex" in str(e.value), str(e.value)

@@ -298,9 +298,12 @@ class IndexedDataset:
         url = idx.urls[s]
         j = pos - idx.cum[s]
         if not shard.get("offsets"):
-            what = f"{shard.get('compression')}-compressed" if shard.get("compression") else "indexed without offsets"
-            raise BadInput(f"{url}: shard is {what}: the index has only its sample count, no offsets for random "
-                           f"access (random access needs uncompressed shards: tarcat it to a .tar and index again)")
+            if shard.get("compression"):
+                raise BadInput(f"{url}: shard is {shard['compression']}-compressed: the index has only its sample "
+                               f"count, no offsets for random access (random access needs uncompressed shards: "
+                               f"tarcat it to a .tar and index again)")
+            raise BadInput(f"{url}: shard is indexed without offsets (a counts-only or wids index): no offsets for "
+                           f"random access (index it with `tarindex SHARDS -o INDEX.json`, which writes them)")
         g = shard["first"] + j
         start = int(idx.starts[g])
         end = int(idx.starts[g + 1]) if j + 1 < shard["nsamples"] else shard["end"]
