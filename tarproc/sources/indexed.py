@@ -24,9 +24,12 @@ import bisect
 import io
 import json
 import os
+import sys
 import threading
+import weakref
 
 from ..core.grouping import group
+from ..core.limits import json_loads, shorten
 from ..core.tario import TarReader
 from ..errors import BadInput, TarprocError, UsageError
 from .open import scheme_of
@@ -51,14 +54,43 @@ def _base_of(location):
     return location.rsplit("/", 1)[0]
 
 
-def _read_all(url):
+def _read_all(url, limit, what):
+    """The bytes of ``url``, at most ``limit`` (more is a ``BadInput``
+    ending in ``what``, before they are read)."""
     from .open import open_source
 
     stream = open_source(url, decompress=False)
     try:
-        return stream.read()
+        data = stream.read(limit + 1)
     finally:
         stream.close()
+    if len(data) > limit:
+        raise BadInput(f"{url}: {what}")
+    return data
+
+
+#: The largest index JSON read (``TARPROC_MAX_INDEX``); about 170 bytes a shard.
+MAX_INDEX = 1 << 28
+
+# the sidecar is read from a path or a remote URL only, never a command (pipe:)
+_SIDECAR_SCHEMES = ("file", "http", "https", "s3", "gs")
+
+
+def _env_limit(name, default):
+    text = os.environ.get(name)
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value <= 0:
+        raise UsageError(f"{name}={text}: not a positive number of bytes")
+    return value
+
+
+def _is_count(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 class _Index:
@@ -69,9 +101,11 @@ class _Index:
 
         where = source if isinstance(source, str) else "index"
         if isinstance(source, str):
+            limit = _env_limit("TARPROC_MAX_INDEX", MAX_INDEX)
+            data = _read_all(source, limit, f"the index is larger than {limit} bytes (TARPROC_MAX_INDEX)")
             try:
-                desc = json.loads(_read_all(source).decode("utf-8", "surrogateescape"))
-            except (ValueError, UnicodeDecodeError) as e:
+                desc = json_loads(data.decode("utf-8", "surrogateescape"))
+            except ValueError as e:
                 raise BadInput(f"{source}: not a JSON index: {e}") from None
             if base is None:
                 base = _base_of(source)
@@ -84,17 +118,34 @@ class _Index:
         self.cum = [0]
         for n, shard in enumerate(self.shards):
             if not isinstance(shard, dict) or not isinstance(shard.get("url"), str) \
-                    or not isinstance(shard.get("nsamples"), int) or shard["nsamples"] < 0:
+                    or not _is_count(shard.get("nsamples")):
                 raise BadInput(f"{where}: shard entry {n} is not {{\"url\": ..., \"nsamples\": N}}")
+            if shard.get("filesize") is not None and not _is_count(shard["filesize"]):
+                raise BadInput(f"{where}: shard entry {n} has a bad filesize ({shorten(repr(shard['filesize']))})")
             self.urls.append(_resolve(shard["url"], base))
             self.cum.append(self.cum[-1] + shard["nsamples"])
+        if self.cum[-1] > sys.maxsize:
+            raise BadInput(f"{where}: the shards have {self.cum[-1]} samples: more samples than a dataset can "
+                           f"hold ({sys.maxsize}): a damaged index")
         self.starts = self.keyblob = self.keyends = None
         side = desc.get("tarproc_offsets")
+        if side is not None and not (isinstance(side, dict) and isinstance(side.get("file"), str)
+                                     and _is_count(side.get("bytes")) and _is_count(side.get("samples"))):
+            raise BadInput(f"{where}: \"tarproc_offsets\" is not {{\"file\": ..., \"samples\": N, \"bytes\": N}}")
+        if not side:
+            for n, shard in enumerate(self.shards):
+                if shard.get("offsets"):
+                    raise BadInput(f"{where}: shard entry {n} has offsets but the index names no offsets file "
+                                   f"(\"tarproc_offsets\"): a damaged index")
         if side:
             import numpy as np
 
             path = _resolve(side["file"], base)
-            blob = _read_all(path)
+            if scheme_of(path) not in _SIDECAR_SCHEMES:
+                raise BadInput(f"{where}: the offsets file {shorten(path)!r} is not a path or URL "
+                               f"(a {scheme_of(path)}: source): a damaged or hostile index")
+            blob = _read_all(path, side["bytes"], f"offsets file has more than the {side['bytes']} bytes the index "
+                                                  f"says: not this index's offsets (index the shards again)")
             if len(blob) != side.get("bytes") or len(blob) < _HEAD.size:
                 raise BadInput(f"{path}: offsets file has {len(blob)} bytes, the index says {side.get('bytes')}: "
                                f"not this index's offsets (index the shards again)")
@@ -114,6 +165,20 @@ class _Index:
     def key(self, pos):
         start = int(self.keyends[pos - 1]) + 1 if pos else 0
         return bytes(self.keyblob[start:int(self.keyends[pos])]).decode("utf-8", "surrogateescape")
+
+
+def _after_fork_in_child():
+    """A forked child gets new locks: the parent's may have been held by a
+    thread (loading the index, opening a shard) that the child does not have."""
+    for ds in list(_LIVE):
+        ds._lock = threading.Lock()
+        for f in ds._fds.values():
+            f.users = 0  # the reads that used them were the parent's threads'
+
+
+_LIVE = weakref.WeakSet()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class IndexedDataset:
@@ -138,6 +203,7 @@ class IndexedDataset:
         self._lock = threading.Lock()
         self._fds = {}
         self._checked = set()
+        _LIVE.add(self)
 
     # ------------------------------------------------------------ pickling
 
@@ -151,13 +217,17 @@ class IndexedDataset:
         self.close()
 
     def close(self):
-        """Close the shard files held open (reopened on the next access)."""
-        fds, self._fds = getattr(self, "_fds", {}), {}
-        for fd in fds.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        """Close the shard files held open (reopened on the next access); a
+        file another thread is reading from is closed when that read ends."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:  # __init__ did not finish
+            return
+        with lock:
+            files, self._fds = self._fds, {}
+            for f in files.values():
+                f.closed = True
+                if not f.users:
+                    _close_quietly(f.fd)
 
     # ------------------------------------------------------------ positions
 
@@ -228,14 +298,17 @@ class IndexedDataset:
         url = idx.urls[s]
         j = pos - idx.cum[s]
         if not shard.get("offsets"):
-            what = f"{shard.get('compression')}-compressed" if shard.get("compression") else "indexed without offsets"
-            raise BadInput(f"{url}: shard is {what}: the index has only its sample count, no offsets for random "
-                           f"access (random access needs uncompressed shards: tarcat it to a .tar and index again)")
+            if shard.get("compression"):
+                raise BadInput(f"{url}: shard is {shard['compression']}-compressed: the index has only its sample "
+                               f"count, no offsets for random access (random access needs uncompressed shards: "
+                               f"tarcat it to a .tar and index again)")
+            raise BadInput(f"{url}: shard is indexed without offsets (a counts-only or wids index): no offsets for "
+                           f"random access (index it with `tarindex SHARDS -o INDEX.json`, which writes them)")
         g = shard["first"] + j
         start = int(idx.starts[g])
         end = int(idx.starts[g + 1]) if j + 1 < shard["nsamples"] else shard["end"]
         key = idx.key(g)
-        limit = int(os.environ.get("TARPROC_MAX_SAMPLE", MAX_SAMPLE))
+        limit = _env_limit("TARPROC_MAX_SAMPLE", MAX_SAMPLE)
         if not 0 <= start < end or end - start > limit:
             raise BadInput(f"{url}: sample {j} ({key!r}): the index gives bytes {start}-{end}: a damaged index")
         data = self._range(url, start, end, shard.get("filesize"))
@@ -271,33 +344,54 @@ class IndexedDataset:
                        f"http(s)://, s3:// or gs:// URL, or TARPROC_RANGE_{scheme.upper()})")
 
     def _pread(self, url, start, end, filesize):
-        fd = self._fds.get(url)
-        if fd is None:
+        with self._lock:
+            f = self._fds.get(url)
+            if f is None:
+                try:
+                    fd = os.open(url, os.O_RDONLY)
+                except OSError as e:
+                    raise BadInput(f"{url}: cannot open: {e.strerror}") from None
+                size = os.fstat(fd).st_size
+                if filesize is not None and size != filesize:
+                    os.close(fd)
+                    raise BadInput(f"{url}: the shard has {size} bytes, {filesize} when it was indexed: it "
+                                   f"changed since (index it again)")
+                f = self._fds[url] = _File(fd)
+            f.users += 1  # close() leaves it open until this read ends
+        try:
+            parts = []
+            pos = start
+            while pos < end:
+                try:
+                    piece = os.pread(f.fd, min(end - pos, 1 << 24), pos)
+                except OSError as e:
+                    raise BadInput(f"{url}: read error at offset {pos}: {e.strerror}") from None
+                if not piece:
+                    break
+                parts.append(piece)
+                pos += len(piece)
+        finally:
             with self._lock:
-                fd = self._fds.get(url)
-                if fd is None:
-                    try:
-                        fd = os.open(url, os.O_RDONLY)
-                    except OSError as e:
-                        raise BadInput(f"{url}: cannot open: {e.strerror}") from None
-                    size = os.fstat(fd).st_size
-                    if filesize is not None and size != filesize:
-                        os.close(fd)
-                        raise BadInput(f"{url}: the shard has {size} bytes, {filesize} when it was indexed: it "
-                                       f"changed since (index it again)")
-                    self._fds[url] = fd
-        parts = []
-        pos = start
-        while pos < end:
-            try:
-                piece = os.pread(fd, min(end - pos, 1 << 24), pos)
-            except OSError as e:
-                raise BadInput(f"{url}: read error at offset {pos}: {e.strerror}") from None
-            if not piece:
-                break
-            parts.append(piece)
-            pos += len(piece)
+                f.users -= 1
+                if f.closed and not f.users:
+                    _close_quietly(f.fd)
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+class _File:
+    """A shard file held open, with the number of reads using it."""
+
+    __slots__ = ("fd", "users", "closed")
+
+    def __init__(self, fd):
+        self.fd, self.users, self.closed = fd, 0, False
+
+
+def _close_quietly(fd):
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def _run(cmd, url, what, shell=False):
