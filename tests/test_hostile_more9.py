@@ -95,10 +95,11 @@ def test_oversized_index_and_sidecar_are_refused_before_reading_them_whole(index
     monkeypatch.delenv("TARPROC_MAX_INDEX")
     with open(tmp_path / "index.offsets", "ab") as f:
         f.truncate(1 << 30)  # sparse: 1 GiB that takes no disk
-    before = _rchar()
-    with pytest.raises(tarproc.BadInput, match="index.offsets: offsets file has more than"):
-        len(tarproc.IndexedDataset(str(tmp_path / "index.json")))
-    assert _rchar() - before < 1 << 20
+    for _ in range(2):  # the first time may import modules (their reads count too)
+        before = _rchar()
+        with pytest.raises(tarproc.BadInput, match="index.offsets: offsets file has more than"):
+            len(tarproc.IndexedDataset(str(tmp_path / "index.json")))
+    assert _rchar() - before < 16 << 20  # not the 1 GiB
 
 
 def _rchar():
