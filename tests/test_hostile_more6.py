@@ -14,19 +14,7 @@ import time
 
 import pytest
 
-from test_hostile_more2 import kill_left, processes_with, unique_sleep, wait_for
-
-
-def run(cmd, cwd, timeout=60, **kw):
-    return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, timeout=timeout, **kw)
-
-
-def one_line(p):
-    err = p.stderr.decode(errors="replace")
-    assert "Traceback" not in err and "internal error" not in err, err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    return lines[0]
+from test_hostile_more2 import kill_left, one_line, processes_with, run, unique_sleep, wait_for
 
 
 def members(path):

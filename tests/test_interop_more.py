@@ -19,6 +19,7 @@ import tarfile
 import pytest
 
 from conftest import require
+from helpers import tar_bytes
 
 ENV = dict(os.environ, LC_ALL="C.UTF-8")
 
@@ -272,8 +273,8 @@ def test_compressed_outputs_are_reproducible_and_read_by_gnu_tar(tmp_path, ext, 
     compressed output is compressed once."""
     require("tar"), require("zstd")
     members = [(f"s{i:03d}.{f}", f"{i}{f}".encode() * (i * 37 % 500)) for i in range(60) for f in ("cls", "txt")]
-    (tmp_path / "a.tar").write_bytes(_tar_of(members[:60]))
-    (tmp_path / "b.tar").write_bytes(_tar_of(members[60:]))
+    (tmp_path / "a.tar").write_bytes(tar_bytes(members[:60]))
+    (tmp_path / "b.tar").write_bytes(tar_bytes(members[60:]))
     run("gzip -n -c a.tar > a.tar.gz && gzip -n -c b.tar > b.tar.gz && cat a.tar.gz b.tar.gz > ab.tar.gz", tmp_path)
     run(f"tarcat a.tar b.tar -o plain.tar && tarcat ab.tar.gz -o 1.{ext} && tarcat a.tar b.tar -o 2.{ext}"
         f" && tarproc -p 1 -c true ab.tar.gz -o p1.{ext} && tarproc -p 3 -c true a.tar b.tar -o p3.{ext}", tmp_path)
@@ -282,13 +283,3 @@ def test_compressed_outputs_are_reproducible_and_read_by_gnu_tar(tmp_path, ext, 
     plain = (tmp_path / "plain.tar").read_bytes()
     assert run(f"{untar} 1.{ext} | md5sum", tmp_path).stdout == run("tar -xOf plain.tar | md5sum", tmp_path).stdout
     assert run(f"tarcat 1.{ext}", tmp_path).stdout == plain
-
-
-def _tar_of(members):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
-        for name, data in members:
-            ti = tarfile.TarInfo(name)
-            ti.size = len(data)
-            tf.addfile(ti, io.BytesIO(data))
-    return buf.getvalue()
