@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from test_hostile_more2 import kill_left, one_line, processes_with, run, unique_sleep, wait_for
+from test_hostile_more2 import kill_left, one_line, processes_with, run, tar_of, unique_sleep, wait_for
 
 
 def members(path):
@@ -276,3 +276,22 @@ def test_tarcreate_plan_size_is_bounded(tmp_path):
     assert p.stderr.decode() == ("tarcreate: /dev/zero: the plan is larger than 100,000 bytes (TARPROC_MAX_PLAN): "
                                  "it is checked whole before anything is written, so split it and join the parts "
                                  "with tarcat\n")
+
+
+@pytest.mark.parametrize("cmd, what", [
+    ("tarsplit -n 2 -o 'x-{shard:0999999999}.tar' in.tar", "bad shard name pattern"),
+    ("tarsplit -n 2 -o 'x-%0999999999d.tar' in.tar", "bad shard name pattern"),
+    ("tarsplit -n 2 -o 'x-{shard:0{index}}.tar' in.tar", "bad shard name pattern"),
+    ("tarcat --rekey '{key:>9999999999}' in.tar", "--rekey"),
+    ("printf 'a\\n' | lines2tar --keyformat '{:.99999}'", "--keyformat"),
+])
+def test_huge_widths_in_name_patterns_are_refused(tmp_path, cmd, what):
+    """A width in a name pattern was honoured: ``{shard:0999999999}`` built
+    gigabyte names for every probe of the pattern (24 GB, then the OOM
+    killer); now one line, exit 2, before any work."""
+    (tmp_path / "in.tar").write_bytes(tar_of([(f"{i}.txt", b"x") for i in range(5)]))
+    p = run(f"ulimit -v 2000000; {cmd}", tmp_path, timeout=30)
+    assert p.returncode == 2, p.stderr
+    line = one_line(p)
+    assert what in line and ("is more than a name can hold (4096)" in line or "nested fields" in line), line
+    assert not any(n.startswith("x-") for n in os.listdir(tmp_path))

@@ -335,3 +335,34 @@ def drain_tail(stream, limit=None):
     t.tail = tail
     t.start()
     return t
+
+
+#: Widest field a name pattern may ask for (a path is at most 4096 bytes).
+MAX_WIDTH = 4096
+
+
+def check_widths(pattern, what):
+    """Refuse a name pattern (``str.format`` or ``%`` style) whose placeholder
+    asks for a huge width or precision, or nests fields in its spec:
+    ``{shard:0999999999}`` made gigabyte names until memory ran out.  The
+    message starts with ``what`` (e.g. ``--rekey '{key:>9999999}'``)."""
+    import re
+
+    from ..errors import UsageError
+
+    if "{" in pattern:
+        import string
+
+        try:
+            specs = [spec for _, _, spec, _ in string.Formatter().parse(pattern) if spec]
+        except ValueError:
+            return  # the caller's own formatting gives the usual message
+        if any("{" in spec for spec in specs):
+            raise UsageError(f"{what} {pattern!r}: nested fields in a format spec")
+    else:
+        specs = [" ".join(m) for m in re.findall(r"%[-#0 +]*(\d*)(?:\.(\d*))?", pattern)]
+    for spec in specs:
+        for number in re.findall(r"\d+", spec):
+            if len(number) > 4 or int(number) > MAX_WIDTH:
+                raise UsageError(f"{what} {pattern!r}: a width of {number[:12]} is more than a name can hold "
+                                 f"({MAX_WIDTH})")

@@ -18,6 +18,7 @@ After each shard is committed an optional ``post`` callback (see
 
 import os
 
+from ..core.limits import check_widths
 from ..errors import OutputError, UsageError
 from ..core.rules import is_meta
 from ..core.grouping import SampleWriter, sample_members
@@ -120,6 +121,8 @@ _checked = set()
 
 def shard_name(pattern, index):
     """Fill a shard-name pattern with the shard number."""
+    if pattern not in _checked:
+        check_widths(pattern, "bad shard name pattern")
     name = _fill(pattern, index)
     if pattern not in _checked:
         if name == pattern.replace("%%", "%") and ("%" in pattern or "{" in pattern):

@@ -25,7 +25,7 @@ failure (a ``pipe:`` command that fails) leaves no output behind.
 import os
 
 from ..errors import BadInput, SampleFailed, UsageError
-from ..core.limits import _env_int, quote
+from ..core.limits import _env_int, check_widths, quote
 from ..core.rules import split_name, unsafe_name
 
 
@@ -48,6 +48,7 @@ class PlanItem:
 def format_key(fmt, index):
     """A key from a key format and a record number: ``%06d``,
     ``{index:06d}``, ``{record:09d}`` (the original's name) or ``{}``."""
+    check_widths(fmt, "bad key format")
     try:
         if "%" in fmt and "{" not in fmt:
             return fmt % index

@@ -38,6 +38,9 @@ def check_keys(keys):
 
 def check_keyformat(keyformat):
     """``keyformat`` (``"{:09d}"``, ``"line-{:06d}"``), checked by formatting 0."""
+    from ..core.limits import check_widths
+
+    check_widths(keyformat, "--keyformat")
     try:
         key = keyformat.format(0)
     except (IndexError, KeyError, ValueError) as e:

@@ -129,6 +129,9 @@ def rekey(fmt):
     """Stage: new keys from a format string with ``{index}`` (0, 1, …),
     ``{key}``, ``{basename}``, ``{dirname}`` (of the old key) and
     ``{source}``, e.g. ``"{index:09d}"``."""
+    from ..core.limits import check_widths
+
+    check_widths(fmt, "--rekey")
 
     def stage(samples):
         for index, sample in enumerate(samples):
