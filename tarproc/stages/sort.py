@@ -7,7 +7,10 @@ collection is then sorted and spilled to a *run* file in a private temporary
 directory under ``tmpdir``.  At the end the runs are merged (at most
 :data:`FANIN` at a time; more runs are first merged into longer runs), each
 run read through a small buffer, so memory stays near ``memory`` plus a fixed
-overhead for any input size.  Inputs that fit in memory are never written to
+overhead for any input size.  Open files are bounded by the soft
+``RLIMIT_NOFILE`` too: a large field (a blob) is an open file, so a run is
+also spilled when the blobs held reach half the limit, a run chunk holds few
+of them, and under a low limit fewer runs are merged at once.  Inputs that fit in memory are never written to
 disk.
 
 Runs are a sequence of pickled chunks of ``(sortkey, sample)`` records: in a
@@ -36,7 +39,7 @@ from ..core.blob import Blob
 from ..errors import BadSample, UsageError
 from ..core.rules import is_extra_meta
 
-#: Most runs merged at once.
+#: Most runs merged at once (fewer under a low open-file limit, see :func:`_fd_budget`).
 FANIN = 64
 SORTTYPES = ("text", "int", "float", "shuffle")
 _TUPLE = sys.getsizeof((0, 0))
@@ -179,6 +182,22 @@ def cleanup_stale(tmpdir):
     return removed
 
 
+def _fd_budget():
+    """``(fanin, chunk_blobs, held_blobs)`` for the soft open-file limit: runs
+    merged at once, most large fields (each an open file) per run chunk, and
+    most held in memory before a run is spilled.  A merge holds per run its
+    file, one chunk and the record in the heap: ``fanin * (chunk_blobs + 2)``
+    stays within the limit less a margin for stdio, inputs and outputs."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY or soft > 1 << 16:
+        soft = 1 << 16
+    avail = max(8, soft - 32)
+    fanin = max(2, min(FANIN, avail // 3))
+    return fanin, max(1, avail // fanin - 2), max(1, avail // 2)
+
+
 class _Runs:
     """The temporary directory and run files of one sort."""
 
@@ -218,10 +237,11 @@ class _Runs:
             self.lockfd = None
 
 
-def _write_run(path, records, chunk_bytes, blobs=False):
+def _write_run(path, records, chunk_bytes, blobs=False, chunk_blobs=1 << 30):
     """Write ``(sortkey, sample, cost)`` records as pickled chunks of about
     ``chunk_bytes`` (counted in memory) each.  With ``blobs``, large fields
-    become files next to the run (see :func:`_blob_pickler`)."""
+    become files next to the run (see :func:`_blob_pickler`), and a chunk ends
+    after ``chunk_blobs`` of them (each is an open file when read back)."""
     import pickle
 
     from ..errors import OutputError
@@ -230,15 +250,17 @@ def _write_run(path, records, chunk_bytes, blobs=False):
         with open(path, "wb", buffering=1 << 20) as f:
             proto = pickle.HIGHEST_PROTOCOL
             chunk = []
-            size = 0
+            size = nblobs = 0
             for key, sample, cost in records:
                 chunk.append((key, sample))
                 size += cost
-                if size >= chunk_bytes:
+                if blobs and cost >= BLOB_COST:
+                    nblobs += sum(type(v) is Blob for v in sample.values())
+                if size >= chunk_bytes or nblobs >= chunk_blobs:
                     # a fresh memo per chunk: chunks load alone
                     _blob_pickler(f, proto, os.path.dirname(path)).dump(chunk) if blobs else pickle.dump(chunk, f, proto)
                     chunk = []
-                    size = 0
+                    size = nblobs = 0
             if chunk:
                 _blob_pickler(f, proto, os.path.dirname(path)).dump(chunk) if blobs else pickle.dump(chunk, f, proto)
     except OSError as e:
@@ -319,27 +341,30 @@ def _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique=False):
     paths = []
     getsizeof = sys.getsizeof
     per_record = _TUPLE + 8 + _SLOT
-    chunk_bytes = max(64 << 10, memory // (4 * FANIN))
+    fanin, chunk_blobs, held_blobs = _fd_budget()
+    chunk_bytes = max(64 << 10, memory // (4 * fanin))
     blobs = False
     try:
         records = []
-        used = 0
+        used = held = 0
         for sample in samples:
             k = keyfunc(sample)
             cost = sample_cost(sample, getsizeof) + per_record
             if k is not sample.get("__key__"):
                 cost += getsizeof(k)
-            if cost >= BLOB_COST and not blobs:
-                blobs = any(type(v) is Blob for v in sample.values())
+            if cost >= BLOB_COST:  # large fields are open files: bounded by the open-file limit too
+                n = sum(type(v) is Blob for v in sample.values())
+                held += n
+                blobs = blobs or n > 0
             records.append((k, sample, cost))
             used += cost
-            if used >= memory:
+            if used >= memory or held >= held_blobs:
                 records.sort(key=itemgetter(0), reverse=reverse)
                 path = runs.new_path()
-                _write_run(path, records, chunk_bytes, blobs)
+                _write_run(path, records, chunk_bytes, blobs, chunk_blobs)
                 paths.append(path)
                 records = []
-                used = 0
+                used = held = 0
         records.sort(key=itemgetter(0), reverse=reverse)
         if stats is not None:
             stats.runs = len(paths) + (1 if paths and records else 0)
@@ -352,14 +377,14 @@ def _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique=False):
             return
         if records:
             path = runs.new_path()
-            _write_run(path, records, chunk_bytes, blobs)
+            _write_run(path, records, chunk_bytes, blobs, chunk_blobs)
             paths.append(path)
         records = None
-        # Merge passes until at most FANIN runs remain, then the final merge.
-        while len(paths) > FANIN:
+        # Merge passes until at most fanin runs remain, then the final merge.
+        while len(paths) > fanin:
             merged = []
-            for i in range(0, len(paths), FANIN):
-                group = paths[i : i + FANIN]
+            for i in range(0, len(paths), fanin):
+                group = paths[i : i + fanin]
                 if len(group) == 1:
                     merged.append(group[0])
                     continue
@@ -367,7 +392,7 @@ def _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique=False):
                 out = runs.new_path()
                 merged_records = ((k, s, sample_cost(s) + per_record)
                                   for k, s in _merge([_read_run(p, bufsize) for p in group], reverse))
-                _write_run(out, merged_records, chunk_bytes, blobs)
+                _write_run(out, merged_records, chunk_bytes, blobs, chunk_blobs)
                 merged.append(out)
             paths = merged
         bufsize = max(16 << 10, min(1 << 20, memory // (8 * len(paths))))
