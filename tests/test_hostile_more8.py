@@ -64,3 +64,68 @@ def test_tarsort_many_runs_merge_within_a_low_open_file_limit(tmp_path):
     assert p.returncode == 0, p.stderr.decode()
     assert read_tar(p.stdout) == sorted(members)
     assert os.listdir(tdir) == []
+
+
+GEN = (
+    "import sys, tarfile, io, time\n"
+    "tf = tarfile.open(fileobj=sys.stdout.buffer, mode='w|')\n"
+    "for i in range(3000):\n"
+    "    info = tarfile.TarInfo(f'{(i * 7919) % 3000:06d}.bin'); data = b'x' * 2000; info.size = len(data)\n"
+    "    tf.addfile(info, io.BytesIO(data))\n"
+    "sys.stdout.flush(); time.sleep(60)\n"
+)
+
+
+def _start_spilling_sort(tmp_path, tdir):
+    import sys
+
+    producer = subprocess.Popen([sys.executable, "-c", GEN], stdout=subprocess.PIPE)
+    sort = subprocess.Popen(["tarsort", "--memory", "100KB", "--tmpdir", str(tdir), "-o", "/dev/null"],
+                            stdin=producer.stdout, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    producer.stdout.close()
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        dirs = [d for d in os.listdir(tdir) if d.startswith(f"tarsort-{sort.pid}-")]
+        if dirs and len(os.listdir(tdir / dirs[0])) >= 2:
+            return producer, sort, dirs[0]
+        time.sleep(0.05)
+    producer.kill()
+    sort.kill()
+    raise AssertionError("no sort runs appeared")
+
+
+def test_tarcat_cleanup_removes_the_spill_directory_of_a_killed_tarsort(tmp_path):
+    # SIGKILL leaves a tarsort's runs behind; `tarcat --cleanup DIR` ("remove
+    # the temporary files killed writers left in DIR") did not remove them,
+    # only a later spilling tarsort did.  A live sort's directory is kept.
+    tdir = tmp_path / "t"
+    tdir.mkdir()
+    procs = []
+    try:
+        live = _start_spilling_sort(tmp_path, tdir)  # first: a sort cleans up when it starts spilling
+        procs += live[:2]
+        dead = _start_spilling_sort(tmp_path, tdir)
+        procs += dead[:2]
+        dead[1].send_signal(signal.SIGKILL)
+        dead[1].wait(timeout=30)
+        assert sorted(os.listdir(tdir)) == sorted([live[2], dead[2]])
+        p = run(["tarcat", "-v", "--cleanup", str(tdir)], tmp_path)
+        assert p.returncode == 0, p.stderr
+        assert sorted(os.listdir(tdir)) == [live[2]]
+        assert f"removed {tdir / dead[2]}" in p.stderr.decode()
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+def test_tarcat_cleanup_leaves_a_users_directory_named_like_a_sort_run(tmp_path):
+    # `tarcat --cleanup out/` runs on output directories: one named like a
+    # spill directory but holding the user's files is not a sort's to remove.
+    d = tmp_path / "tarsort-2024-results"
+    d.mkdir()
+    (d / "notes.txt").write_text("mine")
+    os.utime(d, (1, 1))  # old: a spill directory without a lock is judged by age
+    p = run(["tarcat", "--cleanup", str(tmp_path)], tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert (d / "notes.txt").read_text() == "mine"

@@ -141,11 +141,23 @@ def key_function(sortkey="__key__", sorttype="text", seed=None):
     return number
 
 
+def _only_runs(path):
+    """Whether a directory holds nothing but what a sort puts there."""
+    import re
+
+    ours = re.compile(r"\.lock|run-\d{6,}\.pickle|blob-[0-9a-f]{16}")
+    try:
+        return all(ours.fullmatch(name) for name in os.listdir(path))
+    except OSError:
+        return False
+
+
 def cleanup_stale(tmpdir):
     """Remove run directories left by ``tarsort`` processes that were killed
     (SIGKILL gives no chance to clean up).  A live sort holds a lock on the
     ``.lock`` file in its directory (see :mod:`tarproc.runtime.lease`), so a
-    sort in another PID namespace sharing the volume is never taken for dead.
+    sort in another PID namespace sharing the volume is never taken for dead;
+    a directory holding anything a sort does not write is left alone.
     Returns the paths removed."""
     import shutil
     import stat
@@ -167,8 +179,8 @@ def cleanup_stale(tmpdir):
             st = os.lstat(path)
         except OSError:
             continue
-        if not stat.S_ISDIR(st.st_mode):
-            continue
+        if not stat.S_ISDIR(st.st_mode) or not _only_runs(path):
+            continue  # not ours: a user's directory named like one is never removed
         lock = os.path.join(path, ".lock")
         if os.path.lexists(lock):
             host = parts[2] if len(parts) > 3 and len(parts[2]) == 8 else None
