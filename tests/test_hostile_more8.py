@@ -129,3 +129,17 @@ def test_tarcat_cleanup_leaves_a_users_directory_named_like_a_sort_run(tmp_path)
     p = run(["tarcat", "--cleanup", str(tmp_path)], tmp_path)
     assert p.returncode == 0, p.stderr
     assert (d / "notes.txt").read_text() == "mine"
+
+
+def test_tarsort_int_or_float_of_a_key_or_a_long_number_is_one_clear_line(tmp_path):
+    # -S int/float of __key__ (a str) that is not a number was an "internal
+    # error: TypeError: string argument without an encoding"; a number of more
+    # than 4300 digits (Python's int limit) was "is not an int".
+    data = tar_bytes([("b-1.n", b"1"), ("a-2.n", b"9" * 5000)])
+    for cmd, want in ((["-s", "__key__", "-S", "int"], "sample 'b-1': field '__key__' is not an int: 'b-1'"),
+                      (["-s", "__key__", "-S", "float"], "sample 'b-1': field '__key__' is not a float: 'b-1'"),
+                      (["-s", "n", "-S", "int"], "sample 'a-2': field 'n' is an int of more than 4300 digits")):
+        p = run(["tarsort"] + cmd, tmp_path, data)
+        err = p.stderr.decode()
+        assert p.returncode == 2 and p.stdout == b"", err
+        assert len(err.splitlines()) == 1 and want in err, err

@@ -129,9 +129,13 @@ def key_function(sortkey="__key__", sorttype="text", seed=None):
                             sample.get("__source__")) from None
         try:
             value = convert(value)
-        except (ValueError, TypeError):
-            raise BadSample(sample.get("__key__"), f"field {field!r} is not {'an int' if convert is int else 'a float'}: "
-                                                   f"{bytes(value[:40])!r}", sample.get("__source__")) from None
+        except (ValueError, TypeError) as e:
+            if str(e).startswith("Exceeds the limit"):  # Python's bound on int conversion (quadratic beyond it)
+                what = f"an int of more than {sys.get_int_max_str_digits()} digits, too long to sort by"
+            else:
+                head = value[:40] if isinstance(value, str) else bytes(value[:40])  # __key__ is a str
+                what = f"not {'an int' if convert is int else 'a float'}: {head!r}"
+            raise BadSample(sample.get("__key__"), f"field {field!r} is {what}", sample.get("__source__")) from None
         if convert is float:
             # NaN compares false with everything, which breaks any sort (and
             # made the order depend on --memory): NaNs go first, like GNU sort -g.
