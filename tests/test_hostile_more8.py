@@ -8,6 +8,7 @@ import random
 import resource
 import signal
 import subprocess
+import sys
 import time
 
 from helpers import read_tar, tar_bytes
@@ -143,3 +144,30 @@ def test_tarsort_int_or_float_of_a_key_or_a_long_number_is_one_clear_line(tmp_pa
         err = p.stderr.decode()
         assert p.returncode == 2 and p.stdout == b"", err
         assert len(err.splitlines()) == 1 and want in err, err
+
+
+def test_tarsort_merge_of_large_samples_stays_near_the_memory_budget(tmp_path):
+    # The merge held one chunk (at least one sample) and one heap record of
+    # each of 64 runs at once whatever --memory: 800 KB samples (under the
+    # blob threshold, so in memory) at --memory 1MB peaked ~100 MB over it.
+    r = random.Random(8)
+    members = [(f"{k:09d}.bin", r.randbytes(800_000)) for k in r.sample(range(10 ** 9), 160)]
+    (tmp_path / "in.tar").write_bytes(tar_bytes(members))
+    (tmp_path / "t").mkdir()
+
+    # measured by a small parent: a child forked from this big test process
+    # inherits its peak RSS in ru_maxrss
+    wrapper = ("import os, subprocess, sys; p = subprocess.Popen(sys.argv[1:], stderr=subprocess.DEVNULL); "
+               "_, st, ru = os.wait4(p.pid, 0); sys.stderr.write(f'{os.waitstatus_to_exitcode(st)} {ru.ru_maxrss}')")
+
+    def peak(cmd):
+        p = run([sys.executable, "-c", wrapper] + cmd, tmp_path)
+        code, kb = p.stderr.decode().split()
+        assert code == "0", p.stderr
+        return int(kb) * 1024, p.stdout
+
+    base, _ = peak(["tarcat", "in.tar"])
+    rss, out = peak(["tarsort", "--memory", "1MB", "--tmpdir", "t", "in.tar"])
+    assert rss < base + (1 << 20) + (24 << 20), (rss >> 20, base >> 20)
+    assert read_tar(out) == sorted(members)
+    assert os.listdir(tmp_path / "t") == []

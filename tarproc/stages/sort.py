@@ -5,7 +5,8 @@ their in-memory size (counted as Python objects: the dict, its key strings and
 its ``bytes`` values, the record tuple and list slot) reaches ``memory``; the
 collection is then sorted and spilled to a *run* file in a private temporary
 directory under ``tmpdir``.  At the end the runs are merged (at most
-:data:`FANIN` at a time; more runs are first merged into longer runs), each
+:data:`FANIN` at a time, fewer when one sample of each would not fit; more
+runs are first merged into longer runs), each
 run read through a small buffer, so memory stays near ``memory`` plus a fixed
 overhead for any input size.  Open files are bounded by the soft
 ``RLIMIT_NOFILE`` too: a large field (a blob) is an open file, so a run is
@@ -362,7 +363,7 @@ def _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique=False):
     blobs = False
     try:
         records = []
-        used = held = 0
+        used = held = biggest = 0
         for sample in samples:
             k = keyfunc(sample)
             cost = sample_cost(sample, getsizeof) + per_record
@@ -374,6 +375,8 @@ def _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique=False):
                 blobs = blobs or n > 0
             records.append((k, sample, cost))
             used += cost
+            if cost > biggest:
+                biggest = cost
             if used >= memory or held >= held_blobs:
                 records.sort(key=itemgetter(0), reverse=reverse)
                 path = runs.new_path()
@@ -396,6 +399,10 @@ def _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique=False):
             _write_run(path, records, chunk_bytes, blobs, chunk_blobs)
             paths.append(path)
         records = None
+        # A merge holds, per run, a chunk (up to chunk_bytes plus a sample)
+        # and the record in the heap: large samples mean fewer runs at once,
+        # so the merge also stays within the budget (or a fixed 16 MiB).
+        fanin = max(2, min(fanin, max(memory, 16 << 20) // (chunk_bytes + 2 * biggest)))
         # Merge passes until at most fanin runs remain, then the final merge.
         while len(paths) > fanin:
             merged = []
