@@ -102,6 +102,10 @@ def tarcat_command(
                     rep.info(f"removed {path}")
                 except OSError:
                     pass
+            from ..stages.sort import cleanup_stale
+
+            for path in cleanup_stale(args.cleanup):  # sort runs of a killed tarsort (tarsort-PID-HOST-*/)
+                rep.info(f"removed {path}")
         return 0
     stats = S.Stats()
     urls = open_inputs(args)  # lazy: the first input opens before the rest is expanded

@@ -5,9 +5,13 @@ their in-memory size (counted as Python objects: the dict, its key strings and
 its ``bytes`` values, the record tuple and list slot) reaches ``memory``; the
 collection is then sorted and spilled to a *run* file in a private temporary
 directory under ``tmpdir``.  At the end the runs are merged (at most
-:data:`FANIN` at a time; more runs are first merged into longer runs), each
+:data:`FANIN` at a time, fewer when one sample of each would not fit; more
+runs are first merged into longer runs), each
 run read through a small buffer, so memory stays near ``memory`` plus a fixed
-overhead for any input size.  Inputs that fit in memory are never written to
+overhead for any input size.  Open files are bounded by the soft
+``RLIMIT_NOFILE`` too: a large field (a blob) is an open file, so a run is
+also spilled when the blobs held reach half the limit, a run chunk holds few
+of them, and under a low limit fewer runs are merged at once.  Inputs that fit in memory are never written to
 disk.
 
 Runs are a sequence of pickled chunks of ``(sortkey, sample)`` records: in a
@@ -36,7 +40,7 @@ from ..core.blob import Blob
 from ..errors import BadSample, UsageError
 from ..core.rules import is_extra_meta
 
-#: Most runs merged at once.
+#: Most runs merged at once (fewer under a low open-file limit, see :func:`_fd_budget`).
 FANIN = 64
 SORTTYPES = ("text", "int", "float", "shuffle")
 _TUPLE = sys.getsizeof((0, 0))
@@ -62,30 +66,42 @@ def sample_cost(sample, getsizeof=sys.getsizeof):
 def _blob_pickler(f, proto, directory):
     """A pickler that writes a blob as a reference to a file of its bytes in
     ``directory`` (moved or copied there, never loaded)."""
-    import pickle
-
-    class Pickler(pickle.Pickler):
-        def persistent_id(self, obj):
-            if type(obj) is Blob:
-                return ("blob", os.path.basename(obj.persist(directory)), len(obj))
-            return None
-
-    return Pickler(f, proto)
+    pickler = _picklers()[0](f, proto)
+    pickler.directory = directory
+    return pickler
 
 
 def _unpickler(f):
-    import pickle
+    unpickler = _picklers()[1](f)
+    unpickler.directory = os.path.dirname(f.name)
+    return unpickler
 
-    directory = os.path.dirname(f.name)
 
-    class Unpickler(pickle.Unpickler):
-        def persistent_load(self, pid):
-            kind, name, length = pid
-            if kind != "blob" or "/" in name:
-                raise pickle.UnpicklingError(f"bad reference {pid!r} in a sort run")
-            return Blob.from_path(os.path.join(directory, name), owned=True)
+_PICKLERS = []
 
-    return Unpickler(f)
+
+def _picklers():
+    """The (pickler, unpickler) classes, made once: a class made per chunk is
+    cyclic garbage, never freed while ``tarsort`` runs with the collector off
+    (it grew by ~6 KB per chunk read or written)."""
+    if not _PICKLERS:
+        import pickle
+
+        class Pickler(pickle.Pickler):
+            def persistent_id(self, obj):
+                if type(obj) is Blob:
+                    return ("blob", os.path.basename(obj.persist(self.directory)), len(obj))
+                return None
+
+        class Unpickler(pickle.Unpickler):
+            def persistent_load(self, pid):
+                kind, name, length = pid
+                if kind != "blob" or "/" in name:
+                    raise pickle.UnpicklingError(f"bad reference {pid!r} in a sort run")
+                return Blob.from_path(os.path.join(self.directory, name), owned=True)
+
+        _PICKLERS[:] = [Pickler, Unpickler]
+    return _PICKLERS
 
 
 def key_function(sortkey="__key__", sorttype="text", seed=None):
@@ -126,9 +142,13 @@ def key_function(sortkey="__key__", sorttype="text", seed=None):
                             sample.get("__source__")) from None
         try:
             value = convert(value)
-        except (ValueError, TypeError):
-            raise BadSample(sample.get("__key__"), f"field {field!r} is not {'an int' if convert is int else 'a float'}: "
-                                                   f"{bytes(value[:40])!r}", sample.get("__source__")) from None
+        except (ValueError, TypeError) as e:
+            if str(e).startswith("Exceeds the limit"):  # Python's bound on int conversion (quadratic beyond it)
+                what = f"an int of more than {sys.get_int_max_str_digits()} digits, too long to sort by"
+            else:
+                head = value[:40] if isinstance(value, str) else bytes(value[:40])  # __key__ is a str
+                what = f"not {'an int' if convert is int else 'a float'}: {head!r}"
+            raise BadSample(sample.get("__key__"), f"field {field!r} is {what}", sample.get("__source__")) from None
         if convert is float:
             # NaN compares false with everything, which breaks any sort (and
             # made the order depend on --memory): NaNs go first, like GNU sort -g.
@@ -138,11 +158,23 @@ def key_function(sortkey="__key__", sorttype="text", seed=None):
     return number
 
 
+def _only_runs(path):
+    """Whether a directory holds nothing but what a sort puts there."""
+    import re
+
+    ours = re.compile(r"\.lock|run-\d{6,}\.pickle|blob-[0-9a-f]{16}")
+    try:
+        return all(ours.fullmatch(name) for name in os.listdir(path))
+    except OSError:
+        return False
+
+
 def cleanup_stale(tmpdir):
     """Remove run directories left by ``tarsort`` processes that were killed
     (SIGKILL gives no chance to clean up).  A live sort holds a lock on the
     ``.lock`` file in its directory (see :mod:`tarproc.runtime.lease`), so a
-    sort in another PID namespace sharing the volume is never taken for dead.
+    sort in another PID namespace sharing the volume is never taken for dead;
+    a directory holding anything a sort does not write is left alone.
     Returns the paths removed."""
     import shutil
     import stat
@@ -164,8 +196,8 @@ def cleanup_stale(tmpdir):
             st = os.lstat(path)
         except OSError:
             continue
-        if not stat.S_ISDIR(st.st_mode):
-            continue
+        if not stat.S_ISDIR(st.st_mode) or not _only_runs(path):
+            continue  # not ours: a user's directory named like one is never removed
         lock = os.path.join(path, ".lock")
         if os.path.lexists(lock):
             host = parts[2] if len(parts) > 3 and len(parts[2]) == 8 else None
@@ -177,6 +209,22 @@ def cleanup_stale(tmpdir):
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
+
+
+def _fd_budget():
+    """``(fanin, chunk_blobs, held_blobs)`` for the soft open-file limit: runs
+    merged at once, most large fields (each an open file) per run chunk, and
+    most held in memory before a run is spilled.  A merge holds per run its
+    file, one chunk and the record in the heap: ``fanin * (chunk_blobs + 2)``
+    stays within the limit less a margin for stdio, inputs and outputs."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY or soft > 1 << 16:
+        soft = 1 << 16
+    avail = max(8, soft - 32)
+    fanin = max(2, min(FANIN, avail // 3))
+    return fanin, max(1, avail // fanin - 2), max(1, avail // 2)
 
 
 class _Runs:
@@ -218,10 +266,11 @@ class _Runs:
             self.lockfd = None
 
 
-def _write_run(path, records, chunk_bytes, blobs=False):
+def _write_run(path, records, chunk_bytes, blobs=False, chunk_blobs=1 << 30):
     """Write ``(sortkey, sample, cost)`` records as pickled chunks of about
     ``chunk_bytes`` (counted in memory) each.  With ``blobs``, large fields
-    become files next to the run (see :func:`_blob_pickler`)."""
+    become files next to the run (see :func:`_blob_pickler`), and a chunk ends
+    after ``chunk_blobs`` of them (each is an open file when read back)."""
     import pickle
 
     from ..errors import OutputError
@@ -230,15 +279,17 @@ def _write_run(path, records, chunk_bytes, blobs=False):
         with open(path, "wb", buffering=1 << 20) as f:
             proto = pickle.HIGHEST_PROTOCOL
             chunk = []
-            size = 0
+            size = nblobs = 0
             for key, sample, cost in records:
                 chunk.append((key, sample))
                 size += cost
-                if size >= chunk_bytes:
+                if blobs and cost >= BLOB_COST:
+                    nblobs += sum(type(v) is Blob for v in sample.values())
+                if size >= chunk_bytes or nblobs >= chunk_blobs:
                     # a fresh memo per chunk: chunks load alone
                     _blob_pickler(f, proto, os.path.dirname(path)).dump(chunk) if blobs else pickle.dump(chunk, f, proto)
                     chunk = []
-                    size = 0
+                    size = nblobs = 0
             if chunk:
                 _blob_pickler(f, proto, os.path.dirname(path)).dump(chunk) if blobs else pickle.dump(chunk, f, proto)
     except OSError as e:
@@ -319,27 +370,32 @@ def _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique=False):
     paths = []
     getsizeof = sys.getsizeof
     per_record = _TUPLE + 8 + _SLOT
-    chunk_bytes = max(64 << 10, memory // (4 * FANIN))
+    fanin, chunk_blobs, held_blobs = _fd_budget()
+    chunk_bytes = max(64 << 10, memory // (4 * fanin))
     blobs = False
     try:
         records = []
-        used = 0
+        used = held = biggest = 0
         for sample in samples:
             k = keyfunc(sample)
             cost = sample_cost(sample, getsizeof) + per_record
             if k is not sample.get("__key__"):
                 cost += getsizeof(k)
-            if cost >= BLOB_COST and not blobs:
-                blobs = any(type(v) is Blob for v in sample.values())
+            if cost >= BLOB_COST:  # large fields are open files: bounded by the open-file limit too
+                n = sum(type(v) is Blob for v in sample.values())
+                held += n
+                blobs = blobs or n > 0
             records.append((k, sample, cost))
             used += cost
-            if used >= memory:
+            if cost > biggest:
+                biggest = cost
+            if used >= memory or held >= held_blobs:
                 records.sort(key=itemgetter(0), reverse=reverse)
                 path = runs.new_path()
-                _write_run(path, records, chunk_bytes, blobs)
+                _write_run(path, records, chunk_bytes, blobs, chunk_blobs)
                 paths.append(path)
                 records = []
-                used = 0
+                used = held = 0
         records.sort(key=itemgetter(0), reverse=reverse)
         if stats is not None:
             stats.runs = len(paths) + (1 if paths and records else 0)
@@ -352,14 +408,18 @@ def _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique=False):
             return
         if records:
             path = runs.new_path()
-            _write_run(path, records, chunk_bytes, blobs)
+            _write_run(path, records, chunk_bytes, blobs, chunk_blobs)
             paths.append(path)
         records = None
-        # Merge passes until at most FANIN runs remain, then the final merge.
-        while len(paths) > FANIN:
+        # A merge holds, per run, a chunk (up to chunk_bytes plus a sample)
+        # and the record in the heap: large samples mean fewer runs at once,
+        # so the merge also stays within the budget (or a fixed 16 MiB).
+        fanin = max(2, min(fanin, max(memory, 16 << 20) // (chunk_bytes + 2 * biggest)))
+        # Merge passes until at most fanin runs remain, then the final merge.
+        while len(paths) > fanin:
             merged = []
-            for i in range(0, len(paths), FANIN):
-                group = paths[i : i + FANIN]
+            for i in range(0, len(paths), fanin):
+                group = paths[i : i + fanin]
                 if len(group) == 1:
                     merged.append(group[0])
                     continue
@@ -367,7 +427,7 @@ def _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique=False):
                 out = runs.new_path()
                 merged_records = ((k, s, sample_cost(s) + per_record)
                                   for k, s in _merge([_read_run(p, bufsize) for p in group], reverse))
-                _write_run(out, merged_records, chunk_bytes, blobs)
+                _write_run(out, merged_records, chunk_bytes, blobs, chunk_blobs)
                 merged.append(out)
             paths = merged
         bufsize = max(16 << 10, min(1 << 20, memory // (8 * len(paths))))
