@@ -311,11 +311,21 @@ class IndexedDataset:
         limit = _env_limit("TARPROC_MAX_SAMPLE", MAX_SAMPLE)
         if not 0 <= start < end or end - start > limit:
             raise BadInput(f"{url}: sample {j} ({key!r}): the index gives bytes {start}-{end}: a damaged index")
-        data = self._range(url, start, end, shard.get("filesize"))
+        filesize = shard.get("filesize")
+        # and the header after the sample, when the shard has one: a member of this same sample there
+        # means the shard changed (a rewrite of the same size can move a member across the boundary)
+        peek = 512 if isinstance(filesize, int) and end + 512 <= filesize else 0
+        data = self._range(url, start, end + peek, filesize)
         where = f"{url}: sample {j} ({key!r}) at bytes {start}-{end}"
-        if len(data) != end - start:
-            raise BadInput(f"{where}: got {len(data)} bytes instead of {end - start}: the shard is shorter than "
-                           f"when it was indexed (index it again)")
+        if len(data) != end + peek - start:
+            raise BadInput(f"{where}: got {len(data)} bytes instead of {end + peek - start}: the shard is shorter "
+                           f"than when it was indexed (index it again)")
+        if peek:
+            data, after = data[: end - start], data[end - start :]
+            name = _member_of(after, key)
+            if name is not None:
+                raise BadInput(f"{where}: the member after these bytes, {name!r}, belongs to this sample too: the "
+                               f"shard changed since it was indexed (index it again)")
         try:
             samples = list(group(TarReader(io.BytesIO(data + bytes(1024)), url, strict=True).members(), url))
         except TarprocError as e:
@@ -376,6 +386,24 @@ class IndexedDataset:
                 if f.closed and not f.users:
                     _close_quietly(f.fd)
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _member_of(block, key):
+    """The name of the regular member whose header is ``block`` when its key
+    is ``key``, else None (not a header, the end marker, a pax or long-name
+    header whose name comes later: no verdict)."""
+    import tarfile
+
+    from ..core.rules import split_name
+
+    try:
+        info = tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
+    except tarfile.HeaderError:
+        return None
+    if info.type not in tarfile.REGULAR_TYPES:
+        return None
+    parts = split_name(info.name)
+    return info.name if parts is not None and parts[0] == key else None
 
 
 class _File:
