@@ -251,3 +251,15 @@ def test_counted_size_equals_written_bytes_for_long_and_unicode_names(tmp_path):
         assert size == shard.bytes
         assert size <= limit or shard.samples == 1
     assert len(shards) > 2 and sum(s.samples for s in shards) == 15
+
+
+def test_index_of_shards_that_dash_c_deletes_warns(sh, tmp_path):
+    """``--index`` with ``-C`` (which deletes each shard after its command)
+    names shards that no longer exist: one warning says so."""
+    (tmp_path / "in.tar").write_bytes(tar_bytes([(f"{i:03d}.txt", b"x") for i in range(6)]))
+    p = sh("tarsplit -n 3 -o part-%d.tar -C 'cp {shard} kept-{index}.tar' --index idx.json in.tar", stderr_ok=True)
+    assert p.stderr.decode().splitlines() == [
+        "tarsplit: warning: --index idx.json names the local shards, which -C deletes once its command has run: "
+        "index the shards where they went (tarindex URL ... -o INDEX), or add --nodelete"]
+    assert sorted(n for n in os.listdir(tmp_path) if n.endswith(".tar")) == ["in.tar", "kept-0.tar", "kept-1.tar"]
+    assert sh("tarsplit -n 3 -o q-%d.tar -C 'true %s' --nodelete --index q.json in.tar").stderr == b""

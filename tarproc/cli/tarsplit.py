@@ -116,6 +116,9 @@ def tarsplit_command(
         posts.append(post_command(args.post))
     if args.command:
         posts.append(post_command(args.command, delete=not args.nodelete))
+        if args.index and not args.nodelete:
+            rep.warn(f"--index {args.index} names the local shards, which -C deletes once its command has run: "
+                     f"index the shards where they went (tarindex URL ... -o INDEX), or add --nodelete")
 
     def post(shard):
         for p in posts:
