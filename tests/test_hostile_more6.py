@@ -295,3 +295,15 @@ def test_huge_widths_in_name_patterns_are_refused(tmp_path, cmd, what):
     line = one_line(p)
     assert what in line and ("is more than a name can hold (4096)" in line or "nested fields" in line), line
     assert not any(n.startswith("x-") for n in os.listdir(tmp_path))
+
+
+@pytest.mark.parametrize("name, hint", [("README", " (e.g. 'README.txt')"), ("d/.hidden", "")])
+def test_tarcreate_refuses_members_no_reader_keeps(tmp_path, name, hint):
+    """A member whose file name is not KEY.FIELD was written, and every
+    reader (tarcat, webdataset) then skipped it: what we write must read back."""
+    (tmp_path / "a.txt").write_text("hi\n")
+    p = run(f"printf 'x.txt a.txt\\n{name} a.txt\\n' | tarcreate -o out.tar", tmp_path)
+    assert p.returncode == 2
+    assert one_line(p) == (f"tarcreate: stdin:2: refusing member name '{name}': its file name is not KEY.FIELD, "
+                           f"so readers skip it{hint}")
+    assert not (tmp_path / "out.tar").exists()
