@@ -305,3 +305,19 @@ def test_map_stages_fail_only_the_sample_that_is_not_a_sample(stage):
     with pytest.raises(tarproc.SampleFailed) as e:
         list(run([7], error_handling="abort"))
     assert "a sample is a dict, not int" in str(e.value)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: tarproc.take("3"), "take: n must be a whole number >= 0, not '3'"),
+    (lambda: tarproc.skip(-1), "skip: n must be a whole number >= 0, not -1"),
+    (lambda: tarproc.shuffle(0), "shuffle: bufsize must be a whole number >= 1, not 0"),
+    (lambda: tarproc.slice_samples(1, "x"), "slice_samples: stop must be a whole number >= 0, not 'x'"),
+    (lambda: tarproc.slice_samples(0, 5, 0), "slice_samples: step must be a whole number >= 1, not 0"),
+])
+def test_stage_arguments_are_checked_when_the_stage_is_made(make, message):
+    """``take("3")`` raised a bare TypeError in the middle of the run, and
+    ``shuffle(0)`` a ValueError from ``randrange``; now one UsageError when
+    the stage is made."""
+    with pytest.raises(tarproc.UsageError) as e:
+        make()
+    assert str(e.value) == message

@@ -15,8 +15,22 @@ def pipeline(source, *stages):
     return source
 
 
+def _whole(value, what, least=0, none_ok=False):
+    """``value`` checked to be a whole number >= ``least`` (or None when
+    allowed): the API's stages fail at once with one line, not with a
+    TypeError in the middle of a run."""
+    import numbers
+
+    if value is None and none_ok:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise UsageError(f"{what} must be a whole number >= {least}, not {value!r}")
+    return int(value)
+
+
 def take(n):
     """Stage: the first ``n`` samples (stops pulling input after them)."""
+    n = _whole(n, "take: n")
 
     def stage(samples):
         if n <= 0:
@@ -31,6 +45,7 @@ def take(n):
 
 def skip(n):
     """Stage: drop the first ``n`` samples."""
+    n = _whole(n, "skip: n")
 
     def stage(samples):
         it = iter(samples)
@@ -62,6 +77,10 @@ def slice_samples(start=None, stop=None, step=None):
     """Stage: samples ``start``, ``start+step``, … before ``stop``; stops
     reading at ``stop``."""
     import itertools
+
+    start = _whole(start, "slice_samples: start", none_ok=True)
+    stop = _whole(stop, "slice_samples: stop", none_ok=True)
+    step = _whole(step, "slice_samples: step", 1, none_ok=True)
 
     def stage(samples):
         return itertools.islice(samples, start, stop, step)
@@ -155,6 +174,8 @@ def shuffle(bufsize, seed=None, rng=None):
     """Stage: mix samples through a buffer of ``bufsize`` samples (memory is
     bounded by the buffer); reproducible with ``seed``."""
     import random
+
+    bufsize = _whole(bufsize, "shuffle: bufsize", 1)
 
     def stage(samples):
         r = rng or random.Random(seed)
