@@ -21,20 +21,24 @@ SAMPLE_MEMORY = _env_int("TARPROC_SAMPLE_MEMORY", 16 << 20)
 class Packer:
     """Files copied one after another into one spool file, each a blob of
     its part: many fields held for one descriptor and no memory (a command's
-    thousands of outputs, :func:`tarproc.stages.command._read_files`)."""
+    thousands of outputs, :func:`tarproc.stages.collect._read_files`; a
+    sample's fields past its budget, :func:`tarproc.core.grouping.group`)."""
 
     def __init__(self, spooler):
         self.spooler = spooler
-        self.file = None
+        self.file = None  # made with the first field
         self.size = 0
+
+    def _out(self):
+        if self.file is None:
+            wfd, path = self.spooler.new_file()
+            self.file = _File(wfd, path, True)
+        return self.file.fd
 
     def add(self, fd, size):
         """A blob of the first ``size`` bytes of the open file ``fd`` (fewer
         if it has shrunk), copied into the pack."""
-        if self.file is None:
-            wfd, path = self.spooler.new_file()
-            self.file = _File(wfd, path, True)
-        out, start = self.file.fd, self.size
+        out, start = self._out(), self.size
         got = 0
         try:
             while got < size:
@@ -54,15 +58,12 @@ class Packer:
 
     def add_bytes(self, data):
         """A blob holding ``data``, written into the pack."""
-        if self.file is None:
-            wfd, path = self.spooler.new_file()
-            self.file = _File(wfd, path, True)
-        start = self.size
+        out, start = self._out(), self.size
         view = memoryview(data)
         pos = 0
         try:
             while pos < len(view):
-                pos += os.pwrite(self.file.fd, view[pos : pos + CHUNK], start + pos)
+                pos += os.pwrite(out, view[pos : pos + CHUNK], start + pos)
         except OSError as e:
             raise _spool_write_failed(self.file.path, e) from None
         finally:

@@ -238,12 +238,14 @@ def _exiting():
 
 class WorkerDied(SampleFailed):
     """A worker process ended while it held a task; ``position`` is where in
-    the task (which item) it was, -1 when unknown."""
+    the task (which item) it was, -1 when unknown; ``timed_out``: the pool
+    killed it for running one item past its timeout."""
 
-    def __init__(self, message, position=-1, how=""):
+    def __init__(self, message, position=-1, how="", timed_out=False):
         super().__init__(message)
         self.position = position
         self.how = how
+        self.timed_out = timed_out
 
 
 class WorkerError(SampleFailed):
@@ -264,9 +266,6 @@ class _Mark:
     def __setitem__(self, slot, item):
         self.since[slot] = self.clock()  # before the item: the parent reads the item, then its time
         self.mark[slot] = item
-
-    def __getitem__(self, slot):
-        return self.mark[slot]
 
 
 def _serve(tasks, replies, mark, slot, setup, setup_args, since=None):
@@ -503,7 +502,7 @@ class TaskPool:
             return
         head, rest = pending[0], pending[1:]
         if position >= 0:
-            head[1](None, WorkerDied(f"worker process {w.proc.pid} died ({how})", position, how))
+            head[1](None, WorkerDied(f"worker process {w.proc.pid} died ({how})", position, how, w.timed_out))
         else:
             self.blind += 1
             if self.blind > self.MAX_BLIND_DEATHS:

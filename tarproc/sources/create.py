@@ -126,7 +126,7 @@ def _check_name(where, name):
         # tar fails extracting it, bsdtar calls the archive damaged
         why = f"member name {quote(name)}: it names a directory, not a file"
     if not why and split_name(name) is None:
-        # no '.' in its file name: no field, so every reader (ours, webdataset) skips or refuses it
+        # not KEY.FIELD (README, .hidden): every reader (ours, webdataset) skips or refuses it
         base = name.rsplit("/", 1)[-1]
         why = (f"member name {quote(name)}: its file name is not KEY.FIELD, so readers skip it"
                + (f" (e.g. {quote(name + '.txt')})" if "." not in base else ""))

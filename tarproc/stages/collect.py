@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from ..core.pack import sample_budget
+from ..core.pack import Packer, sample_budget
 
 
 _proc_fd = None  # whether /proc/self/fd works (looked at once)
@@ -77,8 +77,9 @@ class _Quota:
         self.pack = None
 
     def take(self, name, dfd, fd, size):
-        """``bytes`` read from ``fd``, or a blob (hard link or packed), or
-        None when the caller should read the bytes itself."""
+        """None when the file ``name`` (open as ``fd``, ``size`` bytes) fits
+        in memory (the caller reads it), else its blob: a hard link, or a
+        part of the pack."""
         spooler = self.spooler
         if size < spooler.threshold and self.held + size <= self.budget:
             self.held += size
@@ -87,8 +88,6 @@ class _Quota:
             self.adopted += 1
             return spooler.adopt(name, dfd)
         if self.pack is None:
-            from ..core.pack import Packer
-
             self.pack = Packer(spooler)
         return self.pack.add(fd, size)
 

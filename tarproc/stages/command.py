@@ -57,7 +57,7 @@ from ..runtime.engine import _Result, _check_mode, _handler, _stderr_echo, _stde
 from ..runtime.capture import Capture
 from ..runtime.procs import close_at_exit
 from ..runtime.spawn import Spawner, spawn_loop
-from .collect import _COARSE, _Quota, _entries, _read_files, _settled  # noqa: F401  (_settled: tests)
+from .collect import _COARSE, _Quota, _entries, _read_files, _settled
 from ..runtime.workdir import Remover, _remove_entry, _remove_root
 
 

@@ -233,8 +233,7 @@ def _submit(pool, batch, finish):
     def reply(data, exc):
         if isinstance(exc, WorkerDied) and 0 <= exc.position < len(batch):
             p = exc.position
-            why = f"{exc.how} (worker process killed)" if exc.how.startswith("timed out") else \
-                f"worker process died ({exc.how})"
+            why = f"{exc.how} (worker process killed)" if exc.timed_out else f"worker process died ({exc.how})"
             failure = (batch[p].get("__key__"), [], why, b"", "died")
             rest = batch[:p] + batch[p + 1 :]
             if not rest:
