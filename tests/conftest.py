@@ -14,7 +14,30 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 VENV_BIN = os.path.dirname(sys.executable)
-REALDATA = os.path.join(os.path.dirname(ROOT), "shared", "realdata")
+
+
+def _realdata():
+    """``../shared/realdata`` beside the checkout (``TARPROC_REALDATA``
+    overrides); for a clone of a local checkout (``git clone . /tmp/x``),
+    beside the checkout it was cloned from."""
+    if os.environ.get("TARPROC_REALDATA"):
+        return os.environ["TARPROC_REALDATA"]
+    here = os.path.join(os.path.dirname(ROOT), "shared", "realdata")
+    if os.path.isdir(here):
+        return here
+    try:
+        origin = subprocess.run(["git", "-C", ROOT, "config", "--get", "remote.origin.url"], capture_output=True,
+                                text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        origin = ""
+    if origin and os.path.isdir(origin):
+        there = os.path.join(os.path.dirname(os.path.abspath(origin)), "shared", "realdata")
+        if os.path.isdir(there):
+            return there
+    return here
+
+
+REALDATA = _realdata()
 
 # The commands under test are the installed ones, first on PATH.
 os.environ["PATH"] = VENV_BIN + os.pathsep + os.environ.get("PATH", "")
