@@ -1,5 +1,6 @@
 """The package's layout (DESIGN.md): the flow in folder names, the library
-never imports the CLI layer, no module over 600 lines, `import tarproc` cheap."""
+never imports the CLI layer, `import tarproc` cheap. (Module length is no
+gate: a long module is a prompt to look for a seam, never a reason to cut.)"""
 
 import ast
 import os
@@ -36,15 +37,6 @@ def test_library_never_imports_the_cli():
             elif isinstance(node, ast.Import):
                 offenders += [f"{path}:{node.lineno}" for a in node.names if a.name.startswith("tarproc.cli")]
     assert offenders == []
-
-
-def test_no_module_over_600_lines():
-    big = {}
-    for path in _modules(LIBRARY + ["cli"]):
-        n = sum(1 for _ in open(path))
-        if n > 600:
-            big[os.path.relpath(path, ROOT)] = n
-    assert big == {}
 
 
 def test_import_tarproc_loads_nothing_heavy():
