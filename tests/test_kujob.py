@@ -147,12 +147,12 @@ def test_single_string_runs_with_sh_and_unsafe_ids_refused(sh, tmp_path):
 
 def test_index_runs_one_shard(sh, tmp_path):
     make_inputs(tmp_path, ["00", "01", "02"])
-    sh("kujob --index 1 -s '{00..02}' -- tarcat in-{}.tar -o out-{}.tar")
+    sh("kujob --task-index 1 -s '{00..02}' -- tarcat in-{}.tar -o out-{}.tar")
     assert_copied(tmp_path, "01")
     assert not (tmp_path / "out-00.tar").exists() and not (tmp_path / "out-02.tar").exists()
     sh("kujob --index-from-env -s '{00..02}' -- tarcat in-{}.tar -o out-{}.tar", env={"JOB_COMPLETION_INDEX": "2"})
     assert_copied(tmp_path, "02")
-    for cmd, env, msg in [("--index 3", None, "index 3 out of range"),
+    for cmd, env, msg in [("--task-index 3", None, "index 3 out of range"),
                           ("--index-from-env", None, "JOB_COMPLETION_INDEX is not set"),
                           ("--index-from-env", {"JOB_COMPLETION_INDEX": "x"}, "bad index 'x'")]:
         e = dict(os.environ)

@@ -28,7 +28,7 @@ def test_blocks_per_sample(sh, tmp_path):
     assert len(blocks) == 2
     assert blocks[0].splitlines()[0] == "0000" and blocks[1].splitlines()[0] == "0001"
     first = blocks[0]
-    assert re.search(r"jpg\s+\S+ \S+\s+<jpg 64x48 RGB, [\d.]+ (B|KB)>", first), first
+    assert re.search(r"jpg\s+\S+ \S+\s+<jpg 64x48 RGB, [\d.]+ (B|kB)>", first), first
     assert re.search(r"cls\s+1 B\s+0$", first, re.M), first
     assert '{"label": 0, "text": "a b"}' in first
     assert "<40 B binary: 00 01 02 03" in first
@@ -106,7 +106,7 @@ def test_npy_normalize_and_cmap(sh, tmp_path):
     np.save(buf, arr)
     (tmp_path / "a.tar").write_bytes(tar_bytes([("s.depth.npy", buf.getvalue()), ("s.cls", b"1")]))
     out = sh("tarshow a.tar").stdout.decode()
-    assert "<npy float32 64x64, 16 KB>" in out
+    assert "<npy float32 64x64, 17 kB>" in out
     sh("tarshow --grid g.png -f depth.npy -N -C viridis --thumb 64 a.tar")
     g = Image.open(tmp_path / "g.png").convert("RGB")
     assert g.size == (72, 88)

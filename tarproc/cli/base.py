@@ -183,7 +183,7 @@ class Args:
         return None
 
 
-from ..core.units import parse_size  # noqa: E402,F401  (re-exported for the commands)
+from ..core.units import format_size, parse_size  # noqa: E402,F401  (parse_size re-exported for the commands)
 
 
 # ---------------------------------------------------------------- progress
@@ -192,15 +192,36 @@ from ..core.units import parse_size  # noqa: E402,F401  (re-exported for the com
 def _human(n, unit):
     if unit != "B":
         return f"{n:,.0f}" if n >= 1000 else f"{n:.0f}"
-    for u in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or u == "TB":
-            return f"{n:.0f} {u}" if u == "B" else f"{n:.1f} {u}"
-        n /= 1000.0
+    return format_size(n)
 
 
 def _clock(seconds):
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def terminal_columns():
+    """The width of the terminal stderr is on ($COLUMNS when set; 80 when
+    it cannot be told), asked at every redraw so a resize is followed."""
+    try:
+        return max(10, int(os.environ["COLUMNS"]))
+    except (KeyError, ValueError):
+        pass
+    try:
+        return max(10, os.get_terminal_size(sys.stderr.fileno()).columns)
+    except (OSError, ValueError, AttributeError):
+        return 80
+
+
+def draw_line(line):
+    """Draw ``line`` in place on stderr (``\\r``, the line, erase to its
+    end), cut to one character less than the terminal's width: a line that
+    reached the last column would wrap, and every redraw would scroll."""
+    width = terminal_columns() - 1
+    if len(line) > width:
+        line = line[:width - 1] + "…"
+    sys.stderr.write(f"\r{line}\x1b[K")
+    sys.stderr.flush()
 
 
 class Progress:
@@ -249,11 +270,12 @@ class Progress:
             eta = _clock((self.total - done) / rate) if rate > 0 and done < self.total else "-:--:--"
             amount = "" if text else f"{_human(done, self.unit)}/{_human(self.total, self.unit)}{unit} "
             line = f"{head}{frac * 100:3.0f}% [{bar}] {amount}{rate_text}, ETA {eta}"
+            if len(line) >= terminal_columns():  # a narrow terminal: the bar goes first
+                line = f"{head}{frac * 100:3.0f}% {amount}{rate_text}, ETA {eta}"
         else:
             amount = "" if text else f"{_human(done, self.unit)}{unit}, "
             line = f"{head}{amount}{rate_text}, {_clock(elapsed)}"
-        sys.stderr.write(f"\r{line}\x1b[K")
-        sys.stderr.flush()
+        draw_line(line)
         self.shown = True
 
     def clear(self):
@@ -370,7 +392,7 @@ def run(prog, cmd, argv=None):
     try:
         # Outputs commit only when the command exits 0 (the commit hook).
         with CommitGate() as gate:
-            code = get_command(cmd.app).main(argv, prog_name=prog, standalone_mode=False)
+            code = _once(get_command(cmd.app)).main(argv, prog_name=prog, standalone_mode=False)
             code = code if isinstance(code, int) else 0
             if code == 130:
                 _drop_stdout()
@@ -428,6 +450,33 @@ def run(prog, cmd, argv=None):
     except BrokenPipeError:
         _quiet_sigpipe()
     sys.exit(code)
+
+
+def _once(click_cmd):
+    """``click_cmd`` refusing an option that takes one value given twice
+    (``-c 'x' -c2`` ran ``2``): a usage error (exit 2), for every command."""
+    from typer._click.exceptions import UsageError as ClickUsageError
+
+    make = click_cmd.make_parser
+
+    def make_parser(ctx):
+        parser = make(ctx)
+        parse = parser.parse_args
+
+        def parse_args(args):
+            opts, largs, order = parse(args=args)
+            seen = set()
+            for p in order:
+                if p in seen and not (p.multiple or getattr(p, "count", False) or getattr(p, "is_flag", False)):
+                    raise ClickUsageError(f"option {'/'.join(p.opts)} given more than once (it takes one value)", ctx)
+                seen.add(p)
+            return opts, largs, order
+
+        parser.parse_args = parse_args
+        return parser
+
+    click_cmd.make_parser = make_parser
+    return click_cmd
 
 
 def _flush_stdout():

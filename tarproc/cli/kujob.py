@@ -20,7 +20,7 @@ kujob --k8s --image ghcr.io/me/ocr:1 --cpu 16 --memory 8Gi --parallelism 50 \\
     -s '{0000..0999}' -- tarproc -p 16 -c 'run-ocr *.png' \\
     gs://g1000/scanned-{}.tar -o gs://g1000/ocr-{}.tar > job.json
 kujob --k8s --apply --image IMAGE -s '{0000..0999}' -- CMD ...   # kubectl apply -f -
-kujob --index 7 -s '{0000..0999}' -- CMD ...                      # shard 0007 only
+kujob --task-index 7 -s '{0000..0999}' -- CMD ...                 # shard 0007 only
 kujob --slurm --cpus-per-task 16 --mem 8G --time 2:00:00 -j 50 --done-if ocr-{}.tar \\
     -s '{0000..0999}' -- tarproc -p 16 -c 'run-ocr *.png' scanned-{}.tar -o ocr-{}.tar > job.sh
 kujob --slurm --wait --partition gpu -s '{0000..0999}' -- CMD ...  # sbatch, wait, report per id
@@ -44,7 +44,7 @@ found, kubectl missing for --apply, sbatch missing for --submit)."""
          "or on Slurm as a job array.",
          EXAMPLES, NOTES, context={"allow_interspersed_args": False})
 def kujob_command(
-    shards: Annotated[List[str], opt("-s", "--shards", metavar="PATTERN",
+    shards: Annotated[List[str], opt("-s", "--ids", metavar="PATTERN",
                       help="shard ids as a brace pattern, e.g. '{0000..0999}' or '{a,b,c}-{0..3}' (repeat to add "
                            "more)")],
     jobs: Annotated[Optional[int], opt("-j", "--jobs", metavar="N",
@@ -59,7 +59,7 @@ def kujob_command(
                             "creating it counts as failed")] = None,
     dry_run: Annotated[bool, opt("-n", "--dry-run",
                        help="print the command of every shard that would run (one per line) and exit")] = False,
-    index: Annotated[Optional[str], opt("--index", metavar="N",
+    index: Annotated[Optional[str], opt("--task-index", metavar="N",
                      help="one shard (what each Kubernetes pod runs): run only the shard at 0-based position N "
                           "of the pattern")] = None,
     index_from_env: Annotated[bool, opt("--index-from-env",
@@ -157,13 +157,14 @@ def slurm(args, command, prog):
 
     def progress(c):
         if sys.stderr.isatty() if args.progress is None else args.progress:
-            sys.stderr.write(f"\r{prog}: job {c['job']}: {c['finished']}/{c['total']} finished, {c['running']} "
-                             f"running, {c['pending']} pending, {c['seconds']:.0f} s\x1b[K")
-            sys.stderr.flush()
+            from .base import draw_line
+
+            draw_line(f"{prog}: job {c['job']}: {c['finished']}/{c['total']} finished, {c['running']} "
+                      f"running, {c['pending']} pending, {c['seconds']:.0f} s")
             shown.append(1)
 
     if args.index is not None or args.index_from_env or args.dry_run or args.k8s or args.apply:
-        raise UsageError("--index, --index-from-env, --dry-run, --k8s and --apply do not go with --slurm")
+        raise UsageError("--task-index, --index-from-env, --dry-run, --k8s and --apply do not go with --slurm")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"bad --jobs {args.jobs}: must be at least 1")
     job = slurm.plan(command, args.shards, name=args.name, log_dir=args.log_dir or slurm.DEFAULT_LOG_DIR,
@@ -248,7 +249,7 @@ def main(args, command, prog="kujob"):
         raise UsageError("--apply goes with --k8s")
     if args.k8s:
         if args.index is not None or args.index_from_env:
-            raise UsageError("--index/--index-from-env run one shard; they do not go with --k8s")
+            raise UsageError("--task-index/--index-from-env run one shard; they do not go with --k8s")
         manifest = jobs.job_manifest(
             command, args.shards, args.image, name=args.name, namespace=args.namespace,
             parallelism=args.parallelism, cpu=args.cpu, memory=args.memory, retries=args.retries,
@@ -273,7 +274,7 @@ def main(args, command, prog="kujob"):
             value = os.environ.get("JOB_COMPLETION_INDEX")
             if value is None:
                 raise UsageError("JOB_COMPLETION_INDEX is not set (--index-from-env runs in a pod of an "
-                                 "Indexed Job; here use --index N)")
+                                 "Indexed Job; here use --task-index N)")
         first, one = jobs.pick_index(ids, value)
         ids = [one]
     if args.retries < 0:

@@ -28,7 +28,7 @@ Exit status: 0 ok, 2 bad usage, unreadable input or a bad line."""
 def lines2tar_command(
     inputs: Annotated[Optional[List[str]], typer.Argument(metavar="[TEXT]...", show_default=False,
                       help="text inputs: paths, '-', URLs (default: stdin)")] = None,
-    keys: Annotated[str, opt("-k", "--keys", metavar="NAMES",
+    keys: Annotated[str, opt("-k", "--fields", metavar="NAMES",
                     help="field names of the values of a line, space separated; '__key__' makes that "
                          "value the key (default: txt)")] = "txt",
     separator: Annotated[str, opt("-s", "--separator", metavar="SEP",

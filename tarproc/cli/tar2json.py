@@ -15,10 +15,11 @@ tar2json -f json -c 3 'shard-{0000..0009}.tar#0,2'
 NOTES = """\
 Without -k a record has __key__ and every field of its sample; with -k exactly
 the names given ('cls json.label img=jpg;png', as tar2tsv -f; add __key__ to
-get the key).  Text fields are strings; binary fields (images, arrays, anything
-that is not UTF-8) their size in bytes, or their sha256 with --hash; a missing
-field is null.
-yaml: one '---' document per sample, keys and strings as double-quoted scalars
+get the key).  Text fields are strings, a json field the value it holds;
+binary fields (images, arrays, anything that is not UTF-8) their size in
+bytes, or their sha256 with --hash; a missing field is null.
+yaml: one '---' document per sample, 'name: value' lines, strings plain where
+PyYAML would write them plain (txt: a) and double-quoted where they need quotes
 (no YAML library needed to write it; any YAML reader reads it).  json: one
 indented object per sample, separated by blank lines (a stream jq reads).
 jsonlines: one object per line.
@@ -29,7 +30,7 @@ Exit status: 0 ok, 2 bad usage or unreadable input."""
 def tar2json_command(
     inputs: Inputs = None,
     filelist: FileList = None,
-    keys: Annotated[Optional[str], opt("-k", "--keys", "--fields", metavar="SPEC",
+    keys: Annotated[Optional[str], opt("-k", "--fields", metavar="SPEC",
                     help="what to extract: 'cls json.label img=jpg;png' (default: __key__ and every "
                          "field)")] = None,
     available: Annotated[bool, opt("-a", "--available",

@@ -98,7 +98,8 @@ def main(args, prog="tar2tsv"):
     fmt = args.format
     header_done = args.noheader or fmt == "jsonl"
     samples = S.pipeline(read_inputs(args, rep, stats), *stages)
-    key = not args.nokey
+    # -f '__key__ cls' has the key as a column of its own: not a second time in front
+    key = not args.nokey and not any(c.name == "__key__" for c in columns or ())
     if columns is None and fmt == "jsonl":  # no header: each object has its own sample's fields
         rows = (row for sample in samples
                 for row in T.rows([sample], T.default_columns(sample), key=key, hash=args.hash, native=True))
@@ -116,7 +117,7 @@ def main(args, prog="tar2tsv"):
             header_done = True
         out.write(T.format_row(values, fmt, names))
         if args.fields and len(found) < len(columns):
-            found.update(i for i, v in enumerate(values[0 if args.nokey else 1:]) if v is not None)
+            found.update(i for i, v in enumerate(values[1 if key else 0:]) if v is not None)
         n += 1
         if n % 256 == 0:
             out.flush()

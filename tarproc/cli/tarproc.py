@@ -8,7 +8,7 @@ from .base import (BlobThreshold, TmpDir, spooler_of, Args, FileList, Output, Pr
                    positive, progress_stage, read_inputs, run, Reporter)
 
 EXAMPLES = """
-tarproc -p 5 -c 'gm mogrify -size 256x256 -resize 256x256 *.jpg' small.tar > out.tar
+tarproc -p 5 -c 'gm mogrify -resize 256x256 *.jpg' small.tar > out.tar
 gsutil cat gs://b/scans-0042.tar | tarproc -p 16 -c 'run-ocr *.png' -o gs://b/ocr-0042.tar
 tarproc -c 'cp sample.txt sample.x.txt' data.tar -o out.tar   # add a field
 tarproc -c 'rm sample.png' data.tar > nopng.tar                 # drop a field
@@ -94,14 +94,12 @@ def tarproc_command(
     tmpdir: TmpDir = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
-    silent: Annotated[bool, opt("--silent", hidden=True, help="the original's -q")] = False,
     progress: ProgressFlag = None,
 ):
     from .base import _PROG
 
     args = Args(locals())
     args.command = args.command_
-    args.quiet = args.quiet or args.silent
     return main(args, _PROG[0])
 
 

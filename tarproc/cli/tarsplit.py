@@ -50,7 +50,7 @@ def tarsplit_command(
     post: Annotated[Optional[str], opt("-p", "--post", metavar="CMD",
                     help="shell command run after each shard is complete (see below); failure stops with "
                          "exit 1")] = None,
-    command_: Annotated[Optional[str], opt("-C", "--command", metavar="CMD",
+    command_: Annotated[Optional[str], opt("-C", "--post-delete", metavar="CMD",
                         help="like --post, and the shard is deleted after the command succeeds")] = None,
     nodelete: Annotated[bool, opt("--nodelete", help="with -C: keep the shard")] = False,
     manifest: Annotated[Optional[str], opt("--manifest", metavar="FILE",

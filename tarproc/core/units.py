@@ -1,4 +1,8 @@
-"""Sizes as people write them: ``1e9``, ``100MB``, ``64MiB``."""
+"""Sizes, read and written, with one convention everywhere (README.md,
+"Sizes"): kB, MB, GB, TB are powers of 1000 and KiB, MiB, GiB, TiB powers of
+1024; both are read (``1e9``, ``100MB``, ``64MiB``), and every size a
+command prints (tarcheck, tarshow, the progress line) is written by
+:func:`format_size` in the decimal units, labelled as such."""
 
 from ..errors import UsageError
 
@@ -23,3 +27,15 @@ def parse_size(text):
     if value != value or value == float("inf"):  # nan, or beyond a float (1e400)
         raise UsageError(f"bad size {text!r} (use e.g. 1e9, 100MB, 64MiB, 1GiB)")
     return int(value)
+
+
+def format_size(n):
+    """A byte count for people, in decimal units (as ``-s 1MB`` reads them):
+    ``999 B``, ``1.2 kB``, ``35 MB``, ``1.5 GB``; three significant digits
+    at most."""
+    if n < 1000:
+        return f"{n:.0f} B"
+    for unit in ("kB", "MB", "GB", "TB", "PB"):
+        n /= 1000.0
+        if n < 999.5 or unit == "PB":
+            return f"{n:.1f} {unit}" if n < 9.95 else f"{n:.0f} {unit}"

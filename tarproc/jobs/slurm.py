@@ -1,7 +1,7 @@
 """kujob as a Slurm job array: the sbatch script, ``sbatch``, waiting with
 ``squeue`` and the per-id report.
 
-One array task per shard id.  Task N runs ``kujob --index N -s PATTERN --
+One array task per shard id.  Task N runs ``kujob --task-index N -s PATTERN --
 COMMAND`` (the same code as a local run and a Kubernetes pod), so the script
 carries the pattern and the command, not a copy of the id list, and stays
 self-contained.  ``--array`` lists only the positions to run (all of them, or
@@ -139,7 +139,7 @@ class ArrayJob:
         return os.path.join(self.log_dir, f"{self.name}-{job_id}.exit")
 
     def task_argv(self):
-        argv = [self.kujob, "--index", "$SLURM_ARRAY_TASK_ID"]
+        argv = [self.kujob, "--task-index", "$SLURM_ARRAY_TASK_ID"]
         for p in self.patterns:
             argv += ["-s", p]
         if self.retries:
@@ -157,7 +157,7 @@ class ArrayJob:
             f"#SBATCH --output={_directive_path(os.path.join(self.log_dir, self.name) + '-%A_%a.log')}",
             f"#SBATCH --chdir={_directive_path(self.chdir)}",
         ] + [f"#SBATCH {line}" for line in self.header]
-        # only kujob's own --index is the task's number: a command argument that
+        # only kujob's own --task-index is the task's number: a command argument that
         # reads $SLURM_ARRAY_TASK_ID is quoted like any other (as in a local run)
         task = " ".join('"$SLURM_ARRAY_TASK_ID"' if n == 2 else q(a) for n, a in enumerate(self.task_argv()))
         records = q(os.path.join(self.log_dir, self.name + "-"))

@@ -6,9 +6,11 @@ as ``null`` -- the cells of :mod:`tarproc.sinks.table`, one record per
 sample.
 
 YAML is written without a YAML library: each record is one ``---`` document
-of ``"name": value`` lines whose keys and strings are JSON strings (double-
-quoted YAML scalars) and whose nested values are JSON flow collections,
-escaped so that any YAML 1.1 or 1.2 reader gives back the same values.
+of ``name: value`` lines whose keys and strings are plain scalars where
+PyYAML's ``safe_dump`` writes them plain (``txt: a``) and JSON strings
+(double-quoted YAML scalars) where they need quotes, and whose nested values
+are flow collections, escaped so that any YAML 1.1 or 1.2 reader gives back
+the same values.
 """
 
 import json
@@ -45,7 +47,17 @@ def _escape(json_text):
     return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json_text)
 
 
+# A string written plain (unquoted), as PyYAML's safe_dump writes it: ASCII
+# letters, digits and ``_ . / -`` (single inner spaces too), starting with a
+# letter, ``_`` or ``/``; anything else is double-quoted.  Words a YAML 1.1
+# or 1.2 reader takes for another type (booleans, null) are quoted.
+_PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./-]*(?: [A-Za-z0-9_./-]+)*\Z")
+_NOT_STRINGS = frozenset("y n yes no on off true false null".split())
+
+
 def _ystr(text):
+    if _PLAIN.match(text) and text.lower() not in _NOT_STRINGS:
+        return text
     return _escape(json.dumps(text, ensure_ascii=False))
 
 

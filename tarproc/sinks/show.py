@@ -40,13 +40,11 @@ _FORMAT_NAMES = {"JPEG": "jpg", "PNG": "png", "GIF": "gif", "BMP": "bmp", "TIFF"
 
 
 def human_size(n):
-    """``1234`` -> ``"1.2 KB"`` (binary multiples, as ``ls -h``)."""
-    if n < 1024:
-        return f"{n} B"
-    for unit in ("KB", "MB", "GB", "TB", "PB"):
-        n /= 1024.0
-        if n < 1024 or unit == "PB":
-            return f"{n:.1f} {unit}" if n < 10 else f"{n:.0f} {unit}"
+    """``1234`` -> ``"1.2 kB"``: :func:`tarproc.core.units.format_size`, the
+    one size formatter (decimal units)."""
+    from ..core.units import format_size
+
+    return format_size(n)
 
 
 def ext_of(field):

@@ -135,6 +135,11 @@ def cell(sample, column, hash=False, native=False):
 
                     return hashlib.sha256(value).hexdigest()
                 return len(value) if native else str(len(value))
+            if native and field.rsplit(".", 1)[-1].lower() == "json":
+                try:  # a JSON field as the value it holds (depth-bounded; Blobs never get here)
+                    return limits.json_loads(bytes(value))
+                except ValueError:  # not JSON after all (or too deep): its text
+                    pass
             return bytes(value).decode("utf-8", "replace")
         if native:
             return value
