@@ -385,8 +385,8 @@ def test_map_timeout_fails_only_the_stuck_samples(sh, tmp_path, method):
            stderr_ok=True, timeout=60)
     assert time.monotonic() - t0 < 30
     err = p.stderr.decode()
-    assert "sample '0003': timed out after 1 s (worker process killed) (skipped)" in err
-    assert "sample '0007': timed out after 1 s (worker process killed) (skipped)" in err
+    assert "sample '0003': timed out after 1 s (worker process killed) (failed: not written)" in err
+    assert "sample '0007': timed out after 1 s (worker process killed) (failed: not written)" in err
     assert "samples read 12, written 10, skipped 0, failed 2" in err
     assert keys_of((tmp_path / "out.tar").read_bytes()) == [f"{i:04d}" for i in range(12) if i not in (3, 7)]
     assert subprocess.run(["pgrep", "-f", f"hang_{method}.py:f"], capture_output=True).stdout == b""

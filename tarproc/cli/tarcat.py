@@ -124,7 +124,14 @@ def tarcat_command(
         keyfile = args.keys or args.exclude_keys
         if keyfile == "-" and isinstance(urls, list) and "-" in urls:  # (a long lazy list is not consumed)
             raise UsageError("the key list and the samples cannot both come from stdin")
-        stages.insert(0, select_keys(read_keys(keyfile), exclude=bool(args.exclude_keys), stats=stats))
+        keys = read_keys(keyfile)
+
+        def missing(n, examples):  # every listed key is looked for: say which never came
+            rep.warn(f"{n} of the {len(keys)} keys listed in {keyfile} were never found (e.g. "
+                     f"{', '.join(map(repr, examples))})")
+
+        stages.insert(0, select_keys(keys, exclude=bool(args.exclude_keys), stats=stats,
+                                     on_missing=None if args.exclude_keys else missing))
     middle = []
     if args.fields:
         check = FieldCheck(rep, args.fields)

@@ -61,7 +61,7 @@ def tarproc_command(
              "skip)")] = "skip",
     max_failures: Annotated[str, opt("--max-failures", metavar="N|N%",
                             help="failed samples allowed (a number, or a percentage of the samples read): "
-                                 "within it they are reported and skipped and the exit is 0; past it, exit 1 "
+                                 "within it they are reported and not written and the exit is 0; past it, exit 1 "
                                  "and no output (default: 0)")] = "0",
     subdirs: Annotated[bool, opt("-S", "--subdirs",
                        help="each subdirectory the command makes is one output sample (key from its "

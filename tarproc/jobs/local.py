@@ -193,6 +193,22 @@ class Summary:
 
 
 
+def _is_binary(chunk, first=True):
+    """Whether a command's stdout is not text: a NUL in ``chunk``, or, in
+    the ``first`` chunk, bytes that are not UTF-8 (a character cut at the
+    end is allowed; a later line in another encoding stays text)."""
+    head = chunk[:8192]
+    if b"\0" in head:
+        return True
+    if not first:
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start < len(head) - 3
+    return False
+
+
 class Runner:
     """Run ``command`` once per shard id, ``jobs`` at a time.
 
@@ -309,7 +325,7 @@ class Runner:
             # its own process group: stop() ends the whole pipeline a shell
             # command starts, not only the shell
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                    stderr=subprocess.PIPE, env=env, start_new_session=True)
         except OSError as e:
             return None, f"cannot run {argv[0]}: {e.strerror or e}"
         with self._lock:
@@ -325,9 +341,12 @@ class Runner:
         return code, describe_exit(code)
 
     def _relay(self, proc, prefix):
-        """Copy the shard's output to the log until its end: whole lines,
-        each prefixed; a line over 64 KiB is cut into prefixed pieces, and a
-        last line without newline gets one.
+        """Copy the shard's output (stdout and stderr) to the log until its
+        end: whole lines, each prefixed; a line over 64 KiB is cut into
+        prefixed pieces, and a last line without newline gets one.  Binary
+        stdout (a NUL or bytes that are not UTF-8 in what came first: a tar
+        written to stdout, a forgotten ``-o``) is counted, not copied: one
+        line ``N bytes of binary output on stdout (forgot -o?)`` at the end.
 
         The shard ends when its command exits, as a pod or a Slurm task
         does: what it left running in its process group (``cmd &``, a
@@ -338,43 +357,57 @@ class Runner:
         pipe: it is not waited for)."""
         import select
 
-        fd = proc.stdout.fileno()
+        out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
         poller = select.poll()
-        poller.register(fd, select.POLLIN)
+        pending = {out_fd: b"", err_fd: b""}
+        for fd in pending:
+            poller.register(fd, select.POLLIN)
+        binary = None  # bytes of binary stdout, once stdout is seen to be binary
+        seen_out = False
         try:
             exitfd = os.pidfd_open(proc.pid)  # readable once the command has exited (it is not reaped)
             poller.register(exitfd, select.POLLIN)
         except (AttributeError, OSError):
             exitfd = None
-        pending = b""
         deadline = None  # after the command exited: when to signal what is left of its group
         signals = ["SIGTERM", "SIGKILL", None]
+        open_fds = set(pending)
         try:
-            while True:
+            while open_fds:
                 timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
                 if exitfd is None and deadline is None:
                     timeout = 0.2
                 ready = {f for f, _ in poller.poll(None if timeout is None else int(timeout * 1000) + 1)}
-                if fd in ready:
+                data_fds = ready & open_fds
+                for fd in data_fds:
                     chunk = os.read(fd, 1 << 16)
                     if not chunk:
-                        break
-                    pending += chunk
+                        open_fds.discard(fd)
+                        poller.unregister(fd)
+                        continue
+                    if fd == out_fd and binary is None and not pending[fd] and _is_binary(chunk, not seen_out):
+                        binary = 0
+                    seen_out = seen_out or fd == out_fd
+                    if fd == out_fd and binary is not None:
+                        binary += len(chunk)
+                        continue
+                    buf = pending[fd] + chunk
                     lines, start = [], 0
                     while True:
-                        cut = pending.find(b"\n", start, start + (1 << 16))
+                        cut = buf.find(b"\n", start, start + (1 << 16))
                         if cut >= 0:
-                            lines.append(prefix + pending[start:cut + 1])
+                            lines.append(prefix + buf[start:cut + 1])
                             start = cut + 1
-                        elif len(pending) - start >= 1 << 16:
-                            lines.append(prefix + pending[start:start + (1 << 16)] + b"\n")
+                        elif len(buf) - start >= 1 << 16:
+                            lines.append(prefix + buf[start:start + (1 << 16)] + b"\n")
                             start += 1 << 16
                         else:
                             break
-                    pending = pending[start:]
+                    pending[fd] = buf[start:]
                     if lines:
                         with self._lock:
                             self._write_log(b"".join(lines))
+                if data_fds:
                     continue
                 if deadline is None:
                     if exitfd is not None and exitfd in ready or exitfd is None and _exited(proc.pid):
@@ -389,12 +422,16 @@ class Runner:
                     _signal_group(proc, sig)  # the leader is not reaped yet: the group id is still its own
                     deadline = time.monotonic() + 5
         finally:
-            if pending:
+            rest = b"".join(prefix + pending[fd] + b"\n" for fd in (out_fd, err_fd) if pending[fd])
+            if binary:
+                rest += prefix + f"{binary} bytes of binary output on stdout (forgot -o?)\n".encode()
+            if rest:
                 with self._lock:
-                    self._write_log(prefix + pending + b"\n")
+                    self._write_log(rest)
             if exitfd is not None:
                 os.close(exitfd)
             proc.stdout.close()
+            proc.stderr.close()
 
     def _write_log(self, data):
         clear = getattr(self.progress, "clear", None)

@@ -63,6 +63,16 @@ def _tail(data, n=TAIL_LINES):
     return "\n" + "\n".join("  | " + line for line in lines)
 
 
+def _traceback_signature(log):
+    """What makes two tracebacks the same error: their frame lines and the
+    exception's type (not its message, which names the sample's values)."""
+    from ..core.limits import TAIL_BYTES
+
+    lines = bytes(log[-TAIL_BYTES:]).decode("utf-8", "replace").rstrip("\n").splitlines()
+    frames = tuple(line for line in lines if line.startswith("  File "))
+    return frames, lines[-1].split(":", 1)[0] if lines else ""
+
+
 def _check_mode(error_handling):
     if error_handling not in ERROR_MODES:
         raise UsageError(f"error handling must be one of {', '.join(ERROR_MODES)}, not {error_handling!r}")
@@ -162,6 +172,7 @@ def _handler(error_handling, stats, on_error, echo, quiet_log):
     """The main-thread part: count, report, apply the error policy."""
 
     reported = 0
+    tracebacks = {}  # a traceback's frames and exception type -> the first key it was shown for
 
     def handle(result):
         nonlocal reported
@@ -170,13 +181,22 @@ def _handler(error_handling, stats, on_error, echo, quiet_log):
                 stats.failed += 1
             reported += 1
             tail = _tail(result.log) if result.log and reported <= DETAILED_FAILURES else ""
+            if tail and bytes(result.log[:10]) == b"Traceback ":  # --map: the same error shown in full once
+                sig = _traceback_signature(result.log)
+                if sig in tracebacks:
+                    tail = f" (traceback as for sample {quote(tracebacks[sig])})"
+                elif len(tracebacks) < 1000:
+                    tracebacks[sig] = result.key
             if reported == DETAILED_FAILURES + 1:
                 tail = (f"\n  (more than {DETAILED_FAILURES} samples failed: from here on, "
                         "one line each, without their output)")
             if result.fatal:
                 raise SampleFailed(f"sample {result.key!r}: {result.error}: stopped")
-            what = "aborting" if error_handling == "abort" else (
-                "kept what it produced" if error_handling == "ignore" else "skipped")
+            # one vocabulary: a sample whose command or function fails is
+            # "failed" (here and in the summary); "skipped" is only for
+            # samples left out on purpose (a filter, a command that made nothing)
+            what = "failed: aborting" if error_handling == "abort" else (
+                "failed: kept what it produced" if error_handling == "ignore" else "failed: not written")
             message = f"sample {quote(result.key)}: {result.error} ({what}){tail}"
             if error_handling == "abort":
                 raise SampleFailed(message)

@@ -360,7 +360,9 @@ class IndexedDataset:
                 try:
                     fd = os.open(url, os.O_RDONLY)
                 except OSError as e:
-                    raise BadInput(f"{url}: cannot open: {e.strerror}") from None
+                    from .open import cannot_open
+
+                    raise BadInput(cannot_open(url, e)) from None
                 size = os.fstat(fd).st_size
                 if filesize is not None and size != filesize:
                     os.close(fd)

@@ -40,6 +40,19 @@ READ_COMMANDS = {
     "gs": "gsutil -q cat {url}",
     "s3": "aws s3 cp {endpoint}{url} -",
 }
+def cannot_open(url, error):
+    """The message for an input file that cannot be opened; a missing name
+    with glob characters says that they are not expanded (the shell left a
+    quoted or unmatched ``shard-*.tar`` as it was)."""
+    import errno
+
+    message = f"{url}: cannot open: {error.strerror}"
+    if error.errno == errno.ENOENT and any(c in url for c in "*?["):
+        message += (" (tarproc does not expand * ? [ ] in names: leave the pattern unquoted for the shell, "
+                    "or use a brace pattern such as 'shard-{0000..0146}.tar')")
+    return message
+
+
 def scheme_of(url):
     if url == "-":
         return "-"
@@ -233,7 +246,7 @@ def open_source(url, decompress=True, stall=None):
         try:
             fd = os.open(url, os.O_RDONLY)
         except OSError as e:
-            raise BadInput(f"{url}: cannot open: {e.strerror}") from None
+            raise BadInput(cannot_open(url, e)) from None
         import stat
 
         st = os.fstat(fd)

@@ -120,9 +120,28 @@ def _apply(fn, sample):
     try:
         return (key, _normalize(fn(sample), sample), None)
     except Exception as e:
-        import traceback
+        return (key, [], f"{type(e).__name__}: {e}", user_traceback(e))
 
-        return (key, [], f"{type(e).__name__}: {e}", traceback.format_exc().encode("utf-8", "replace"))
+
+def user_traceback(e):
+    """The traceback of ``e`` with tarproc's own frames left out (the user's
+    function and what it called), as bytes; empty when no frame is the
+    user's (the function returned something that is not a sample: the
+    message says all)."""
+    import os
+    import traceback
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    te = traceback.TracebackException.from_exception(e)
+    seen = set()
+    t = te
+    while t is not None and id(t) not in seen:  # the exception and those it was raised from/during
+        seen.add(id(t))
+        t.stack = traceback.StackSummary.from_list([f for f in t.stack if not f.filename.startswith(package)])
+        t = t.__cause__ or t.__context__
+    if not te.stack:
+        return b""
+    return "".join(te.format()).encode("utf-8", "replace")
 
 
 def _worker_setup(spec):

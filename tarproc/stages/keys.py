@@ -28,19 +28,31 @@ def read_keys(url):
     return keys
 
 
-def select_keys(keys, exclude=False, stats=None):
+def select_keys(keys, exclude=False, stats=None, on_missing=None):
     """Stage: keep the samples whose ``__key__`` is in ``keys`` (a set, or
     any iterable of ``str``), or with ``exclude`` drop them; stream order is
-    kept.  Dropped samples are counted in ``stats.skipped``."""
+    kept.  Dropped samples are counted in ``stats.skipped``.
+    ``on_missing(n, examples)`` is called when the input ends (read to its
+    end, not stopped early) and ``n`` listed keys were never seen
+    (``examples``: up to 3 of them, sorted)."""
     if isinstance(keys, str):
         raise UsageError("select_keys takes a collection of keys, not one string (use read_keys(FILE))")
     wanted = keys if isinstance(keys, (set, frozenset)) else set(keys)
 
     def stage(samples):
+        found = set()  # at most the listed keys
         for sample in samples:
-            if (sample.get("__key__") in wanted) != exclude:
+            key = sample.get("__key__")
+            hit = key in wanted
+            if hit and on_missing is not None:
+                found.add(key)
+            if hit != exclude:
                 yield sample
             elif stats is not None:
                 stats.skipped += 1
+        if on_missing is not None and len(found) < len(wanted):
+            import heapq
+
+            on_missing(len(wanted) - len(found), heapq.nsmallest(3, (k for k in wanted if k not in found)))
 
     return stage
