@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 # Debian packages the tests drive as real, independent tools (command:package).
 SYSTOOLS := zsh:zsh jq:jq fish:fish bsdtar:libarchive-tools gm:graphicsmagick zstd:zstd tmux:tmux curl:curl xz:xz-utils bzip2:bzip2 gzip:gzip script:bsdutils /usr/bin/time:time
 
-.PHONY: all install demo test test-fast bench fuzz sysdeps clean
+.PHONY: all install demo test test-fast bench fuzz sysdeps clean completion
 # a single-node Slurm cluster for kujob --slurm (tests/slurm_cluster.py)
 SYSTOOLS += /usr/sbin/munged:munge /usr/sbin/slurmctld:slurmctld /usr/sbin/slurmd:slurmd /usr/bin/sbatch:slurm-client
 
@@ -40,6 +40,10 @@ sysdeps:
 
 demo: install
 	@bash testdata/demo.sh
+
+# Shell completion for every command at once: `make completion` (for $SHELL) or `make completion FOR=zsh`
+completion: install
+	@$(PY) -m tarproc.cli.completion $(FOR)
 
 test: $(VENV)/.test-deps sysdeps
 	$(PY) -m compileall -q -j 0 tarproc

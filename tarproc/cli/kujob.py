@@ -52,7 +52,8 @@ def kujob_command(
                          f"here)")] = None,
     retries: Annotated[int, opt("--retries", metavar="N",
                        help="run a failing shard up to N more times (on Kubernetes: "
-                            "backoffLimitPerIndex)")] = 0,
+                            "backoffLimitPerIndex); exit status 2 (usage or bad input) is not retried")] = 0,
+    retry_all: Annotated[bool, opt("--retry-all", help="with --retries: retry exit status 2 too")] = False,
     done_if: Annotated[Optional[str], opt("--done-if", metavar="TEMPLATE",
                        help="skip a shard when this file or URL exists, e.g. 'ocr-{}.tar' (tarproc writes files "
                             "atomically, so an existing output is complete); a shard that exits 0 without "
@@ -169,7 +170,7 @@ def slurm(args, command, prog):
         raise UsageError(f"bad --jobs {args.jobs}: must be at least 1")
     job = slurm.plan(command, args.shards, name=args.name, log_dir=args.log_dir or slurm.DEFAULT_LOG_DIR,
                      kujob=args.kujob if args.kujob != "kujob" else _this_kujob(), done_if=args.done_if,
-                     retries=args.retries, throttle=args.jobs, cpus_per_task=args.cpus_per_task, mem=args.mem,
+                     retries=args.retries, retry_all=args.retry_all, throttle=args.jobs, cpus_per_task=args.cpus_per_task, mem=args.mem,
                      time_limit=args.time, partition=args.partition, account=args.account, sbatch=args.sbatch,
                      env=args.env, status=status, warn=None if args.quiet else status)
     if job.empty:
@@ -302,7 +303,7 @@ def main(args, command, prog="kujob"):
         progress.clear()
         print(f"{prog}: {message}", file=sys.stderr, flush=True)
 
-    runner = jobs.Runner(command, ids, jobs=njobs, retries=args.retries, done_if=args.done_if,
+    runner = jobs.Runner(command, ids, jobs=njobs, retries=args.retries, retry_all=args.retry_all, done_if=args.done_if,
                          log=sys.stderr.buffer, status=status, progress=progress,
                          verbose=args.verbose, first_index=first)
     try:

@@ -5,7 +5,7 @@ from typing import Annotated, List, Literal, Optional
 import typer
 
 from .base import (BlobThreshold, TmpDir, spooler_of, Args, FileList, Output, ProgressFlag, Quiet, StartMethod, Strict, Verbose, command, nonneg, open_inputs, opt,
-                   positive, progress_stage, read_inputs, run, Reporter)
+                   positive, progress_stage, read_inputs, run, Reporter, selection_stages, Slice)
 
 EXAMPLES = """
 tarproc -p 5 -c 'gm mogrify -resize 256x256 *.jpg' small.tar > out.tar
@@ -89,6 +89,8 @@ def tarproc_command(
     map_blobs: Annotated[Literal["bytes", "blob"], opt("--map-blobs", metavar="bytes|blob",
                          help="--map: give large fields (docs/blobs.md) to the function as bytes "
                               "(loaded in the worker) or as tarproc.Blob objects to stream from")] = "bytes",
+    skip: Annotated[int, opt("--skip", metavar="N", parser=nonneg(), help="skip the first N samples")] = 0,
+    slice: Slice = None,
     strict: Strict = False,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
@@ -141,8 +143,7 @@ def main(args, prog="tarproc"):
         inputs = read_inputs(args, rep, stats)
     else:
         inputs = iter_text_samples(open_inputs(args, tar=False), args.mode, stats, stall=rep.stall)
-    if args.count is not None:
-        inputs = S.take(args.count)(inputs)
+    inputs = S.pipeline(inputs, *selection_stages(args))  # --skip, --slice, --count, as in tarcat
     def transformed():
         if args.map is not None:
             return map_function(inputs, args.map, parallel, error_handling=args.error_handling,

@@ -220,8 +220,11 @@ class Runner:
     Runner after every change, for a progress line."""
 
     def __init__(self, command, ids, jobs=1, retries=0, done_if=None, log=None, status=None,
-                 progress=None, verbose=False, first_index=0, env=None):
+                 progress=None, verbose=False, first_index=0, env=None, retry_all=False):
         self.command = list(command)
+        # exit status 2 (usage or bad input) is the same on every try: not
+        # retried unless retry_all
+        self.retry_all = retry_all
         self.ids = list(ids)
         self.jobs = max(1, int(jobs))
         self.retries = max(0, int(retries))
@@ -304,6 +307,9 @@ class Runner:
                     self._say(f"[{r.shard_id}] ok ({r.seconds:.1f} s)")
                 return
             if self._stop.is_set():
+                break
+            if r.attempts <= self.retries and r.returncode == 2 and not self.retry_all:
+                self._say(f"[{r.shard_id}] exit status 2 (usage or bad input) is not retried (--retry-all retries it)")
                 break
             if r.attempts <= self.retries:
                 self._say(f"[{r.shard_id}] failed ({r.message}), retrying ({r.attempts}/{self.retries})")

@@ -113,8 +113,9 @@ class ArrayJob:
     """A planned job array; :meth:`script` is the sbatch script."""
 
     def __init__(self, command, patterns, ids, indexes, name, log_dir, chdir, kujob, done_if, retries,
-                 throttle, header, env):
+                 throttle, header, env, retry_all=False):
         self.command = list(command)
+        self.retry_all = retry_all  # the task's kujob retries exit status 2 too
         self.patterns = list(patterns)
         self.ids = ids
         self.indexes = indexes  # 0-based positions in ids that this array runs
@@ -143,7 +144,7 @@ class ArrayJob:
         for p in self.patterns:
             argv += ["-s", p]
         if self.retries:
-            argv += ["--retries", str(self.retries)]
+            argv += ["--retries", str(self.retries)] + (["--retry-all"] if self.retry_all else [])
         if self.done_if:
             argv += ["--done-if", self.done_if]
         return argv + ["-v", "--"] + self.command
@@ -186,7 +187,7 @@ class ArrayJob:
 
 
 def plan(command, patterns, *, name=None, log_dir=DEFAULT_LOG_DIR, chdir=None, kujob=None, done_if=None,
-         retries=0, throttle=None, cpus_per_task=None, mem=None, time_limit=None, partition=None,
+         retries=0, retry_all=False, throttle=None, cpus_per_task=None, mem=None, time_limit=None, partition=None,
          account=None, sbatch=(), env=(), status=None, warn=None, check_threads=16):
     """Plan the array for ``command`` over the ids of ``patterns``.
 
@@ -253,7 +254,7 @@ def plan(command, patterns, *, name=None, log_dir=DEFAULT_LOG_DIR, chdir=None, k
         if status and len(indexes) < len(ids):
             status(f"{len(ids) - len(indexes)} of {len(ids)} shards are done ({done_if} exists): left out")
     return ArrayJob(command, patterns, ids, indexes, name, _log_dir(log_dir, chdir), chdir, kujob, done_if,
-                    int(retries), throttle, header, env_pairs)
+                    int(retries), throttle, header, env_pairs, retry_all=retry_all)
 
 
 # --------------------------------------------------------------------------- sbatch, squeue, scancel
