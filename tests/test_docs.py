@@ -135,7 +135,7 @@ def workspace(tmp_path_factory):
         data = (linked / f"train-{i:03d}.tar").read_bytes()
         (linked / f"train-{i:03d}.tar.gz").write_bytes(gzip.compress(data, mtime=0))
     _tar(copied / "all.tar", [s for i in range(147) for s in _tiny_samples(f"shard{i}")])
-    (copied / "out").mkdir()  # an output directory, as examples assume
+    # no output directory is prepared: an example runs as in a fresh, empty directory with its inputs
     (copied / "val-keys.txt").write_text("sshard3_0\nsshard7_1\n")
     # an index of the shard-NNNN.tar shards (made by tarindex, as the docs do)
     subprocess.run(["tarindex", "shard-{0000..0146}.tar", "-o", "index.json"], cwd=linked, check=True,

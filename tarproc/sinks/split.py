@@ -139,6 +139,48 @@ def shard_name(pattern, index):
     return name
 
 
+def pattern_root(pattern):
+    """The directory a shard-name pattern names literally: the part before
+    its first placeholder, up to the last ``/`` (``out/`` of
+    ``out/{split}/%06d.tar``; ``.`` when there is none)."""
+    cut = min([i for i in (pattern.find("%"), pattern.find("{")) if i >= 0] or [len(pattern)])
+    return os.path.dirname(pattern[:cut]) or "."
+
+
+def make_shard_dir(name, pattern):
+    """Create the directories of the local shard ``name`` that its
+    ``pattern`` names: the literal root (what the user wrote) and, below it,
+    the directories the placeholders make.  A shard whose directory would
+    be outside the root (a ``..`` component, a symbolic link below the root
+    leading out of it) is refused: nothing is created outside the output's
+    own tree."""
+    from ..errors import OutputError
+    from ..sources.open import scheme_of
+
+    d = os.path.dirname(name)
+    if not d or scheme_of(name) != "file" or os.path.isdir(d) and not os.path.islink(d):
+        return
+    root = pattern_root(pattern)
+    rel = os.path.relpath(d, root) if root != "." else os.path.normpath(d)
+    parts = [] if rel == "." else rel.split(os.sep)
+    if ".." in parts or os.path.isabs(rel) or (root == "." and os.path.isabs(d)):
+        if not os.path.isdir(d):
+            raise OutputError(f"{name}: the shard's directory is outside {root}/, the directory the pattern names")
+        return  # an existing directory the user named: nothing to create
+    try:
+        os.makedirs(root, exist_ok=True)
+        real_root = os.path.realpath(root)
+        cur = root
+        for part in parts:
+            cur = os.path.join(cur, part)
+            if os.path.islink(cur) and os.path.commonpath([os.path.realpath(cur), real_root]) != real_root:
+                raise OutputError(f"{name}: {cur} is a symbolic link out of {root}/: not followed")
+            if not os.path.isdir(cur):
+                os.mkdir(cur)
+    except OSError as e:
+        raise OutputError(f"{name}: cannot create directory {e.filename or d}: {e.strerror}") from None
+
+
 def placeholders(name, index):
     """The values a post command can use for a shard: ``shard`` (its name),
     ``abspath``, ``basename``, ``dirname``, ``base``, ``ext`` and ``index``."""
@@ -319,6 +361,7 @@ def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxs
             if shard is None:
                 name = shard_name(pattern, index)
                 guard(name)
+                make_shard_dir(name, pattern)
                 sink = open_sink(name, compression, defer=False)  # each shard commits when closed
                 writer = SampleWriter(sink, stats, **header_defaults)
                 shard = Shard(name, index)
@@ -394,6 +437,7 @@ class _Rotator:
         name = shard_name(self.pattern, self.index)
         if self.guard is not None:
             self.guard(name)
+        make_shard_dir(name, self.pattern)
         self.sink = open_sink(name, self.compression, defer=False)  # each shard commits when closed
         self.writer = SampleWriter(self.sink, self.stats, **self.header_defaults)
         self.shard = IndexedShard(name, self.index, self.split)
