@@ -49,6 +49,11 @@ test: $(VENV)/.test-deps sysdeps
 	$(PY) -m compileall -q -j 0 tarproc
 	$(PY) -m pytest -n 2 -q tests
 
+# The suite without the tests that need the system packages above (no root, no apt-get).
+test-fast: $(VENV)/.test-deps
+	$(PY) -m compileall -q -j 0 tarproc
+	$(PY) -m pytest -n 2 -q -m "not sysdeps" tests
+
 bench: $(VENV)/.test-deps sysdeps
 	$(PY) bench/run.py
 

@@ -34,3 +34,5 @@ kujob -j 2 -s '{000000..000002}' -- tarcat -c 3 "$out/thumbs-{}.tar" -o "$out/he
 ls "$out"
 echo
 echo "demo complete: every command above read and wrote real tar shards."
+echo "the commands are in $PWD/.venv/bin; to run them by name in your shell:"
+echo "  export PATH=\"$PWD/.venv/bin:\$PATH\"     # or: . .venv/bin/activate"

@@ -71,3 +71,34 @@ def require(tool):
     path = shutil.which(tool)
     assert path, f"{tool} is missing: `make test` installs it (make sysdeps)"
     return path
+
+
+# `make test-fast` runs `pytest -m "not sysdeps"`: the tests that need none of
+# the system packages `make test` installs (Makefile SYSTOOLS: bsdtar, gm,
+# zstd, jq, zsh, fish, tmux, Slurm and munge, /usr/bin/time).  A test module
+# that names one of them is marked as a whole; test_docs.py runs the docs'
+# examples, which use gm and jq.
+SYSDEPS_WORDS = r"\b(bsdtar|gm|zstd|jq|zsh|fish|tmux|sbatch|slurm\w*|munged?)\b|/usr/bin/time"
+SYSDEPS_MODULES = {"test_docs.py"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "sysdeps: needs a system package that `make test` installs "
+                                       "(`make test-fast` leaves these tests out)")
+
+
+def pytest_collection_modifyitems(config, items):
+    import re
+
+    words = re.compile(SYSDEPS_WORDS)
+    marked = {}
+    for item in items:
+        path = str(item.fspath)
+        if path not in marked:
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    marked[path] = os.path.basename(path) in SYSDEPS_MODULES or bool(words.search(f.read()))
+            except OSError:
+                marked[path] = False
+        if marked[path]:
+            item.add_marker(pytest.mark.sysdeps)
