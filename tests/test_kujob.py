@@ -325,13 +325,14 @@ def test_manifest_executed_like_kubernetes(sh, tmp_path):
                        capture_output=True, timeout=120)
     assert p.returncode == 0 and "skipped" in p.stderr.decode()
     assert (tmp_path / "hello-0001.txt").read_text() == "hello 0001\n"
-    # a failing shard makes its pod fail (so Kubernetes retries that index)
+    # a failing shard makes its pod fail; bad input (tarcat's exit 2) makes it exit 2, which the
+    # Job's podFailurePolicy does not retry (a retry cannot change it)
     (tmp_path / "in-0002.tar").write_bytes(b"not a tar archive" * 40)
     (tmp_path / "out-0002.tar").unlink()
     env["JOB_COMPLETION_INDEX"] = "2"
     p = subprocess.run([kubernetes_expand(a, env) for a in c["command"] + c["args"]], cwd=tmp_path, env=env,
                        capture_output=True, timeout=120)
-    assert p.returncode == 1 and "1 of 1 shards failed: 0002" in p.stderr.decode()
+    assert p.returncode == 2 and "1 of 1 shards failed: 0002" in p.stderr.decode()
 
 
 def test_apply_without_kubectl_exit_2(tmp_path):

@@ -33,3 +33,30 @@ def test_slurm_task_carries_retry_all(sh):
     assert "--retries 2 --retry-all -v -- true" in script
     script = sh("kujob --slurm -s '{0..3}' --retries 2 -- true").stdout.decode()
     assert "--retry-all" not in script
+
+
+def test_kubernetes_job_fails_an_index_whose_pod_exits_2(sh):
+    import json
+
+    from test_kujob import validate_job
+
+    job = json.loads(sh("kujob --k8s --image img:1 --retries 2 -s '{0..3}' -- tarcat in-{}.tar -o out-{}.tar").stdout)
+    validate_job(job)  # every field is the API's
+    assert job["spec"]["backoffLimitPerIndex"] == 2
+    assert job["spec"]["podFailurePolicy"] == {"rules": [{"action": "FailIndex", "onExitCodes": {
+        "containerName": "shard", "operator": "In", "values": [2]}}]}
+    assert job["spec"]["template"]["spec"]["containers"][0]["name"] == "shard"
+    job = json.loads(sh("kujob --k8s --image img:1 --retries 2 --retry-all -s '{0..3}' -- true {}").stdout)
+    assert "podFailurePolicy" not in job["spec"]
+    job = json.loads(sh("kujob --k8s --image img:1 -s '{0..3}' -- true {}").stdout)
+    assert "podFailurePolicy" not in job["spec"]  # no retries: nothing to hold back
+
+
+def test_a_pod_whose_command_exits_2_exits_2(sh):
+    # what each pod runs: its exit status is what the podFailurePolicy sees
+    p = sh("kujob --index-from-env -s '{0..3}' -- sh -c 'exit {}'", ok=False, env={"JOB_COMPLETION_INDEX": "2"})
+    assert p.returncode == 2
+    p = sh("kujob --index-from-env -s '{0..3}' -- sh -c 'exit {}'", ok=False, env={"JOB_COMPLETION_INDEX": "3"})
+    assert p.returncode == 1
+    p = sh("kujob -s '{0..3}' -- sh -c 'exit {}'", ok=False)  # many shards: 1, as before
+    assert p.returncode == 1

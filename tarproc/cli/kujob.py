@@ -254,7 +254,8 @@ def main(args, command, prog="kujob"):
         manifest = jobs.job_manifest(
             command, args.shards, args.image, name=args.name, namespace=args.namespace,
             parallelism=args.parallelism, cpu=args.cpu, memory=args.memory, retries=args.retries,
-            max_failed=args.max_failed, done_if=args.done_if, env=args.env, kujob=args.kujob, ttl=args.ttl)
+            max_failed=args.max_failed, done_if=args.done_if, env=args.env, kujob=args.kujob, ttl=args.ttl,
+            retry_all=args.retry_all)
         text = jobs.manifest_json(manifest)
         if args.apply:
             code = jobs.kubectl_apply(text)
@@ -269,7 +270,8 @@ def main(args, command, prog="kujob"):
     if args.done_if:
         jobs.check_done_template(args.done_if, len(ids))
     first = 0
-    if args.index is not None or args.index_from_env:
+    first_only = args.index is not None or args.index_from_env
+    if first_only:
         value = args.index
         if value is None:
             value = os.environ.get("JOB_COMPLETION_INDEX")
@@ -315,7 +317,9 @@ def main(args, command, prog="kujob"):
     failed = summary.failed
     if failed:
         print(f"{prog}: {len(failed)} of {len(ids)} shards failed: {' '.join(failed)}", file=sys.stderr, flush=True)
-        return 1
+        # one shard (a pod, a Slurm task) whose command exited 2: exit 2, so a
+        # Kubernetes podFailurePolicy does not retry what cannot change
+        return 2 if first_only and runner.results[0].returncode == 2 else 1
     return 0
 
 

@@ -79,7 +79,7 @@ def parse_env(items):
 
 def job_manifest(command, patterns, image, name=None, namespace=None, parallelism=None, cpu="1",
                  memory="2Gi", retries=0, max_failed=None, done_if=None, env=(), kujob="kujob",
-                 ttl=None):
+                 ttl=None, retry_all=False):
     """A self-contained ``batch/v1`` Indexed Job (a dict, ready for JSON).
 
     ``completions`` is the number of shards; each pod runs
@@ -87,7 +87,10 @@ def job_manifest(command, patterns, image, name=None, namespace=None, parallelis
     the command travel inside the Job, and kujob maps the pod's
     ``JOB_COMPLETION_INDEX`` to its id.  ``retries`` becomes
     ``backoffLimitPerIndex`` (each shard is retried on its own, and one bad
-    shard does not stop the others); ``max_failed`` becomes
+    shard does not stop the others), except for a pod that exits 2 (the
+    command's usage or bad input, which a retry cannot change: a
+    ``podFailurePolicy`` rule fails that index at once) unless ``retry_all``;
+    ``max_failed`` becomes
     ``maxFailedIndexes`` (fail the whole Job early)."""
     if isinstance(patterns, str):
         patterns = [patterns]
@@ -143,6 +146,9 @@ def job_manifest(command, patterns, image, name=None, namespace=None, parallelis
         "completionMode": "Indexed",
         "backoffLimitPerIndex": int(retries),
     }
+    if int(retries) > 0 and not retry_all:
+        spec["podFailurePolicy"] = {"rules": [{"action": "FailIndex", "onExitCodes": {
+            "containerName": "shard", "operator": "In", "values": [2]}}]}
     if max_failed is not None:
         if not 0 <= int(max_failed) <= n:
             raise UsageError(f"bad --max-failed {max_failed}: must be between 0 and the number of shards ({n})")
