@@ -180,8 +180,11 @@ def _handler(error_handling, stats, on_error, echo, quiet_log):
             if stats is not None:
                 stats.failed += 1
             reported += 1
-            tail = _tail(result.log) if result.log and reported <= DETAILED_FAILURES else ""
-            if tail and bytes(result.log[:10]) == b"Traceback ":  # --map: the same error shown in full once
+            traceback = bool(result.log) and bytes(result.log[:10]) == b"Traceback "
+            # a command's last lines; a --map traceback (the user's frames) whole, within TAIL_BYTES
+            tail = _tail(result.log, 200 if traceback else TAIL_LINES) \
+                if result.log and reported <= DETAILED_FAILURES else ""
+            if tail and traceback:  # --map: the same error shown in full once
                 sig = _traceback_signature(result.log)
                 if sig in tracebacks:
                     tail = f" (traceback as for sample {quote(tracebacks[sig])})"
