@@ -185,3 +185,28 @@ def test_help_examples_put_gm_options_before_the_files(name):
     p = subprocess.run([name, "--help"], capture_output=True, timeout=60)
     assert p.returncode == 0 and b"examples:" in p.stdout
     assert b"mogrify -size" not in p.stdout  # the README's warning: -size is a decoding hint, not a resize
+
+
+def test_readme_short_flag_table_is_what_the_commands_do():
+    # rows like: | `-s` | `--slice`: tar2tsv (the original's); `--shuffle`: tarpcat; ... |
+    with open(os.path.join(ROOT, "README.md")) as f:
+        rows = [line for line in f if re.match(r"\| `-[A-Za-z]` \| `--", line)]
+    assert len(rows) >= 10
+    short_of = {}
+    for name, cmd in click_commands():
+        for p in options(cmd):
+            longs = [o for o in p.opts if o.startswith("--")]
+            # a short-only alias (tarpcat -p, the original's -w) is named after the option it aliases
+            long = longs[0] if longs else "--" + p.name.split("_")[0]
+            for o in p.opts:
+                if not o.startswith("--"):
+                    short_of[(name, o)] = long
+    checked = 0
+    for row in rows:
+        flag = re.match(r"\| `(-[A-Za-z])`", row).group(1)
+        for long, names in re.findall(r"`(--[\w-]+)`: ([a-z0-9, ]+)", row):
+            for name in (n.strip() for n in names.split(",")):
+                if name in COMMANDS:
+                    assert short_of.get((name, flag)) == long, f"README: {name} {flag} is {long}?"
+                    checked += 1
+    assert checked >= 25
