@@ -12,8 +12,7 @@ def keys(data):
         return [m.name for m in tf]
 
 
-@pytest.mark.parametrize("opts", ["--skip 3", "--slice 2:9:3", "--skip 1 --slice 0:8:2", "--skip 2 --slice 1:7 --count 3",
-                                  "--slice 5:", "--skip 20"])
+@pytest.mark.parametrize("opts", ["--skip 3", "--skip 2 --slice 1:9:2 --count 3", "--skip 20"])
 def test_tarproc_selects_what_tarcat_selects(sh, opts):
     sh("seq 1 12 | lines2tar > in.tar")
     want = sh(f"tarcat {opts.replace('--count', '-c')} in.tar").stdout
