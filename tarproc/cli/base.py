@@ -454,8 +454,8 @@ def run(prog, cmd, argv=None):
 
 def _once(click_cmd):
     """``click_cmd`` refusing an option that takes one value given twice
-    (``-c 'x' -c2`` ran ``2``): a usage error (exit 2), for every command."""
-    from typer._click.exceptions import UsageError as ClickUsageError
+    (``-c 'x' -c2`` ran ``2``): one line, exit 2, for every command."""
+    from typer._click.exceptions import ClickException
 
     make = click_cmd.make_parser
 
@@ -468,7 +468,7 @@ def _once(click_cmd):
             seen = set()
             for p in order:
                 if p in seen and not (p.multiple or getattr(p, "count", False) or getattr(p, "is_flag", False)):
-                    raise ClickUsageError(f"option {'/'.join(p.opts)} given more than once (it takes one value)", ctx)
+                    raise ClickException(f"option {'/'.join(p.opts)} given more than once (it takes one value)")
                 seen.add(p)
             return opts, largs, order
 
