@@ -170,7 +170,8 @@ def slurm(args, command, prog):
         raise UsageError(f"bad --jobs {args.jobs}: must be at least 1")
     job = slurm.plan(command, args.shards, name=args.name, log_dir=args.log_dir or slurm.DEFAULT_LOG_DIR,
                      kujob=args.kujob if args.kujob != "kujob" else _this_kujob(), done_if=args.done_if,
-                     retries=args.retries, retry_all=args.retry_all, throttle=args.jobs, cpus_per_task=args.cpus_per_task, mem=args.mem,
+                     retries=args.retries, retry_all=args.retry_all, throttle=args.jobs,
+                     cpus_per_task=args.cpus_per_task, mem=args.mem,
                      time_limit=args.time, partition=args.partition, account=args.account, sbatch=args.sbatch,
                      env=args.env, status=status, warn=None if args.quiet else status)
     if job.empty:
@@ -305,7 +306,8 @@ def main(args, command, prog="kujob"):
         progress.clear()
         print(f"{prog}: {message}", file=sys.stderr, flush=True)
 
-    runner = jobs.Runner(command, ids, jobs=njobs, retries=args.retries, retry_all=args.retry_all, done_if=args.done_if,
+    runner = jobs.Runner(command, ids, jobs=njobs, retries=args.retries, retry_all=args.retry_all,
+                         done_if=args.done_if,
                          log=sys.stderr.buffer, status=status, progress=progress,
                          verbose=args.verbose, first_index=first)
     try:
