@@ -51,7 +51,7 @@ def tarserve_command(
                        help="shuffle through a buffer of N")] = 0,
     seed: Seed = None,
     max_failures: Annotated[int, opt("--max-failures", metavar="N", parser=nonneg(),
-                            help="failed samples skipped before a response fails")] = 0,
+                            help="failed samples allowed (left out of the response) before a response fails")] = 0,
     strict: Annotated[bool, opt("--strict/--no-strict",
                       help="a shard without the end-of-archive marker (cut off, or still being copied) "
                            "fails its response (default); --no-strict serves what is there")] = True,

@@ -20,7 +20,7 @@ def transform(url, *, map=None, command=None, parallel=None, count=None, skip=0,
     ``slice``, ``fields``, ``count``, ``rekey``, ``shuffle``) and then
     ``tarproc`` (``map`` or ``command``); a response of ``tarserve`` is
     these samples written by :class:`~tarproc.SampleWriter`.  A failed
-    sample is skipped and reported to ``on_error``; one more than
+    sample is left out and reported to ``on_error``; one more than
     ``max_failures`` (``None``: no limit) raises
     :class:`~tarproc.errors.SampleFailed`.  ``stall`` (a
     :class:`~tarproc.runtime.stall.Stall`, also given to the sink) flushes
