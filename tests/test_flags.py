@@ -76,7 +76,9 @@ def click_commands():
 
 
 def options(cmd):
-    return [p for p in cmd.params if p.param_type_name == "option"]
+    """A command's options, without the hidden ones that only refuse an old
+    name (base.replaced: ``*_replaced``, checked below)."""
+    return [p for p in cmd.params if p.param_type_name == "option" and not p.name.endswith("_replaced")]
 
 
 def kind(p):
@@ -118,6 +120,16 @@ def test_renamed_options_are_gone_where_they_meant_something_else():
     assert "--index" not in have["kujob"] and "--task-index" in have["kujob"]
     assert "--shards" not in have["kujob"] and "--ids" in have["kujob"]
     assert "--silent" not in have["tarproc"] and "--silent" in have["tarshow"]  # tarshow keeps the original's
+
+
+@pytest.mark.parametrize("argv,new", [("tar2json --keys txt", "-k/--fields"), ("lines2tar --keys url", "-k/--fields"),
+                                      ("tarsplit --command 'rm %s'", "-C/--post-delete"),
+                                      ("tarproc --silent -c true", "-q/--quiet")])
+def test_an_old_name_that_means_something_else_now_says_what_replaced_it(sh, argv, new):
+    p = sh(f"seq 1 2 | lines2tar > in.tar; {argv} in.tar", ok=False)
+    old = argv.split()[1]
+    assert p.returncode == 2 and p.stdout == b""
+    assert f"{old} is {new} in this command" in p.stderr.decode()
 
 
 def single_value_option(cmd):

@@ -65,6 +65,20 @@ def positive(what="N"):
     return parse
 
 
+def replaced(old, new, flag=False):
+    """A hidden option ``old``: an original tarproc long option whose name
+    means something else in another command now.  Giving it is a usage
+    error that names ``new`` (the parameter is named ``*_replaced``)."""
+
+    def refuse(value):
+        if value:
+            raise typer.BadParameter(f"{old} is {new} in this command")
+        return value
+
+    return Annotated[Optional[bool] if flag else Optional[str],
+                     opt(old, hidden=True, callback=refuse, help=f"replaced by {new}")]
+
+
 INPUTS_HELP = ("input shards: paths, '-', pipe:CMD, http(s)://, gs://, s3://; brace patterns like "
                "shard-{0000..0146}.tar are expanded (default: stdin)")
 OUTPUT_HELP = ("output URL; compression from the name (.tgz .tar.gz .tar.bz2 .tar.xz .tar.zst; others such as "

@@ -4,7 +4,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .base import OUTPUT_HELP, Args, command, opt, run, Reporter
+from .base import OUTPUT_HELP, Args, command, opt, replaced, run, Reporter
 
 EXAMPLES = """
 cat url-list | lines2tar -k url | tarproc -c 'curl -sL $(cat sample.url) > sample.html'
@@ -31,6 +31,7 @@ def lines2tar_command(
     keys: Annotated[str, opt("-k", "--fields", metavar="NAMES",
                     help="field names of the values of a line, space separated; '__key__' makes that "
                          "value the key (default: txt)")] = "txt",
+    keys_replaced: replaced("--keys", "-k/--fields") = None,
     separator: Annotated[str, opt("-s", "--separator", metavar="SEP",
                          help="what separates the values of a line ('\\t' or 'tab' for tab; default: "
                               "tab)")] = "\t",

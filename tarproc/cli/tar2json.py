@@ -2,7 +2,7 @@
 
 from typing import Annotated, Literal, Optional
 
-from .base import (Args, BraceExpand, Count, FileList, Inputs, Strict, command, opt, read_inputs, run,
+from .base import (Args, BraceExpand, Count, FileList, Inputs, Strict, command, opt, read_inputs, replaced, run,
                    Reporter, selection_stages)
 
 EXAMPLES = """
@@ -33,6 +33,7 @@ def tar2json_command(
     keys: Annotated[Optional[str], opt("-k", "--fields", metavar="SPEC",
                     help="what to extract: 'cls json.label img=jpg;png' (default: __key__ and every "
                          "field)")] = None,
+    keys_replaced: replaced("--keys", "-k/--fields") = None,
     available: Annotated[bool, opt("-a", "--available",
                          help="list the field names seen in the first 100 samples, one per line, and "
                               "exit")] = False,

@@ -4,7 +4,7 @@ from typing import Annotated, List, Literal, Optional
 
 import typer
 
-from .base import (BlobThreshold, TmpDir, spooler_of, Args, FileList, Output, ProgressFlag, Quiet, StartMethod, Strict, Verbose, command, nonneg, open_inputs, opt,
+from .base import (replaced, BlobThreshold, TmpDir, spooler_of, Args, FileList, Output, ProgressFlag, Quiet, StartMethod, Strict, Verbose, command, nonneg, open_inputs, opt,
                    positive, progress_stage, read_inputs, run, Reporter, selection_stages, Slice)
 
 EXAMPLES = """
@@ -97,6 +97,7 @@ def tarproc_command(
     verbose: Verbose = False,
     quiet: Quiet = False,
     progress: ProgressFlag = None,
+    silent_replaced: replaced("--silent", "-q/--quiet", flag=True) = None,
 ):
     from .base import _PROG
 

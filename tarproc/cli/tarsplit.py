@@ -2,7 +2,7 @@
 
 from typing import Annotated, Optional
 
-from .base import (BlobThreshold, TmpDir, Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Verbose, command, nonneg,
+from .base import (replaced, BlobThreshold, TmpDir, Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Verbose, command, nonneg,
                    opt, parse_size, positive, progress_stage, read_inputs, run, Reporter)
 
 EXAMPLES = """
@@ -52,6 +52,7 @@ def tarsplit_command(
                          "exit 1")] = None,
     command_: Annotated[Optional[str], opt("-C", "--post-delete", metavar="CMD",
                         help="like --post, and the shard is deleted after the command succeeds")] = None,
+    command_replaced: replaced("--command", "-C/--post-delete") = None,
     nodelete: Annotated[bool, opt("--nodelete", help="with -C: keep the shard")] = False,
     manifest: Annotated[Optional[str], opt("--manifest", metavar="FILE",
                         help="write a JSON list of the shards (name, index, samples, bytes) to FILE")] = None,
