@@ -124,7 +124,9 @@ def test_renamed_options_are_gone_where_they_meant_something_else():
 
 @pytest.mark.parametrize("argv,new", [("tar2json --keys txt", "-k/--fields"), ("lines2tar --keys url", "-k/--fields"),
                                       ("tarsplit --command 'rm %s'", "-C/--post-delete"),
-                                      ("tarproc --silent -c true", "-q/--quiet")])
+                                      ("tarproc --silent -c true", "-q/--quiet"),
+                                      ("kujob --index 0 -s 0 -- tarcat", "--task-index"),
+                                      ("kujob --shards 0 -- tarcat", "-s/--ids")])
 def test_an_old_name_that_means_something_else_now_says_what_replaced_it(sh, argv, new):
     p = sh(f"seq 1 2 | lines2tar > in.tar; {argv} in.tar", ok=False)
     old = argv.split()[1]

@@ -8,7 +8,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .base import Args, ProgressFlag, Quiet, Verbose, command, opt, run
+from .base import Args, ProgressFlag, Quiet, Verbose, command, opt, replaced, run
 
 EXAMPLES = """
 kujob -s '{0000..0009}' -j 4 -- tarcat -c 100 in-{}.tar -o small-{}.tar
@@ -63,6 +63,8 @@ def kujob_command(
     index: Annotated[Optional[str], opt("--task-index", metavar="N",
                      help="one shard (what each Kubernetes pod runs): run only the shard at 0-based position N "
                           "of the pattern")] = None,
+    index_replaced: replaced("--index", "--task-index") = None,
+    shards_replaced: replaced("--shards", "-s/--ids") = None,
     index_from_env: Annotated[bool, opt("--index-from-env",
                               help="take N from $JOB_COMPLETION_INDEX (set by Kubernetes in an Indexed "
                                    "Job)")] = False,
