@@ -2,6 +2,7 @@
 
 from typing import Annotated, Optional
 
+from .base import MaxBadShards, OnBadShard
 from .base import (BlobThreshold, TmpDir, BraceExpand, Args, FileList, Fields, Inputs, Output,
                    ProgressFlag, Quiet, Seed, Skip,
                    Slice, Strict, Verbose, command, nonneg, open_inputs, opt, progress_stage, read_inputs,
@@ -51,6 +52,8 @@ def tarcat_command(
                             help="drop the samples whose keys are listed in FILE (one per line, '-' for "
                                  "stdin)")] = None,
     strict: Strict = False,
+    on_bad_shard: OnBadShard = "fail",
+    max_bad_shards: MaxBadShards = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     verbose: Verbose = False,

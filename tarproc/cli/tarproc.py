@@ -4,6 +4,7 @@ from typing import Annotated, List, Literal, Optional
 
 import typer
 
+from .base import MaxBadShards, OnBadShard
 from .base import (BlobThreshold, TmpDir, spooler_of, Args, FileList, Output, ProgressFlag, Quiet, StartMethod, Strict, Verbose, command, nonneg, open_inputs, opt,
                    positive, progress_stage, read_inputs, run, Reporter)
 
@@ -90,6 +91,8 @@ def tarproc_command(
                          help="--map: give large fields (docs/blobs.md) to the function as bytes "
                               "(loaded in the worker) or as tarproc.Blob objects to stream from")] = "bytes",
     strict: Strict = False,
+    on_bad_shard: OnBadShard = "fail",
+    max_bad_shards: MaxBadShards = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     verbose: Verbose = False,
