@@ -610,7 +610,8 @@ def end_bad_shards(bad, rep, args, stats=None):
     """At the end of the input: the summary line of the bad shards, and
     :class:`~tarproc.errors.TooManyBadShards` (exit 1) past ``--max-bad-shards``."""
     if bad is not None and bad.count:
-        bad.max_bad = getattr(args, "max_bad_shards", None) or 0
+        limit = getattr(args, "max_bad_shards", None)
+        bad.max_bad = limit if limit is not None else None if getattr(args, "ignore_errors", None) else 0
         if not bad.exceeded():
             rep.say(bad.summary(stats.inputs if stats is not None else None))
         bad.check(stats.inputs if stats is not None else None)

@@ -136,8 +136,9 @@ class BadShards:
         names = ", ".join(shorten("stdin" if s.url == "-" else s.url) for s in self.shards)
         more = " ..." if self.count > len(self.shards) else ""
         allowed = "" if self.max_bad is None else f", {self.max_bad} allowed by --max-bad-shards"
-        return (f"{self.count}{of} shard{'' if self.count == 1 else 's'} bad and skipped ({self.dropped} "
-                f"samples read from them dropped, {self.kept} kept{allowed}): {names}{more}")
+        plural = "" if (inputs or self.count) == 1 else "s"
+        return (f"{self.count}{of} shard{plural} bad and skipped (samples read from "
+                f"them: {self.dropped} dropped, {self.kept} kept{allowed}): {names}{more}")
 
     def check(self, inputs=None):
         """Raise :class:`~tarproc.errors.TooManyBadShards` (the summary) when
@@ -196,6 +197,21 @@ def as_bad_shards(on_bad_shard, warn=None):
     if on_bad_shard == "fail":
         return None
     return BadShards(on_bad_shard, None, warn)
+
+
+def held(samples, spooler=None):
+    """The samples of one shard, given only once all of them were read
+    (:class:`Hold`); an error drops them and goes on up."""
+    hold = Hold(spooler)
+    try:
+        for sample in samples:
+            hold.add(sample)
+    except BaseException:
+        hold.discard()
+        raise
+    finally:
+        _close(samples)
+    yield from hold.drain()
 
 
 _LEN = struct.Struct("<Q")
