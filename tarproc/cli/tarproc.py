@@ -91,6 +91,12 @@ def tarproc_command(
                          help="--map: give large fields (docs/blobs.md) to the function as bytes "
                               "(loaded in the worker) or as tarproc.Blob objects to stream from")] = "bytes",
     strict: Strict = False,
+    keys: Annotated[Optional[str], opt("--keys", metavar="FILE",
+                    help="process only the samples whose keys are listed in FILE (one per line, as "
+                         "--failed-keys writes them)")] = None,
+    failed_keys: Annotated[Optional[str], opt("--failed-keys", metavar="FILE",
+                           help="write the keys of the samples that failed to FILE, one per line (written "
+                                "when all the input was processed, exit 0 or 1; rerun them with --keys FILE)")] = None,
     on_bad_shard: OnBadShard = "fail",
     max_bad_shards: MaxBadShards = None,
     blob_threshold: BlobThreshold = None,
@@ -146,20 +152,29 @@ def main(args, prog="tarproc"):
         inputs = read_inputs(args, rep, stats)
     else:
         inputs = iter_text_samples(open_inputs(args, tar=False), args.mode, stats, stall=rep.stall)
+    if args.keys is not None:
+        from ..stages.keys import read_keys, select_keys
+
+        inputs = select_keys(read_keys(args.keys), stats=stats)(inputs)
     if args.count is not None:
         inputs = S.take(args.count)(inputs)
+    report = rep.say
+    if args.failed_keys is not None:
+        from ..stages.keys import KeyList
+
+        report = _Failures(rep.say, KeyList(args.failed_keys))
     def transformed():
         if args.map is not None:
             return map_function(inputs, args.map, parallel, error_handling=args.error_handling,
                                 ordered=not args.unordered, batch=args.batch, stats=stats,
-                                on_error=rep.say, prog=prog, start_method=args.start_method,
+                                on_error=report, prog=prog, start_method=args.start_method,
                                 stall=rep.stall, blobs=args.map_blobs, timeout=args.timeout)
         return map_command(inputs, args.command, parallel, script=args.script,
                            interpreter=args.interpreter, base=args.base,
                            error_handling=args.error_handling, subdirs=args.subdirs,
                            multi=args.multi, ordered=not args.unordered, timeout=args.timeout,
                            workdir=args.workdir, keepdir=args.keepdir, add_log=args.add_log,
-                           stats=stats, on_error=rep.say, quiet=args.quiet, prog=prog,
+                           stats=stats, on_error=report, quiet=args.quiet, prog=prog,
                            stall=rep.stall, spooler=spooler_of(args))
 
     if args.output != "-":
@@ -178,15 +193,35 @@ def main(args, prog="tarproc"):
             finally:
                 results.close()
             writer.close()
+            if report is not rep.say:  # all the input was processed: the list is complete
+                report.keys.commit()
+                rep.info(f"{report.keys.count} failed keys written to {args.failed_keys}")
     except SampleFailed:
         rep.done(stats)  # the failure is the one line (the summary with -v)
         raise
+    finally:
+        if report is not rep.say and not report.keys.sink.state == "committed":
+            report.keys.abort()  # a run that stopped early: its list would be incomplete
     rep.done(stats, force=stats.failed > 0)
     if stats.failed and allowance.exceeded(stats.failed, stats.read):
         rep.say(f"{stats.failed} of {stats.read} samples failed, more than --max-failures {args.max_failures}: "
                 f"no output written")
         return 1
     return 0
+
+
+class _Failures:
+    """``on_error`` of ``--failed-keys``: the message on stderr, the key in the list."""
+
+    def __init__(self, say, keys):
+        self.say = say
+        self.keys = keys
+
+    def __call__(self, message):
+        self.say(message)
+
+    def failed(self, key):
+        self.keys.add(key)
 
 
 def _stdout_to_stderr():

@@ -159,15 +159,20 @@ def _engine(samples, submit, window, ordered, handle, on_stall=None, finish=None
 
 
 def _handler(error_handling, stats, on_error, echo, quiet_log):
-    """The main-thread part: count, report, apply the error policy."""
+    """The main-thread part: count, report, apply the error policy.  An
+    ``on_error`` with a ``failed(key)`` method is also given the key of
+    every failed sample (``tarproc --failed-keys``)."""
 
     reported = 0
+    failed_key = getattr(on_error, "failed", None)
 
     def handle(result):
         nonlocal reported
         if result.error is not None:
             if stats is not None:
                 stats.failed += 1
+            if failed_key is not None:
+                failed_key(result.key)
             reported += 1
             tail = _tail(result.log) if result.log and reported <= DETAILED_FAILURES else ""
             if reported == DETAILED_FAILURES + 1:
