@@ -193,14 +193,14 @@ def main(args, prog="tarproc"):
             finally:
                 results.close()
             writer.close()
-            if report is not rep.say:  # all the input was processed: the list is complete
+            if isinstance(report, _Failures):  # all the input was processed: the list is complete
                 report.keys.commit()
                 rep.info(f"{report.keys.count} failed keys written to {args.failed_keys}")
     except SampleFailed:
         rep.done(stats)  # the failure is the one line (the summary with -v)
         raise
     finally:
-        if report is not rep.say and not report.keys.sink.state == "committed":
+        if isinstance(report, _Failures) and report.keys.sink.state != "committed":
             report.keys.abort()  # a run that stopped early: its list would be incomplete
     rep.done(stats, force=stats.failed > 0)
     if stats.failed and allowance.exceeded(stats.failed, stats.read):

@@ -270,34 +270,38 @@ class Hold:
         return tempfile.TemporaryFile(dir=directory, prefix=".tarproc-hold.")
 
     def _spill(self, sample):
+        """One record: its lengths (pickle, copied blobs), the pickled
+        sample, then the bytes of the blobs copied with it."""
         import pickle
 
         from ..core.blob import Blob
 
-        f = self.file
         refs = []
         fields = {}
+        copies = []
+        area = 0
         for k, v in sample.items():
             if type(v) is Blob:
                 if len(self.blobs) + self.mem_blobs < self.max_blobs:
                     self.blobs.append(v)
                     v = ("ref", len(self.blobs) - 1)
                 else:
-                    start = self.pos
-                    f.seek(start)
-                    v.copy_to(f)
-                    f.flush()
-                    self.pos = start + len(v)
-                    v = ("copy", start, len(v))
+                    copies.append(v)
+                    v = ("copy", area, len(v))
+                    area += v[2]
                 refs.append(k)
             fields[k] = v
         raw = getattr(sample, "raw", None)
         raw = ([bytes(p) for p in raw[0]], raw[1]) if raw else None
         record = pickle.dumps((fields, refs, raw, hasattr(sample, "raw")), protocol=5)
+        f = self.file
         f.seek(self.pos)
-        f.write(_LEN.pack(len(record)))
+        f.write(_LEN.pack(len(record)) + _LEN.pack(area))
         f.write(record)
-        self.pos += _LEN.size + len(record)
+        for blob in copies:
+            blob.copy_to(f)
+        f.flush()
+        self.pos += 2 * _LEN.size + len(record) + area
 
     def drain(self):
         """Yield the held samples in order (each given up as it goes)."""
@@ -316,14 +320,15 @@ class Hold:
         try:
             while pos < end:
                 f.seek(pos)
-                head = f.read(_LEN.size)
-                if len(head) < _LEN.size:
+                head = f.read(2 * _LEN.size)
+                if len(head) < 2 * _LEN.size:
                     break
-                (n,) = _LEN.unpack(head)
+                n, area = _LEN.unpack_from(head)[0], _LEN.unpack_from(head, _LEN.size)[0]
                 body = f.read(n)
-                pos += _LEN.size + n
                 if len(body) < n:
                     break
+                blobs_at = pos + 2 * _LEN.size + n
+                pos = blobs_at + area
                 fields, refs, raw, is_raw = pickle.loads(body)
                 if is_raw and not refs:
                     from ..core.passthru import RawSample
@@ -333,12 +338,12 @@ class Hold:
                 else:
                     sample = fields
                 for k in refs:
-                    kind, *where = fields[k]
+                    kind, a, b = fields[k] if len(fields[k]) == 3 else (*fields[k], None)
                     if kind == "ref":
-                        dict.__setitem__(sample, k, self.blobs[where[0]])
-                        self.blobs[where[0]] = None
+                        dict.__setitem__(sample, k, self.blobs[a])
+                        self.blobs[a] = None
                     else:
-                        dict.__setitem__(sample, k, self._respool(f, *where))
+                        dict.__setitem__(sample, k, self._respool(f, blobs_at + a, b))
                 yield sample
         finally:
             self.discard()
