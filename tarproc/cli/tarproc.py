@@ -92,8 +92,8 @@ def tarproc_command(
                               "(loaded in the worker) or as tarproc.Blob objects to stream from")] = "bytes",
     strict: Strict = False,
     keys: Annotated[Optional[str], opt("--keys", metavar="FILE",
-                    help="process only the samples whose keys are listed in FILE (one per line, as "
-                         "--failed-keys writes them)")] = None,
+                    help="process only the samples whose keys are listed in FILE, one per line (e.g. the "
+                         "list of failed keys of an earlier run)")] = None,
     failed_keys: Annotated[Optional[str], opt("--failed-keys", metavar="FILE",
                            help="write the keys of the samples that failed to FILE, one per line (written "
                                 "when all the input was processed, exit 0 or 1; rerun them with --keys FILE)")] = None,
