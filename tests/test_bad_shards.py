@@ -190,3 +190,33 @@ def test_foreign_shards(tmp_path):
     good = run("tarcat " + " ".join(f"f/{n}" for n in names), tmp_path)
     assert p.stdout == good.stdout and len(members(p.stdout)) == 18 * len(names)
     assert p.stderr.decode().count("bad shard skipped") == len(names)
+
+
+def test_tarserve_serves_a_bad_shard_as_asked(shards, tmp_path):
+    """tarserve: a damaged shard fails its response by default; with
+    'partial' the response is the samples before the damage, with 'skip'
+    an empty tar, both complete archives."""
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    import tarproc
+
+    def get(url):
+        try:
+            with urllib.request.urlopen(url, timeout=60) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, b""
+        except (urllib.error.URLError, OSError, http.client.HTTPException):  # cut: the failed response
+            return None, b""
+
+    want = run("tarcat --on-bad-shard partial --max-bad-shards 1 garb2.tar", shards).stdout
+    for policy, expect in (("partial", want), ("skip", bytes(1024))):
+        with tarproc.serve(str(shards), port=0, background=True, quiet=True, on_bad_shard=policy) as server:
+            status, body = get(server.url + "garb2.tar")
+            assert status == 200 and body == expect, policy
+            assert members(get(server.url + "good0.tar")[1]) == members((shards / "good0.tar").read_bytes())
+    with tarproc.serve(str(shards), port=0, background=True, quiet=True) as server:
+        status, body = get(server.url + "garb2.tar")
+        assert status is None or status >= 500  # the default: a failed response
