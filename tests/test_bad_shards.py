@@ -112,9 +112,15 @@ def test_partial_keeps_what_was_read_before_the_damage(shards):
 
 
 def test_every_reading_command_has_the_options(shards):
-    for cmd in ("tarcat", "tarpcat", "tarproc", "tarsplit", "tarsort", "tarshow", "tar2tsv", "tar2json"):
+    for cmd in ("tarcat", "tarpcat", "tarproc", "tarsplit", "tarsort", "tarshow", "tar2tsv", "tar2json", "tarfirst",
+                "tarmix"):
         p = run(f"{cmd} --help", shards)
         assert b"--on-bad-shard" in p.stdout and b"--max-bad-shards" in p.stdout, cmd
+    assert b"--on-bad-shard" in run("tarserve --help", shards).stdout
+    p = run("tarfirst -f txt missing.tar good0.tar", shards)
+    assert p.returncode == 2 and p.stdout == b""
+    p = run("tarfirst --on-bad-shard skip --max-bad-shards 1 -f txt missing.tar good0.tar", shards)
+    assert p.returncode == 0 and p.stdout.startswith(b"shard 0 sample 0 txt")
     p = run("tarcat --max-bad-shards 2 good0.tar", shards)
     assert p.returncode == 2 and b"--on-bad-shard" in p.stderr
     p = run("tarcat --on-bad-shard maybe good0.tar", shards)
@@ -220,3 +226,18 @@ def test_tarserve_serves_a_bad_shard_as_asked(shards, tmp_path):
     with tarproc.serve(str(shards), port=0, background=True, quiet=True) as server:
         status, body = get(server.url + "garb2.tar")
         assert status is None or status >= 500  # the default: a failed response
+
+
+def test_tarmix_skips_bad_shards_of_a_source(shards):
+    spec = ("sources:\n  - shards: 'good0.tar'\n    weight: 1\n    nrepeats: 10\n"
+            "  - shards: '{garb2,trunc1,good3}.tar'\n    weight: 1\n")
+    (shards / "mix.yaml").write_text(spec)
+    p = run("tarmix --seed 1 --rekey '{index:04d}' mix.yaml > /dev/null", shards)
+    assert p.returncode == 2 and p.stderr.count(b"\n") == 1 and b"garb2.tar: offset" in p.stderr
+    p = run("tarmix --seed 1 --rekey '{index:04d}' --on-bad-shard skip --max-bad-shards 2 mix.yaml", shards)
+    assert p.returncode == 0, p.stderr
+    got = [d for n, d in members(p.stdout)]
+    assert b"".join(got).count(b"shard 3 sample") and not b"".join(got).count(b"shard 2 sample")
+    assert p.stderr.decode().count("bad shard skipped") == 2
+    p = run("tarmix --seed 1 --rekey '{index:04d}' --on-bad-shard skip mix.yaml > /dev/null", shards)
+    assert p.returncode == 1
