@@ -34,10 +34,15 @@ from ..errors import BadArchive, BadInput, TooManyBadShards, UsageError
 
 POLICIES = ("fail", "skip", "partial")
 
-#: Bytes of one held shard's samples kept in memory; the rest goes to a file.
-HOLD_MEMORY = 64 << 20
-#: Large fields (blobs, one open spool file each) a hold keeps as they are;
-#: further ones are copied into the hold's file (open files stay bounded).
+#: Bytes of one held shard's samples kept in memory (their fields, the raw
+#: bytes they carry, and :data:`SAMPLE_OVERHEAD` each); the rest goes to a file.
+HOLD_MEMORY = 32 << 20
+#: What a sample costs in memory beside its bytes (the dict, its keys), about.
+SAMPLE_OVERHEAD = 512
+#: Large fields in spool files (one open file each) a hold keeps as they
+#: are; further ones are copied into the hold's file (open files stay
+#: bounded).  Regions of a plain input file share its one descriptor and
+#: are always kept as they are.
 HOLD_BLOBS = 256
 #: Bad shards named one by one in the summary (the rest are counted).
 NAMED_IN_SUMMARY = 10
@@ -228,14 +233,15 @@ class Hold:
     the temporary file and come back as new spool files.  :meth:`drain`
     gives the samples back in order; :meth:`discard` drops them."""
 
-    def __init__(self, spooler=None, memory=HOLD_MEMORY, blobs=HOLD_BLOBS):
+    def __init__(self, spooler=None, memory=HOLD_MEMORY, blobs=None):
         self.spooler = spooler
         self.memory = memory
-        self.max_blobs = blobs
+        self.max_blobs = HOLD_BLOBS if blobs is None else blobs
         self.samples = []
         self.size = 0
         self.count = 0
         self.mem_blobs = 0
+        self.spooled = 0  # spool-file blobs among self.blobs
         self.blobs = []  # blobs of spilled samples, kept as they are
         self.file = None
         self.pos = 0
@@ -245,12 +251,13 @@ class Hold:
 
         self.count += 1
         if self.file is None:
-            n = nb = 0
+            n = SAMPLE_OVERHEAD
+            nb = 0
             for v in sample.values():
                 t = type(v)
                 if t is bytes or t is bytearray:
                     n += len(v)
-                elif t is Blob:
+                elif t is Blob and v.is_spool:
                     nb += 1
             raw = getattr(sample, "raw", None)
             if raw:
@@ -282,7 +289,8 @@ class Hold:
         area = 0
         for k, v in sample.items():
             if type(v) is Blob:
-                if len(self.blobs) + self.mem_blobs < self.max_blobs:
+                if not v.is_spool or self.spooled + self.mem_blobs < self.max_blobs:
+                    self.spooled += v.is_spool
                     self.blobs.append(v)
                     v = ("ref", len(self.blobs) - 1)
                 else:
