@@ -109,3 +109,20 @@ def test_kujob_names_each_shards_list(tmp_path):
     err = p.stderr.decode()
     for i in range(2):
         assert f"kujob: [{i}] 2 failed keys in failed-{i}.txt (rerun them with tarproc --keys failed-{i}.txt)" in err
+
+
+def test_key_lists_refuse_stdin_clashes(tmp_path):
+    _shard(tmp_path / "in.tar", KEYS)
+    p = run("tarproc -c true --failed-keys - in.tar > out.tar", tmp_path)
+    assert p.returncode == 2 and b"--failed-keys" in p.stderr
+    p = run("tarproc -c true --failed-keys out.tar in.tar -o out.tar", tmp_path)
+    assert p.returncode == 2 and not (tmp_path / "out.tar").exists()
+    p = run("echo a1 | tarproc -c true --keys - < in.tar", tmp_path)
+    assert p.returncode == 2 and b"stdin" in p.stderr
+    p = run("echo a1 | tarproc -c true --keys - in.tar", tmp_path)
+    assert p.returncode == 0 and names_of_bytes(p.stdout) == ["a1.txt"]
+
+
+def names_of_bytes(data):
+    with tarfile.open(fileobj=io.BytesIO(data)) as t:
+        return [m.name for m in t.getmembers()]

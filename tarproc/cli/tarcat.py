@@ -17,6 +17,7 @@ tarcat -f 'img=jpg;png cls' --rekey '{index:09d}' data.tar -o clean.tar
 gsutil cat gs://b/big.tgz | tarscat -c 10 > small.tar   # returns at once
 tarcat --cleanup out/                            # remove leftovers of killed writers
 tarcat --keys val-keys.txt 'shard-{0000..0146}.tar' -o val.tar   # a subset by key
+tarcat --on-bad-shard skip --max-bad-shards 3 'shard-{0000..0146}.tar' -o all.tar  # leave out damaged shards
 tarcat --cleanup s3://bucket/out/                # ... and temporary objects (TARPROC_REMOTE_COMMIT=move)
 """
 

@@ -18,6 +18,7 @@ tarproc --max-failures 1% -c 'run-ocr *.png' scans.tar -o ocr.tar  # allow 1% fa
 tarproc -m -c 'gm convert sample.pdf sample-%d.png' docs.tar > pages.tar  # one sample per page
 tarproc --mode lines -c 'curl -sf "$(cat sample.txt)" -o sample.html' urls.txt > pages.tar
 tarproc --map resize.py:resize -p 8 images.tar > small.tar      # a Python function, no shell
+tarproc --failed-keys failed.txt --max-failures 5% -c CMD in.tar -o a.tar; tarproc --keys failed.txt -c CMD in.tar -o b.tar
 """
 
 NOTES = """
@@ -152,6 +153,10 @@ def main(args, prog="tarproc"):
         inputs = read_inputs(args, rep, stats)
     else:
         inputs = iter_text_samples(open_inputs(args, tar=False), args.mode, stats, stall=rep.stall)
+    if args.failed_keys in ("-", args.output):
+        raise UsageError("--failed-keys needs a file of its own (not '-', not the output)")
+    if args.keys == "-" and ("-" in (args.inputs or []) or not (args.inputs or args.filelist)):
+        raise UsageError("the key list and the samples cannot both come from stdin")
     if args.keys is not None:
         from ..stages.keys import read_keys, select_keys
 
