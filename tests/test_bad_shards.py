@@ -243,3 +243,12 @@ def test_tarmix_skips_bad_shards_of_a_source(shards):
     assert p.stderr.decode().count("bad shard skipped") == 2
     p = run("tarmix --seed 1 --rekey '{index:04d}' --on-bad-shard skip mix.yaml > /dev/null", shards)
     assert p.returncode == 1
+
+
+def test_a_run_that_stops_early_counts_the_bad_shards_it_met(shards):
+    for cmd in ("tarcat -c 3", "tarpcat -w 1 -c 3", "tarproc --count 3 -c true", "tar2tsv -c 3 -f txt"):
+        p = run(f"{cmd} --on-bad-shard skip missing.tar good0.tar good1.tar > /dev/null", shards)
+        assert p.returncode == 1, (cmd, p.stderr)
+        p = run(f"{cmd} --on-bad-shard skip --max-bad-shards 1 missing.tar good0.tar good1.tar > /dev/null", shards)
+        assert p.returncode == 0, (cmd, p.stderr)
+        assert p.stderr.decode().splitlines()[-1].endswith("allowed by --max-bad-shards): missing.tar"), cmd

@@ -282,6 +282,7 @@ class Reporter:
         self.quiet = quiet
         self.bar = Progress(prog, progress, total, unit)
         self.position = None  # bytes read so far, when the total is in bytes
+        self.bad_shards = None  # --on-bad-shard's record (bad_shards_of), checked once at the end
         from ..runtime.stall import Stall
 
         # the command's source calls it before blocking on an empty pipe; its
@@ -315,7 +316,11 @@ class Reporter:
         self.bar.update(done)
 
     def done(self, stats, force=False):
+        """End of the command: the progress line cleared, the bad shards'
+        summary if the input did not end (``-c N``; it may raise
+        :class:`~tarproc.errors.TooManyBadShards`), the summary with ``-v``."""
         self.bar.clear()
+        end_bad_shards(self.bad_shards, self)  # (no "N of M shards": not all were read)
         if self.verbose or force:
             print(f"{self.prog}: {stats.summary()}", file=sys.stderr, flush=True)
 
@@ -603,15 +608,23 @@ def bad_shards_of(args, rep, spooler=None):
         return None
     from ..sources.badshards import BadShards
 
-    return BadShards(policy, None, rep.say, spooler)  # the limit is checked once, by end_bad_shards
+    bad = BadShards(policy, None, rep.say, spooler)  # the limit is checked once, by end_bad_shards
+    bad.limit = limit if limit is not None else None if getattr(args, "ignore_errors", None) else 0
+    bad.ended = False
+    rep.bad_shards = bad
+    return bad
 
 
-def end_bad_shards(bad, rep, args, stats=None):
-    """At the end of the input: the summary line of the bad shards, and
-    :class:`~tarproc.errors.TooManyBadShards` (exit 1) past ``--max-bad-shards``."""
-    if bad is not None and bad.count:
-        limit = getattr(args, "max_bad_shards", None)
-        bad.max_bad = limit if limit is not None else None if getattr(args, "ignore_errors", None) else 0
+def end_bad_shards(bad, rep, args=None, stats=None):
+    """At the end of the input (once): the summary line of the bad shards,
+    and :class:`~tarproc.errors.TooManyBadShards` (exit 1) past
+    ``--max-bad-shards``.  :meth:`Reporter.done` calls it too, for a
+    command that stopped reading early."""
+    if bad is None or bad.ended:
+        return
+    bad.ended = True
+    if bad.count:
+        bad.max_bad = bad.limit
         if not bad.exceeded():
             rep.say(bad.summary(stats.inputs if stats is not None else None))
         bad.check(stats.inputs if stats is not None else None)
