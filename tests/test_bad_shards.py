@@ -252,3 +252,33 @@ def test_a_run_that_stops_early_counts_the_bad_shards_it_met(shards):
         p = run(f"{cmd} --on-bad-shard skip --max-bad-shards 1 missing.tar good0.tar good1.tar > /dev/null", shards)
         assert p.returncode == 0, (cmd, p.stderr)
         assert p.stderr.decode().splitlines()[-1].endswith("allowed by --max-bad-shards): missing.tar"), cmd
+
+
+def test_partial_streams_and_skip_holds_until_the_shard_ends(shards):
+    """With 'partial' a sample comes out while its shard is still arriving;
+    with 'skip' only when the shard has ended (it could still break)."""
+    import select
+
+    data = (shards / "good0.tar").read_bytes()
+    with tarfile.open(shards / "good0.tar") as t:
+        upto = t.getmembers()[3].offset  # samples 0 and the first member of 1: sample 0 is complete
+    for policy, comes_out in (("partial", True), ("skip", False)):
+        p = subprocess.Popen(["tarcat", "--on-bad-shard", policy], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        try:
+            p.stdin.write(data[: upto + 512])
+            p.stdin.flush()
+            ready = select.select([p.stdout], [], [], 5 if comes_out else 1.5)[0]
+            if comes_out:
+                assert ready and os.read(p.stdout.fileno(), 512)[:9] == b"s0/0000.c"
+            else:
+                assert not ready
+            p.stdin.write(data[upto + 512 :])
+            p.stdin.close()
+            rest = p.stdout.read()
+            assert p.wait(timeout=60) == 0
+            if not comes_out:
+                assert members(rest) == members(data)
+        finally:
+            p.kill()
+            p.wait()
