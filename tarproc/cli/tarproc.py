@@ -149,6 +149,8 @@ def main(args, prog="tarproc"):
     if args.error_handling == "abort" and args.max_failures not in ("0", "0%"):
         raise UsageError("-e abort stops at the first failure; it does not go with --max-failures")
 
+    if args.mode != "tar" and (args.on_bad_shard != "fail" or args.max_bad_shards is not None):
+        raise UsageError("--on-bad-shard and --max-bad-shards apply to tar shards, not to --mode " + args.mode)
     if args.mode == "tar":
         inputs = read_inputs(args, rep, stats)
     else:
