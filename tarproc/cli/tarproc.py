@@ -207,8 +207,8 @@ def main(args, prog="tarproc"):
         rep.done(stats)  # the failure is the one line (the summary with -v)
         raise
     finally:
-        if isinstance(report, _Failures) and report.keys.sink.state != "committed":
-            report.keys.abort()  # a run that stopped early: its list would be incomplete
+        if isinstance(report, _Failures):
+            report.keys.abort()  # (once committed, nothing) a run that stopped early: its list would be incomplete
     rep.done(stats, force=stats.failed > 0)
     if stats.failed and allowance.exceeded(stats.failed, stats.read):
         rep.say(f"{stats.failed} of {stats.read} samples failed, more than --max-failures {args.max_failures}: "

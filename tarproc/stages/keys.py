@@ -118,6 +118,7 @@ class KeyList:
 
         self.url = url
         self.count = 0
+        self.committed = False
         self.sink = open_sink(url, compression=None, defer=False)
 
     def add(self, key):
@@ -126,6 +127,9 @@ class KeyList:
 
     def commit(self):
         self.sink.close()
+        self.committed = True
 
     def abort(self):
-        self.sink.abort()
+        """Leave no list under its name (no effect once committed)."""
+        if not self.committed:
+            self.sink.abort()
