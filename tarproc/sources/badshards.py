@@ -268,13 +268,24 @@ class Hold:
                 self.mem_blobs += nb
                 return
             self.file = self._new_file()
-        self._spill(sample)
+        try:
+            self._spill(sample)
+        except OSError as e:  # a full disk: exit 1 (output not written), naming where it went
+            from ..errors import OutputError
+
+            where = self.spooler.directory() if self.spooler is not None else "TMPDIR"
+            raise OutputError(f"cannot keep a held shard's samples in {where}: {e.strerror or e} (choose the "
+                              f"place with --tmpdir or TMPDIR)") from None
 
     def _new_file(self):
         import tempfile
 
         directory = self.spooler.directory() if self.spooler is not None else None
-        return tempfile.TemporaryFile(dir=directory, prefix=".tarproc-hold.")
+        try:
+            return tempfile.TemporaryFile(dir=directory, prefix=".tarproc-hold.")
+        except OSError as e:
+            raise UsageError(f"cannot make a file for a held shard in {directory or 'TMPDIR'}: "
+                             f"{e.strerror or e} (use --tmpdir)") from None
 
     def _spill(self, sample):
         """One record: its lengths (pickle, copied blobs), the pickled
