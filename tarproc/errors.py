@@ -79,3 +79,9 @@ def describe_exit(code):
         except ValueError:
             return f"killed by signal {-code}"
     return f"exit status {code}"
+
+
+class TooManyBadShards(TarprocError):
+    """More shards were damaged or unreadable (and skipped) than allowed."""
+
+    exit_code = EXIT_FAILED

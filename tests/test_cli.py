@@ -64,7 +64,7 @@ def test_bash_completion_end_to_end(tmp_path):
     (tmp_path / "c.bash").write_text(script)
     p = _run(f"source {tmp_path}/c.bash; COMP_WORDS=(tarsplit --max); COMP_CWORD=1; "
              "_tarsplit_completion tarsplit; printf '%s\\n' \"${COMPREPLY[@]}\"")
-    assert sorted(p.stdout.decode().split()) == ["--max-size", "--maxcount", "--maxshards", "--maxsize"]
+    assert sorted(p.stdout.decode().split()) == ["--max-bad-shards", "--max-size", "--maxcount", "--maxshards", "--maxsize"]
 
 
 @pytest.mark.parametrize("name", BUILT)

@@ -103,6 +103,15 @@ ProgressFlag = Annotated[Optional[bool], opt("--progress/--no-progress",
                                              help="a progress bar on stderr (default: when stderr is a terminal)")]
 Strict = Annotated[bool, opt("--strict", help="treat a shard that ends without the end-of-archive marker "
                                               "as an error")]
+# damaged or unreadable shards (docs/reading.md, "Bad shards"): the same two options in every reading command
+OnBadShard = Annotated[Literal["fail", "skip", "partial"], opt(
+    "--on-bad-shard", metavar="fail|skip|partial",
+    help="a damaged or unreadable shard stops the run (fail, exit 2), or is reported in one line and left out: "
+         "whole (skip: samples read from it are dropped; each shard's samples are held until it ends) or "
+         "after the samples read before the damage (partial); a summary ends the run, exit 1 unless "
+         "--max-bad-shards allows them (default: fail)")]
+MaxBadShards = Annotated[Optional[int], opt("--max-bad-shards", metavar="N", parser=nonneg(),
+                         help="with --on-bad-shard skip|partial: up to N bad shards still exit 0 (default: 0)")]
 Seed = Annotated[Optional[int], opt("--seed", metavar="N", help="random seed (reproducible order)")]
 StartMethod = Annotated[Optional[Literal["fork", "spawn", "forkserver"]], opt(
                                            "--start-method", metavar="fork|spawn|forkserver",
@@ -309,6 +318,7 @@ class Reporter:
         self.quiet = quiet
         self.bar = Progress(prog, progress, total, unit)
         self.position = None  # bytes read so far, when the total is in bytes
+        self.bad_shards = None  # --on-bad-shard's record (bad_shards_of), checked once at the end
         from ..runtime.stall import Stall
 
         # the command's source calls it before blocking on an empty pipe; its
@@ -342,7 +352,11 @@ class Reporter:
         self.bar.update(done)
 
     def done(self, stats, force=False):
+        """End of the command: the progress line cleared, the bad shards'
+        summary if the input did not end (``-c N``; it may raise
+        :class:`~tarproc.errors.TooManyBadShards`), the summary with ``-v``."""
         self.bar.clear()
+        end_bad_shards(self.bad_shards, self)  # (no "N of M shards": not all were read)
         if self.verbose or force:
             print(f"{self.prog}: {stats.summary()}", file=sys.stderr, flush=True)
 
@@ -621,6 +635,7 @@ def read_inputs(args, rep, stats, urls=None, pass_through=False, spooler=None, r
     from ..sources.samples import iter_samples
 
     urls = open_inputs(args) if urls is None else urls
+    bad = bad_shards_of(args, rep, spooler)
     sizes = _sizes(urls) if rep.progress else None
     if sizes is not None:
         rep.bar.total, rep.bar.unit, rep.position = sum(sizes), "B", 0
@@ -629,7 +644,7 @@ def read_inputs(args, rep, stats, urls=None, pass_through=False, spooler=None, r
     for n, url in enumerate(urls):
         rep.info(f"reading {'stdin' if url == '-' else url}")
         samples = iter_samples([url], stats, strict=args.strict, warn=rep.warn, stall=rep.stall,
-                               spooler=spooler, raw=raw)
+                               spooler=spooler, raw=raw, on_bad_shard=bad)
         if sizes is None:
             yield from samples
             continue
@@ -641,6 +656,41 @@ def read_inputs(args, rep, stats, urls=None, pass_through=False, spooler=None, r
             yield sample
         base += sizes[n]
         rep.position = base
+    end_bad_shards(bad, rep, args, stats)
+
+
+def bad_shards_of(args, rep, spooler=None):
+    """The :class:`~tarproc.sources.badshards.BadShards` of ``--on-bad-shard``
+    and ``--max-bad-shards`` (``None`` for the default, fail), reporting on
+    stderr whatever the verbosity."""
+    policy = getattr(args, "on_bad_shard", None) or "fail"
+    limit = getattr(args, "max_bad_shards", None)
+    if policy == "fail":
+        if limit is not None:
+            raise UsageError("--max-bad-shards goes with --on-bad-shard skip or partial")
+        return None
+    from ..sources.badshards import BadShards
+
+    bad = BadShards(policy, None, rep.say, spooler)  # the limit is checked once, by end_bad_shards
+    bad.limit = limit if limit is not None else None if getattr(args, "ignore_errors", None) else 0
+    bad.ended = False
+    rep.bad_shards = bad
+    return bad
+
+
+def end_bad_shards(bad, rep, args=None, stats=None):
+    """At the end of the input (once): the summary line of the bad shards,
+    and :class:`~tarproc.errors.TooManyBadShards` (exit 1) past
+    ``--max-bad-shards``.  :meth:`Reporter.done` calls it too, for a
+    command that stopped reading early."""
+    if bad is None or bad.ended:
+        return
+    bad.ended = True
+    if bad.count:
+        bad.max_bad = bad.limit
+        if not bad.exceeded():
+            rep.say(bad.summary(stats.inputs if stats is not None else None))
+        bad.check(stats.inputs if stats is not None else None)
 
 
 def selection_stages(args, middle=(), slice_parser=None):

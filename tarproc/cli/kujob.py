@@ -318,6 +318,8 @@ def main(args, command, prog="kujob"):
         progress.clear()
     if args.verbose:
         print(f"{prog}: {summary.line()}", file=sys.stderr, flush=True)
+    for line in failed_key_lists(command, ids):  # tarproc --failed-keys FILE in the command
+        print(f"{prog}: {line}", file=sys.stderr, flush=True)
     failed = summary.failed
     if failed:
         print(f"{prog}: {len(failed)} of {len(ids)} shards failed: {' '.join(failed)}", file=sys.stderr, flush=True)
@@ -325,6 +327,46 @@ def main(args, command, prog="kujob"):
         # Kubernetes podFailurePolicy does not retry what cannot change
         return 2 if first_only and runner.results[0].returncode == 2 else 1
     return 0
+
+
+def failed_key_lists(command, ids):
+    """Lines for the summary: where the shards' lists of failed samples are,
+    when the command has ``--failed-keys FILE`` (``tarproc``; FILE with
+    ``{}``, e.g. ``failed-{}.txt``): each non-empty local list with its count
+    of keys (a list on an object store is named as it is)."""
+    import shlex
+
+    from .. import jobs
+
+    words = command
+    if len(command) == 1:
+        try:
+            words = shlex.split(command[0])
+        except ValueError:
+            return []
+    template = None
+    for i, word in enumerate(words):
+        if word == "--failed-keys" and i + 1 < len(words):
+            template = words[i + 1]
+        elif word.startswith("--failed-keys="):
+            template = word.split("=", 1)[1]
+    if template is None:
+        return []
+    lines = []
+    for shard_id in ids:
+        path = jobs.fill([template], shard_id)[0]
+        if "://" in path:
+            lines.append(f"[{shard_id}] failed keys (if any): {path}")
+            continue
+        try:
+            with open(path, "rb") as f:
+                n = sum(1 for line in f if line.strip())
+        except OSError:
+            continue  # not written: the shard failed or was skipped by --done-if
+        if n:
+            lines.append(f"[{shard_id}] {n} failed key{'' if n == 1 else 's'} in {path} (rerun them with "
+                         f"tarproc --keys {shlex.quote(path)})")
+    return lines
 
 
 def entry():

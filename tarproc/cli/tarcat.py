@@ -2,6 +2,7 @@
 
 from typing import Annotated, Optional
 
+from .base import MaxBadShards, OnBadShard
 from .base import (BlobThreshold, TmpDir, BraceExpand, Args, FileList, Fields, Inputs, Output,
                    ProgressFlag, Quiet, Seed, Skip,
                    Slice, Strict, Verbose, command, nonneg, open_inputs, opt, progress_stage, read_inputs,
@@ -16,6 +17,7 @@ tarcat -f 'img=jpg;png cls' --rekey '{index:09d}' data.tar -o clean.tar
 gsutil cat gs://b/big.tgz | tarscat -c 10 > small.tar   # returns at once
 tarcat --cleanup out/                            # remove leftovers of killed writers
 tarcat --keys val-keys.txt 'shard-{0000..0146}.tar' -o val.tar   # a subset by key
+tarcat --on-bad-shard skip --max-bad-shards 3 'shard-{0000..0146}.tar' -o all.tar  # leave out damaged shards
 tarcat --cleanup s3://bucket/out/                # ... and temporary objects (TARPROC_REMOTE_COMMIT=move)
 """
 
@@ -51,6 +53,8 @@ def tarcat_command(
                             help="drop the samples whose keys are listed in FILE (one per line, '-' for "
                                  "stdin)")] = None,
     strict: Strict = False,
+    on_bad_shard: OnBadShard = "fail",
+    max_bad_shards: MaxBadShards = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     verbose: Verbose = False,

@@ -2,6 +2,7 @@
 
 from typing import Annotated, Optional
 
+from .base import MaxBadShards, OnBadShard, bad_shards_of, end_bad_shards
 from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, FileList, Inputs, Strict, command,
                    nonneg, open_inputs, opt, positive, run, Reporter)
 from .fieldcheck import FieldCheck
@@ -38,6 +39,8 @@ def tarfirst_command(
     output: Annotated[str, opt("-o", "--output", metavar="FILE",
                       help="write to FILE (appears complete or not at all) instead of stdout")] = "-",
     strict: Strict = False,
+    on_bad_shard: OnBadShard = "fail",
+    max_bad_shards: MaxBadShards = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     verbose: Annotated[bool, opt("-v", "--verbose", help="name the member written on stderr")] = False,
@@ -58,13 +61,16 @@ def main(args, prog="tarfirst"):
     rep = Reporter(prog, args.verbose, args.quiet, False)
     # -o naming an input (first.jpg meant) would replace a shard by one field
     urls = refuse_overwriting_inputs([args.output], open_inputs(args), "tarfirst writes one field")
-    samples = S.iter_samples(urls, strict=args.strict, warn=rep.warn, spooler=spooler_of(args))
+    spooler = spooler_of(args)
+    bad = bad_shards_of(args, rep, spooler)
+    samples = S.iter_samples(urls, strict=args.strict, warn=rep.warn, spooler=spooler, on_bad_shard=bad)
     source = S.skip(args.skip)(samples) if args.skip else samples
     check = FieldCheck(rep, args.field)
     try:
         found = find_match(check.before(source), args.field, args.select, args.nth)
     finally:
         samples.close()  # closes the input: stop reading at the match
+    end_bad_shards(bad, rep, args)  # those met before the match (or all, when none matched)
     if found is None:
         wanted = {c for _n, cands in S.parse_fields(args.field) for c in cands}
         why = f" (-f {args.field!r}: none of the {check.n_in} samples has these fields; {check._have()})" \

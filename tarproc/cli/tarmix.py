@@ -5,6 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from .guards import refuse_overwriting_inputs
+from .base import MaxBadShards, OnBadShard, bad_shards_of, end_bad_shards
 from .base import (Args, Count, Output, ProgressFlag, Quiet, Seed, Strict, Verbose, command, nonneg, opt,
                    progress_stage, run, Reporter)
 
@@ -60,6 +61,8 @@ def tarmix_command(
     output_mode: Annotated[Optional[str], opt("--output-mode", hidden=True,
                            help="accepted for compatibility (no effect)")] = None,
     strict: Strict = False,
+    on_bad_shard: OnBadShard = "fail",
+    max_bad_shards: MaxBadShards = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
     progress: ProgressFlag = None,
@@ -104,12 +107,14 @@ def main(args, prog="tarmix"):
         stages.append(S.rekey(args.rekey))
     stages.append(distinct_neighbours("; give new keys with --rekey '{index:09d}'"))
     stages.append(progress_stage(rep, stats))
+    bad = bad_shards_of(args, rep)
     mixed = mix_sources(spec, seed=args.seed, stats=stats, strict=args.strict, warn=rep.warn,
-                        shuffle=args.shuffle)
+                        shuffle=args.shuffle, on_bad_shard=bad)
     with open_sink(args.output) as sink:
         writer = S.SampleWriter(sink, stats)
         for sample in S.pipeline(mixed, *stages):
             writer.write(sample)
+        end_bad_shards(bad, rep, args, stats)
         writer.close()
     rep.done(stats)
     return 0

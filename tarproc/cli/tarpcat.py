@@ -3,6 +3,7 @@
 import os
 from typing import Annotated, Optional
 
+from .base import MaxBadShards, OnBadShard, bad_shards_of, end_bad_shards
 from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FileList, Inputs, Output, ProgressFlag, Quiet, Seed, StartMethod,
                    Strict, Verbose,
                    command, nonneg, open_inputs, opt, positive, run, Reporter)
@@ -11,7 +12,7 @@ EXAMPLES = """
 tarpcat -w 4 'shard-{0000..0146}.tgz' -o all.tar        # four reader processes
 tarpcat --shuffle 5000 --seed 1 'train-{000..099}.tar' | tarsplit -n 1000 -o mixed
 tarpcat -T shards.txt -c 100 > first100.tar
-tarpcat --ignore-errors 'gs://bucket/shard-{0000..0999}.tar' > all.tar
+tarpcat --on-bad-shard skip --max-bad-shards 5 'gs://bucket/shard-{0000..0999}.tar' > all.tar
 """
 
 NOTES = """
@@ -20,9 +21,12 @@ of samples from each worker in turn: the order depends only on the shard list,
 the options and -w, never on timing. Every sample appears exactly once.
 Two samples with one key side by side are one sample read back: written when
 their fields differ, refused when a field would come twice (as every writer).
-exit status: 0 ok (also when --ignore-errors skipped shards), 1 the output could
-not be written, 2 bad usage, a damaged/unreadable shard (named on stderr) or a
-field twice under one key side by side.
+With --on-bad-shard skip each worker holds a shard's samples until the shard
+ends (in memory, then in a temporary file) and drops them if it breaks.
+exit status: 0 ok (also when bad shards were skipped within --max-bad-shards),
+1 more bad shards than allowed, or the output could not be written, 2 bad usage,
+a damaged/unreadable shard (named on stderr) or a field twice under one key
+side by side.
 """
 
 
@@ -41,8 +45,10 @@ def tarpcat_command(
                        help="shuffle the shard list and mix samples through a buffer of N samples")] = 0,
     seed: Seed = None,
     ignore_errors: Annotated[bool, opt("--ignore-errors",
-                             help="skip the rest of a damaged or unreadable shard (say so, count it) instead "
-                                  "of failing with exit 2")] = False,
+                             hidden=True, help="the same as --on-bad-shard partial with no limit "
+                                                   "(--max-bad-shards)")] = False,
+    on_bad_shard: OnBadShard = "fail",
+    max_bad_shards: MaxBadShards = None,
     start_method: StartMethod = None,
     strict: Strict = False,
     blob_threshold: BlobThreshold = None,
@@ -61,6 +67,9 @@ def tarpcat_command(
     if args.workers_p is not None:
         args.workers = args.workers_p
     rep = Reporter("tarpcat", args.verbose, args.quiet, args.progress)
+    if args.ignore_errors:  # the older flag: the rest of a bad shard skipped, any number of them
+        args.on_bad_shard = "partial" if args.on_bad_shard == "fail" else args.on_bad_shard
+    bad = bad_shards_of(args, rep)
     spooler = spooler_of(args)  # the workers inherit it through the environment
     if args.blob_threshold is not None:
         os.environ["TARPROC_BLOB_THRESHOLD"] = str(spooler.threshold if spooler.threshold != float("inf") else 0)
@@ -72,7 +81,7 @@ def tarpcat_command(
     from ..runtime.stall import Stall
 
     stall = Stall()  # waiting for a worker flushes the output (slow inputs show at once)
-    common = dict(workers=args.workers, strict=args.strict, ignore_errors=args.ignore_errors, warn=rep.warn,
+    common = dict(workers=args.workers, strict=args.strict, warn=rep.warn, on_bad_shard=bad,
                   info=rep.info, stats=stats, failed=failed, start_method=args.start_method, stall=stall)
     # The workers are started (forked) here, before the output is opened.
     if args.shuffle or args.count is not None:
@@ -104,6 +113,8 @@ def tarpcat_command(
                     rep.tick(stats, written)
                     if written == args.count:
                         break
+            if written != args.count:  # all the input was read
+                end_bad_shards(bad, rep, args, stats)
             write(bytes(2 * BLOCK))
     finally:
         for gen in (batches, source):  # stops the workers
@@ -111,9 +122,6 @@ def tarpcat_command(
                 gen.close()
     stats.written = written
     rep.done(stats)
-    if failed:
-        rep.warn(f"{len(failed)} shard(s) failed and were skipped: {', '.join(failed[:5])}"
-                 f"{' ...' if len(failed) > 5 else ''}")
     return 0
 
 

@@ -4,6 +4,7 @@ from typing import Annotated, List, Literal, Optional
 
 import typer
 
+from .base import MaxBadShards, OnBadShard
 from .base import (replaced, BlobThreshold, TmpDir, spooler_of, Args, FileList, Output, ProgressFlag, Quiet, StartMethod, Strict, Verbose, command, nonneg, open_inputs, opt,
                    positive, progress_stage, read_inputs, run, Reporter, selection_stages, Slice)
 
@@ -17,6 +18,7 @@ tarproc --max-failures 1% -c 'run-ocr *.png' scans.tar -o ocr.tar  # allow 1% fa
 tarproc -m -c 'gm convert sample.pdf sample-%d.png' docs.tar > pages.tar  # one sample per page
 tarproc --mode lines -c 'curl -sf "$(cat sample.txt)" -o sample.html' urls.txt > pages.tar
 tarproc --map resize.py:resize -p 8 images.tar > small.tar      # a Python function, no shell
+tarproc --failed-keys failed.txt --max-failures 5% -c CMD in.tar -o a.tar; tarproc --keys failed.txt -c CMD in.tar -o b.tar
 """
 
 NOTES = """
@@ -92,6 +94,14 @@ def tarproc_command(
     skip: Annotated[int, opt("--skip", metavar="N", parser=nonneg(), help="skip the first N samples")] = 0,
     slice: Slice = None,
     strict: Strict = False,
+    keys: Annotated[Optional[str], opt("--keys", metavar="FILE",
+                    help="process only the samples whose keys are listed in FILE, one per line (e.g. the "
+                         "list of failed keys of an earlier run)")] = None,
+    failed_keys: Annotated[Optional[str], opt("--failed-keys", metavar="FILE",
+                           help="write the keys of the samples that failed to FILE, one per line (written "
+                                "when all the input was processed, exit 0 or 1; rerun them with --keys FILE)")] = None,
+    on_bad_shard: OnBadShard = "fail",
+    max_bad_shards: MaxBadShards = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     verbose: Verbose = False,
@@ -140,23 +150,41 @@ def main(args, prog="tarproc"):
     if args.error_handling == "abort" and args.max_failures not in ("0", "0%"):
         raise UsageError("-e abort stops at the first failure; it does not go with --max-failures")
 
+    if args.mode != "tar" and (args.on_bad_shard != "fail" or args.max_bad_shards is not None):
+        raise UsageError("--on-bad-shard and --max-bad-shards apply to tar shards, not to --mode " + args.mode)
     if args.mode == "tar":
         inputs = read_inputs(args, rep, stats)
     else:
         inputs = iter_text_samples(open_inputs(args, tar=False), args.mode, stats, stall=rep.stall)
-    inputs = S.pipeline(inputs, *selection_stages(args))  # --skip, --slice, --count, as in tarcat
+    if args.failed_keys in ("-", args.output):
+        raise UsageError("--failed-keys needs a file of its own (not '-', not the output)")
+    if args.keys == "-" and ("-" in (args.inputs or []) or not (args.inputs or args.filelist)):
+        raise UsageError("the key list and the samples cannot both come from stdin")
+    middle = []
+    if args.keys is not None:
+        from ..stages.keys import read_keys, select_keys
+
+        middle.append(select_keys(read_keys(args.keys), stats=stats))
+    # --skip, --slice, --keys, --count, as in tarcat
+    inputs = S.pipeline(inputs, *selection_stages(args, middle=middle))
+    report = rep.say
+    if args.failed_keys is not None:
+        from ..stages.keys import KeyList
+
+        report = _Failures(rep.say, KeyList(args.failed_keys))
+
     def transformed():
         if args.map is not None:
             return map_function(inputs, args.map, parallel, error_handling=args.error_handling,
                                 ordered=not args.unordered, batch=args.batch, stats=stats,
-                                on_error=rep.say, prog=prog, start_method=args.start_method,
+                                on_error=report, prog=prog, start_method=args.start_method,
                                 stall=rep.stall, blobs=args.map_blobs, timeout=args.timeout)
         return map_command(inputs, args.command, parallel, script=args.script,
                            interpreter=args.interpreter, base=args.base,
                            error_handling=args.error_handling, subdirs=args.subdirs,
                            multi=args.multi, ordered=not args.unordered, timeout=args.timeout,
                            workdir=args.workdir, keepdir=args.keepdir, add_log=args.add_log,
-                           stats=stats, on_error=rep.say, quiet=args.quiet, prog=prog,
+                           stats=stats, on_error=report, quiet=args.quiet, prog=prog,
                            stall=rep.stall, spooler=spooler_of(args))
 
     if args.output != "-":
@@ -175,15 +203,35 @@ def main(args, prog="tarproc"):
             finally:
                 results.close()
             writer.close()
+            if isinstance(report, _Failures):  # all the input was processed: the list is complete
+                report.keys.commit()
+                rep.info(f"{report.keys.count} failed keys written to {args.failed_keys}")
     except SampleFailed:
         rep.done(stats)  # the failure is the one line (the summary with -v)
         raise
+    finally:
+        if isinstance(report, _Failures):
+            report.keys.abort()  # (once committed, nothing) a run that stopped early: its list would be incomplete
     rep.done(stats, force=stats.failed > 0)
     if stats.failed and allowance.exceeded(stats.failed, stats.read):
         rep.say(f"{stats.failed} of {stats.read} samples failed, more than --max-failures {args.max_failures}: "
                 f"no output written")
         return 1
     return 0
+
+
+class _Failures:
+    """``on_error`` of ``--failed-keys``: the message on stderr, the key in the list."""
+
+    def __init__(self, say, keys):
+        self.say = say
+        self.keys = keys
+
+    def __call__(self, message):
+        self.say(message)
+
+    def failed(self, key):
+        self.keys.add(key)
 
 
 def _stdout_to_stderr():

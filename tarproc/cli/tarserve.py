@@ -6,6 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .base import OnBadShard
 from .base import Fields, Seed, Skip, Slice, command, nonneg, opt, positive, run
 
 EXAMPLES = """
@@ -55,6 +56,7 @@ def tarserve_command(
     strict: Annotated[bool, opt("--strict/--no-strict",
                       help="a shard without the end-of-archive marker (cut off, or still being copied) "
                            "fails its response (default); --no-strict serves what is there")] = True,
+    on_bad_shard: OnBadShard = "fail",
     host: Annotated[str, opt("--host", metavar="ADDR", help="address to listen on (default 127.0.0.1: loopback "
                                                             "unless told)")] = "127.0.0.1",
     port: Annotated[int, opt("--port", metavar="N", parser=nonneg(),
@@ -91,7 +93,7 @@ def tarserve_command(
         raise UsageError("give at most one of --map and -c")
     server = Server(prefix, map=map, command=command, parallel=parallel, count=count, skip=skip,
                     slice=slice_, fields=fields, rekey=rekey, shuffle=shuffle, seed=seed,
-                    max_failures=max_failures, strict=strict, host=host, port=port, token=token,
+                    max_failures=max_failures, strict=strict, on_bad_shard=on_bad_shard, host=host, port=port, token=token,
                     max_clients=max_clients, client_timeout=client_timeout, header_timeout=header_timeout,
                     drain_timeout=drain_timeout, stall_timeout=stall_timeout, quiet=quiet)
     signal.signal(signal.SIGTERM, on_term)

@@ -2,6 +2,7 @@
 
 from typing import Annotated, Literal, Optional
 
+from .base import MaxBadShards, OnBadShard
 from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FileList, Inputs, Skip,
                    Slice, Strict, command, opt, positive, read_inputs, run, Reporter, selection_stages)
 from .fieldcheck import FieldCheck
@@ -66,6 +67,8 @@ def tarshow_command(
         "--format", help="blocks (default) or original: the original tarshow's lines, 'NAME<TAB>VALUE' with "
                          "values as Python shows them (b'746'), cut at 60 characters")] = "blocks",
     strict: Strict = False,
+    on_bad_shard: OnBadShard = "fail",
+    max_bad_shards: MaxBadShards = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     verbose: Annotated[bool, opt("-v", "--verbose", help="report inputs on stderr")] = False,

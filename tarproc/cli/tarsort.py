@@ -2,6 +2,7 @@
 
 from typing import Annotated, Literal, Optional
 
+from .base import MaxBadShards, OnBadShard
 from .base import (BlobThreshold, Args, BraceExpand, FileList, Inputs, Output, ProgressFlag, Quiet, Seed, Strict, Verbose,
                    command, opt, parse_size, progress_stage, read_inputs, run, Reporter)
 
@@ -50,6 +51,8 @@ def tarsort_command(
     tmpdir: Annotated[Optional[str], opt("--tmpdir", "-t", metavar="DIR",
                       help="directory for the sorted runs (default: $TMPDIR or /tmp)")] = None,
     strict: Strict = False,
+    on_bad_shard: OnBadShard = "fail",
+    max_bad_shards: MaxBadShards = None,
     blob_threshold: BlobThreshold = None,
     verbose: Verbose = False,
     quiet: Quiet = False,

@@ -2,6 +2,7 @@
 
 from typing import Annotated, Optional
 
+from .base import MaxBadShards, OnBadShard
 from .base import (replaced, BlobThreshold, TmpDir, Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Verbose, command, nonneg,
                    opt, parse_size, positive, progress_stage, read_inputs, run, Reporter)
 
@@ -73,6 +74,8 @@ def tarsplit_command(
                      help="write a tarindex index (JSON, and offsets for uncompressed shards) of the shards "
                           "written")] = None,
     strict: Strict = False,
+    on_bad_shard: OnBadShard = "fail",
+    max_bad_shards: MaxBadShards = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     verbose: Verbose = False,
@@ -239,10 +242,13 @@ def _spool_stdin(rep):
 def _count_samples(urls, args, rep):
     import tarproc as S
 
+    from ..sources.badshards import BadShards
+
     stats = S.Stats()
     n = 0
+    bad = BadShards(args.on_bad_shard) if args.on_bad_shard not in (None, "fail") else None  # told in the 2nd pass
     for url in urls:
-        for _ in S.iter_samples([url], stats, strict=args.strict, warn=rep.warn):
+        for _ in S.iter_samples([url], stats, strict=args.strict, warn=rep.warn, on_bad_shard=bad):
             n += 1
     rep.info(f"counting pass: {n} samples")
     return n

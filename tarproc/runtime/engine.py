@@ -169,16 +169,21 @@ def _engine(samples, submit, window, ordered, handle, on_stall=None, finish=None
 
 
 def _handler(error_handling, stats, on_error, echo, quiet_log):
-    """The main-thread part: count, report, apply the error policy."""
+    """The main-thread part: count, report, apply the error policy.  An
+    ``on_error`` with a ``failed(key)`` method is also given the key of
+    every failed sample (``tarproc --failed-keys``)."""
 
     reported = 0
     tracebacks = {}  # a traceback's frames and exception type -> the first key it was shown for
+    failed_key = getattr(on_error, "failed", None)
 
     def handle(result):
         nonlocal reported
         if result.error is not None:
             if stats is not None:
                 stats.failed += 1
+            if failed_key is not None:
+                failed_key(result.key)
             reported += 1
             traceback = bool(result.log) and bytes(result.log[:10]) == b"Traceback "
             # a command's last lines; a --map traceback (the user's frames) whole, within TAIL_BYTES

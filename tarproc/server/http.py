@@ -102,11 +102,14 @@ class Server:
     stops accepting, lets responses in flight finish for up to ``drain``
     seconds, then cuts the rest (their clients see an error).  ``strict``
     (the default) fails a response whose shard ends without the
-    end-of-archive marker: its client cannot see a warning."""
+    end-of-archive marker: its client cannot see a warning.  ``on_bad_shard``
+    ``"skip"`` serves a damaged or unreadable shard as an empty tar, and
+    ``"partial"`` as the samples read before the damage, instead of a failed
+    response (a line in the server's log says which, where and what)."""
 
     def __init__(self, prefix, *, map=None, command=None, parallel=None, count=None, skip=0, slice=None,
                  fields=None, rekey=None, shuffle=0, seed=None, max_failures=0, strict=True, batch=32,
-                 host="127.0.0.1", port=8080, token=None, max_clients=16, client_timeout=60.0,
+                 on_bad_shard="fail", host="127.0.0.1", port=8080, token=None, max_clients=16, client_timeout=60.0,
                  header_timeout=10.0, drain_timeout=30.0, stall_timeout=300.0, log=None, quiet=False):
         from ..stages import basic as S
 
@@ -130,13 +133,18 @@ class Server:
             S.parse_slice(slice)
         if fields:
             S.parse_fields(fields)
+        from ..sources.badshards import POLICIES
+
+        if on_bad_shard not in POLICIES:
+            raise UsageError(f"on_bad_shard must be one of {', '.join(POLICIES)}")
         if max_clients < 1:
             raise UsageError("--max-clients must be >= 1")
         if token is not None and not token:
             raise UsageError("empty token")
         self.options = {"map": map, "command": command, "parallel": parallel or None, "count": count,
                         "skip": skip, "slice": slice, "fields": fields, "rekey": rekey, "shuffle": shuffle,
-                        "seed": seed, "max_failures": max_failures, "strict": strict, "batch": batch}
+                        "seed": seed, "max_failures": max_failures, "strict": strict, "batch": batch,
+                        "on_bad_shard": on_bad_shard}
         self.options_json = json.dumps(self.options)
         self.host, self.port = host, port
         self.token = token.encode("utf-8") if token else None

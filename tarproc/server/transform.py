@@ -15,7 +15,7 @@ from ..errors import SampleFailed, TarprocError, UsageError
 
 def transform(url, *, map=None, command=None, parallel=None, count=None, skip=0, slice=None, fields=None,
               rekey=None, shuffle=0, seed=None, max_failures=0, strict=False, batch=32, stats=None,
-              on_error=None, warn=None, stall=None):
+              on_error=None, warn=None, stall=None, on_bad_shard="fail"):
     """The samples of one shard through the stages of ``tarcat`` (``skip``,
     ``slice``, ``fields``, ``count``, ``rekey``, ``shuffle``) and then
     ``tarproc`` (``map`` or ``command``); a response of ``tarserve`` is
@@ -24,7 +24,9 @@ def transform(url, *, map=None, command=None, parallel=None, count=None, skip=0,
     ``max_failures`` (``None``: no limit) raises
     :class:`~tarproc.errors.SampleFailed`.  ``stall`` (a
     :class:`~tarproc.runtime.stall.Stall`, also given to the sink) flushes
-    output whenever the source is about to block."""
+    output whenever the source is about to block.  ``on_bad_shard``: as
+    for :func:`~tarproc.iter_samples` (a damaged shard is reported to
+    ``warn`` and ends the samples: none of them, or those before the damage)."""
     from ..stages import basic as S
     from ..sources.samples import iter_samples
     from ..core.stats import Stats
@@ -53,7 +55,8 @@ def transform(url, *, map=None, command=None, parallel=None, count=None, skip=0,
         stages.append(S.take(count))
     if rekey:
         stages.append(S.rekey(rekey))
-    samples = S.pipeline(iter_samples([url], stats, strict=strict, warn=warn, stall=stall), *stages)
+    samples = S.pipeline(iter_samples([url], stats, strict=strict, warn=warn, stall=stall, on_bad_shard=on_bad_shard),
+                         *stages)
     if map is not None:
         from ..stages.function import map_function
 

@@ -25,8 +25,14 @@ Two forms of the samples can come back:
 
 Errors: a damaged or unreadable shard ends the iteration with
 :class:`~tarproc.errors.BadInput` naming the shard, after every sample read
-before the damage.  With ``ignore_errors`` the rest of the shard is skipped
-instead, ``warn(message)`` is told, and the URL is added to ``failed``.
+before the damage, unless ``on_bad_shard`` (a policy name or a
+:class:`~tarproc.sources.badshards.BadShards`, as for
+:func:`~tarproc.iter_samples`) says to skip it: with ``"partial"`` the
+samples read before the damage are kept, with ``"skip"`` the worker holds
+each shard's samples until it ends and drops them when it breaks.  A skipped
+shard is reported in one line (to ``warn`` unless a ``BadShards`` says
+otherwise) and its URL added to ``failed``.  ``ignore_errors`` is
+``on_bad_shard="partial"``.
 
 The encoded forms apply the writers' rule for one key side by side
 (:class:`~tarproc.core.grouping.SideBySide`) to the order they give, with the
@@ -111,14 +117,16 @@ class _Collect:
         self.write = self.write_blob = self.pieces.append
 
 
-def _worker(conn, urls, mode, strict, header_defaults):
+def _worker(conn, urls, mode, strict, header_defaults, hold=False):
     """Body of a worker process (started by :func:`tarproc.runtime.pool.start_worker`,
     which sets its signals and makes it die with the parent): read ``urls``
     in order, send batches.  ``mode``: "samples", "tar" or "tar-all" (the
-    key and field names of every sample, not only of a batch's ends)."""
+    key and field names of every sample, not only of a batch's ends).  ``hold``:
+    a shard's samples are held until it ends (``on_bad_shard="skip"``)."""
     from ..core.grouping import SampleWriter, names_of
     from ..runtime.stall import Stall
     from .samples import iter_samples
+    from .badshards import held as hold_shard
     from ..core.blob import Blob
 
     import signal
@@ -187,7 +195,8 @@ def _worker(conn, urls, mode, strict, header_defaults):
                 if tar:
                     before = tw.bytes_written
                     # raw: unchanged samples go out as the bytes they were read from
-                    for sample in iter_samples([url], stats, strict=strict, warn=warn, stall=stall, raw=True):
+                    samples = iter_samples([url], stats, strict=strict, warn=warn, stall=stall, raw=True)
+                    for sample in hold_shard(samples) if hold else samples:
                         if Blob in map(type, sample.values()):  # large fields: sent alone, by reference
                             flush()
                             one = _Collect()
@@ -208,7 +217,8 @@ def _worker(conn, urls, mode, strict, header_defaults):
                         if held_size >= BATCH_BYTES or held >= BATCH_SAMPLES:
                             flush()
                 else:
-                    for sample in iter_samples([url], stats, strict=strict, warn=warn, stall=stall):
+                    samples = iter_samples([url], stats, strict=strict, warn=warn, stall=stall)
+                    for sample in hold_shard(samples) if hold else samples:
                         if Blob in map(type, sample.values()):  # large fields cross as references to their files
                             from ..core.blob import handover
 
@@ -278,14 +288,18 @@ def _add_stats(stats, d):
 
 
 def _parallel(urls, workers, mode, strict=False, ignore_errors=False, warn=None, info=None,
-              stats=None, failed=None, header_defaults=None, start_method=None, stall=None):
+              stats=None, failed=None, header_defaults=None, start_method=None, stall=None, on_bad_shard=None):
     """Start the workers now; return a generator of their batches, taken in
     deterministic turns.  Closing the generator stops the workers."""
     from ..runtime.pool import Receiver, get_context, start_worker
 
+    from .badshards import as_bad_shards
+
     urls = list(url_list(urls))
     if not urls:
         return iter(())
+    bad = as_bad_shards("partial" if ignore_errors and on_bad_shard in (None, "fail") else on_bad_shard, warn)
+    hold = bad is not None and bad.policy == "skip"
     workers = max(1, min(workers or os.cpu_count() or 1, len(urls)))
     stats = stats if stats is not None else Stats()
     ctx = get_context(start_method)
@@ -294,7 +308,7 @@ def _parallel(urls, workers, mode, strict=False, ignore_errors=False, warn=None,
     readers = []
     try:
         for i in range(workers):
-            p, conn = start_worker(ctx, _worker, (urls[i::workers], mode, strict, header_defaults or {}),
+            p, conn = start_worker(ctx, _worker, (urls[i::workers], mode, strict, header_defaults or {}, hold),
                                    parent_fds=[c.fileno() for c in conns], name=f"tarpcat-{i}",
                                    pipe_size=_PIPE_SIZE)
             procs.append(p)
@@ -303,7 +317,7 @@ def _parallel(urls, workers, mode, strict=False, ignore_errors=False, warn=None,
     except BaseException:
         _stop(procs, readers, conns)
         raise
-    return _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, stats, failed, stall, mode)
+    return _collect(urls, workers, procs, readers, conns, bad, warn, info, stats, failed, stall, mode)
 
 
 def _stop(procs, readers, conns):
@@ -332,7 +346,7 @@ def poll_ready(fd):
     return bool(select.select([fd], [], [], 0)[0])
 
 
-def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, stats, failed, stall=None,
+def _collect(urls, workers, procs, readers, conns, bad, warn, info, stats, failed, stall=None,
              mode="tar"):
     """The batches of the workers, in turns: ``(lengths, data)`` or ``(None,
     pieces)`` in mode "tar" (checked with SideBySide in this order); with
@@ -433,12 +447,13 @@ def _collect(urls, workers, procs, readers, conns, ignore_errors, warn, info, st
                         warn(msg[2])
                 elif kind == "error":
                     _add_stats(stats, msg[3])
-                    if not ignore_errors:
+                    if bad is None:
                         raise BadInput(msg[2])
+                    bad.add(msg[1], msg[2], msg[3]["read"])
                     if failed is not None:
                         failed.append(msg[1])
-                    if warn is not None:
-                        warn(f"skipping the rest of {msg[1]}: {msg[2]}")
+        if bad is not None:
+            bad.check(len(urls))
     finally:
         _stop(procs, readers, conns)
 
@@ -463,7 +478,7 @@ def _shuffled_urls(urls, shuffle, seed):
 
 def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ignore_errors=False,
                      warn=None, info=None, stats=None, failed=None, start_method=None, stall=None,
-                     **header_defaults):
+                     on_bad_shard=None, **header_defaults):
     """Yield the samples of ``urls``, read by ``workers`` processes (default:
     the number of cores), each as the ``bytes`` of its tar members (as
     :class:`~tarproc.core.grouping.SampleWriter` writes them, so concatenating them
@@ -486,7 +501,7 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     urls = _shuffled_urls(urls, shuffle, seed)
 
     batches = _parallel(urls, workers, "tar-all" if shuffle > 0 else "tar", strict, ignore_errors, warn, info,
-                        stats, failed, header_defaults, start_method, stall)
+                        stats, failed, header_defaults, start_method, stall, on_bad_shard)
 
     def blobs():
         try:
@@ -546,7 +561,8 @@ def write_pieces(out, pieces):
 
 
 def parallel_encoded_batches(urls, workers=None, strict=False, ignore_errors=False, warn=None, info=None,
-                             stats=None, failed=None, start_method=None, stall=None, **header_defaults):
+                             stats=None, failed=None, start_method=None, stall=None, on_bad_shard=None,
+                             **header_defaults):
     """Like :func:`parallel_encoded` without shuffling, but yields
     ``(lengths, data)`` batches: ``data`` holds ``len(lengths)`` encoded
     samples back to back (the fastest way to copy everything).  A sample with
@@ -555,11 +571,12 @@ def parallel_encoded_batches(urls, workers=None, strict=False, ignore_errors=Fal
     A batch whose first sample has the key and a field of the last sample
     given raises :class:`~tarproc.errors.BadSample` instead."""
     return _parallel(url_list(urls), workers, "tar", strict, ignore_errors, warn, info, stats, failed,
-                     header_defaults, start_method, stall)
+                     header_defaults, start_method, stall, on_bad_shard)
 
 
 def parallel_samples(urls, workers=None, shuffle=0, seed=None, strict=False, ignore_errors=False,
-                     warn=None, info=None, stats=None, failed=None, start_method=None, stall=None):
+                     warn=None, info=None, stats=None, failed=None, start_method=None, stall=None,
+                     on_bad_shard=None):
     """Yield the sample dicts of ``urls`` read by ``workers`` processes; see
     :func:`parallel_encoded` for ``shuffle`` and ``seed`` and the module
     documentation for the order and for errors."""
@@ -570,7 +587,7 @@ def parallel_samples(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     urls = _shuffled_urls(urls, shuffle, seed)
 
     batches = _parallel(urls, workers, "samples", strict, ignore_errors, warn, info, stats, failed, None,
-                        start_method, stall)
+                        start_method, stall, on_bad_shard)
 
     def samples():
         try:

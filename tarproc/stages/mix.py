@@ -217,9 +217,11 @@ def _scalar(text, name, no):
 
 # -- mixing ---------------------------------------------------------------------
 
-def mix_sources(spec, seed=None, stats=None, strict=False, warn=None, shuffle=None):
+def mix_sources(spec, seed=None, stats=None, strict=False, warn=None, shuffle=None, on_bad_shard=None):
     """The samples of a checked mix spec (see :func:`load_spec`), mixed.
-    ``shuffle`` overrides the spec's top-level shuffle buffer size."""
+    ``shuffle`` overrides the spec's top-level shuffle buffer size.
+    ``on_bad_shard``: as for :func:`~tarproc.iter_samples`, for every shard
+    of every source."""
     import random
 
     from .basic import shuffle as shuffle_stage
@@ -228,7 +230,7 @@ def mix_sources(spec, seed=None, stats=None, strict=False, warn=None, shuffle=No
 
     rng = random.Random(seed)
     budget = [limits.MAX_URLS]  # the shard lists of all sources together (each is held as a list)
-    sources = [_source(s, rng, stats, strict, warn, budget) for s in spec["sources"]]
+    sources = [_source(s, rng, stats, strict, warn, budget, on_bad_shard) for s in spec["sources"]]
     top = max(s["weight"] for s in spec["sources"])
     weights = [s["weight"] / top for s in spec["sources"]]  # a sum of weights near the float maximum is inf
     probs = [s["probability"] for s in spec["sources"]]
@@ -261,7 +263,7 @@ def mix_sources(spec, seed=None, stats=None, strict=False, warn=None, shuffle=No
     return mixed()
 
 
-def _source(spec, rng, stats, strict, warn, budget=None):
+def _source(spec, rng, stats, strict, warn, budget=None, on_bad_shard=None):
     from ..core.limits import bounded_list
     from ..sources.shardlist import expand_urls
     from .basic import shuffle as shuffle_stage
@@ -277,14 +279,15 @@ def _source(spec, rng, stats, strict, warn, budget=None):
             files = list(urls)
             if spec["shuffle"] > 0:
                 rng.shuffle(files)
-            yield from _multistream(files, spec["nstreams"], rng, stats, strict, warn, spec["allow_missing"])
+            yield from _multistream(files, spec["nstreams"], rng, stats, strict, warn, spec["allow_missing"],
+                                    on_bad_shard)
 
     if spec["shuffle"] > 0:
         return shuffle_stage(spec["shuffle"], rng=rng)(repeated())
     return repeated()
 
 
-def _multistream(files, n, rng, stats, strict, warn, allow_missing):
+def _multistream(files, n, rng, stats, strict, warn, allow_missing, on_bad_shard=None):
     from ..sources.samples import iter_samples
 
     files = list(files)
@@ -294,7 +297,8 @@ def _multistream(files, n, rng, stats, strict, warn, allow_missing):
         while True:
             while len(streams) < n and files:
                 url = files.pop()
-                streams.append((url, iter_samples([url], stats, strict=strict, warn=warn), [False]))
+                streams.append((url, iter_samples([url], stats, strict=strict, warn=warn, on_bad_shard=on_bad_shard),
+                                [False]))
             if not streams:
                 return
             i = rng.randrange(len(streams))
