@@ -61,6 +61,8 @@ MEANINGS = {
     "--silent": ("tarshow: no text blocks (the original's; tarproc's old --silent is -q)", "flag"),
     # meanings that one command has and others must not take for something else
     "--keys": ("keep only the samples whose keys are listed in a file", "value"),
+    "--on-bad-shard": ("what a damaged or unreadable shard does: fail, skip, partial", "value"),
+    "--max-bad-shards": ("how many bad shards still exit 0", "value"),
     "--index": ("write a tarindex index of what was written", "value"),
     "--shards": ("exactly N shards", "value"),
 }
