@@ -2,7 +2,7 @@
 
 from typing import Annotated, Optional
 
-from .base import (BlobThreshold, TmpDir, BraceExpand, Args, FileList, Fields, Inputs, Output,
+from .base import (BlobThreshold, GroupSize, TmpDir, group_size_of, BraceExpand, Args, FileList, Fields, Inputs, Output,
                    ProgressFlag, Quiet, Seed, Skip,
                    Slice, Strict, Verbose, command, nonneg, open_inputs, opt, progress_stage, read_inputs,
                    run, Reporter, selection_stages)
@@ -53,6 +53,7 @@ def tarcat_command(
     strict: Strict = False,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
+    group_size: GroupSize = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
     progress: ProgressFlag = None,
@@ -134,7 +135,7 @@ def tarcat_command(
         stages.append(S.rekey(args.rekey))
     stages.append(progress_stage(rep, stats))
 
-    with open_sink(args.output, stall=rep.stall) as sink:
+    with open_sink(args.output, stall=rep.stall, group_size=group_size_of(args)) as sink:
         writer = S.SampleWriter(sink, stats)
         # samples that go out as they came in are copied as the bytes they were read from
         raw = not (args.fields or args.rekey or args.shuffle)

@@ -5,7 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from .guards import refuse_overwriting_inputs
-from .base import (Args, Count, Output, ProgressFlag, Quiet, Seed, Strict, Verbose, command, nonneg, opt,
+from .base import (Args, Count, GroupSize, group_size_of, Output, ProgressFlag, Quiet, Seed, Strict, Verbose, command, nonneg, opt,
                    progress_stage, run, Reporter)
 
 EXAMPLES = """
@@ -59,6 +59,7 @@ def tarmix_command(
     eof: Annotated[bool, opt("--eof", hidden=True, help="accepted for compatibility (no effect)")] = False,
     output_mode: Annotated[Optional[str], opt("--output-mode", hidden=True,
                            help="accepted for compatibility (no effect)")] = None,
+    group_size: GroupSize = None,
     strict: Strict = False,
     verbose: Verbose = False,
     quiet: Quiet = False,
@@ -106,7 +107,7 @@ def main(args, prog="tarmix"):
     stages.append(progress_stage(rep, stats))
     mixed = mix_sources(spec, seed=args.seed, stats=stats, strict=args.strict, warn=rep.warn,
                         shuffle=args.shuffle)
-    with open_sink(args.output) as sink:
+    with open_sink(args.output, group_size=group_size_of(args)) as sink:
         writer = S.SampleWriter(sink, stats)
         for sample in S.pipeline(mixed, *stages):
             writer.write(sample)

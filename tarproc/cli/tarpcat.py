@@ -3,7 +3,7 @@
 import os
 from typing import Annotated, Optional
 
-from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FileList, Inputs, Output, ProgressFlag, Quiet, Seed, StartMethod,
+from .base import (BlobThreshold, GroupSize, TmpDir, group_size_of, spooler_of, Args, BraceExpand, Count, FileList, Inputs, Output, ProgressFlag, Quiet, Seed, StartMethod,
                    Strict, Verbose,
                    command, nonneg, open_inputs, opt, positive, run, Reporter)
 
@@ -47,6 +47,7 @@ def tarpcat_command(
     strict: Strict = False,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
+    group_size: GroupSize = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
     progress: ProgressFlag = None,
@@ -83,22 +84,32 @@ def tarpcat_command(
         source = None
     written = 0
     try:
-        with open_sink(args.output, stall=stall) as sink:
+        with open_sink(args.output, stall=stall, group_size=group_size_of(args)) as sink:
             write = sink.write
             if batches is not None:
                 for lengths, data in batches:
                     if lengths is None:  # one sample with large fields
+                        sink.start_bytes(_pieces_size(data))
                         write_pieces(sink, data)
                         written += 1
                         continue
-                    write(data)
+                    if sink.grouped:  # groups of whole samples: tell the sink where each one starts
+                        view, at = memoryview(data), 0
+                        for n in lengths:
+                            sink.start_bytes(n)
+                            write(view[at:at + n])
+                            at += n
+                    else:
+                        write(data)
                     written += len(lengths)
                     rep.tick(stats, written)
             elif args.count != 0:
                 for blob in source:
                     if type(blob) is list:  # a sample with large fields
+                        sink.start_bytes(_pieces_size(blob))
                         write_pieces(sink, blob)
                     else:
+                        sink.start_bytes(len(blob))
                         write(blob)
                     written += 1
                     rep.tick(stats, written)
@@ -115,6 +126,14 @@ def tarpcat_command(
         rep.warn(f"{len(failed)} shard(s) failed and were skipped: {', '.join(failed[:5])}"
                  f"{' ...' if len(failed) > 5 else ''}")
     return 0
+
+
+def _pieces_size(pieces):
+    """About the bytes of a sample given as pieces (bytes and blobs)."""
+    try:
+        return sum(len(p) for p in pieces)
+    except TypeError:
+        return 0
 
 
 def entry():

@@ -4,7 +4,7 @@ from typing import Annotated, List, Literal, Optional
 
 import typer
 
-from .base import (BlobThreshold, TmpDir, spooler_of, Args, FileList, Output, ProgressFlag, Quiet, StartMethod, Strict, Verbose, command, nonneg, open_inputs, opt,
+from .base import (BlobThreshold, GroupSize, TmpDir, group_size_of, spooler_of, Args, FileList, Output, ProgressFlag, Quiet, StartMethod, Strict, Verbose, command, nonneg, open_inputs, opt,
                    positive, progress_stage, read_inputs, run, Reporter)
 
 EXAMPLES = """
@@ -92,6 +92,7 @@ def tarproc_command(
     strict: Strict = False,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
+    group_size: GroupSize = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
     silent: Annotated[bool, opt("--silent", hidden=True, help="the original's -q")] = False,
@@ -162,7 +163,7 @@ def main(args, prog="tarproc"):
     if args.output != "-":
         results = transformed()  # a usage error before the output file is made
     try:
-        with open_sink(args.output, stall=rep.stall) as sink:  # committed by the CLI only on exit 0
+        with open_sink(args.output, stall=rep.stall, group_size=group_size_of(args)) as sink:  # committed by the CLI only on exit 0
             if args.output == "-":
                 # the sink writes to its own copy of stdout; what a --map function
                 # prints (here, at import, or in a worker) goes to stderr, never into the tar

@@ -403,12 +403,17 @@ class Sink:
         ``group_size`` bytes of tar."""
         if self._cutter is None:
             return
-        in_group = self._written - self._group_start
-        if in_group:
+        if self._written - self._group_start:
             from .grouped import sample_bytes
 
-            if in_group + sample_bytes(sample) > self.group_size:
-                self.end_group()
+            self.start_bytes(sample_bytes(sample))
+
+    def start_bytes(self, size):
+        """As :meth:`start_sample` for a sample of ``size`` bytes of tar (a
+        writer that has them already encoded: tarpcat)."""
+        in_group = self._written - self._group_start
+        if self._cutter is not None and in_group and in_group + size > self.group_size:
+            self.end_group()
 
     def end_group(self):
         """End the current group now (the next bytes start a new one)."""

@@ -44,8 +44,8 @@ SPACING = 4 << 20
 VERIFY = 32 << 10
 #: Compressed bytes read to decide whether a gzip shard has restart points.
 PROBE = 4 << 20
-#: A group (frame) decoding to more than this, holding more than one
-#: sample, makes a zstd shard "one stream": counts only.
+#: A zstd shard of one frame that decodes to more than this is one stream:
+#: counts only (every access would decode all of it).
 MAX_GROUP = 8 << 20
 #: Output chunks of the decoders.
 CHUNK = 1 << 20
