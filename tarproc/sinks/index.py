@@ -67,7 +67,7 @@ class _Counting:
         return data
 
 
-def scan_shard(url, stats=None, strict=False, warn=None, seek=False):
+def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_spacing=None):
     """Read one shard and return its :class:`ShardIndex`.
 
     Sample ``i`` of an uncompressed shard occupies bytes ``starts[i]`` to
@@ -78,7 +78,8 @@ def scan_shard(url, stats=None, strict=False, warn=None, seek=False):
 
     With ``seek``, a gzip or zstd shard gets the same offsets, in its
     decoded bytes, and ``seek``, the record of where decoding can restart
-    (:mod:`tarproc.sources.seekable`)."""
+    (:mod:`tarproc.sources.seekable`; ``checkpoint_spacing``: bytes of tar
+    between the checkpoints of a one-stream gzip shard)."""
     from array import array
 
     from ..sources.open import open_source
@@ -91,7 +92,7 @@ def scan_shard(url, stats=None, strict=False, warn=None, seek=False):
     seekable = None
     if seek and url != "-" and stream.compression in _seekable_codecs():
         stream.close()  # read again by the decoder that finds the restart points
-        stream, *seekable = _open_seekable(url, stream.compression)
+        stream, *seekable = _open_seekable(url, stream.compression, checkpoint_spacing)
     try:
         counting = _Counting(stream)
         reader = TarReader(counting, name, strict=strict, warn=warn)
@@ -137,10 +138,10 @@ def _seekable_codecs():
     return CODECS
 
 
-def _open_seekable(url, codec):
+def _open_seekable(url, codec, spacing):
     from ..sources.seekable import open_for_index
 
-    return open_for_index(url, codec)
+    return open_for_index(url, codec, spacing)
 
 
 def sidecar_name(index_path):
@@ -218,7 +219,7 @@ def write_index(index, blob, output, sidecar_path=None, more=()):
 
 
 def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=False, warn=None,
-                 progress=None):
+                 progress=None, checkpoint_spacing=None):
     """Index shards (a URL, a brace pattern, or a list of URLs) and return the
     index ``dict``.
 
@@ -227,6 +228,10 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
     next to it (``index.json`` -> ``index.offsets``; give ``offsets`` as a
     path to choose).  Compressed shards get their sample count only (their
     entry says ``"offsets": false``); ``warn(message)`` is told about them.
+    gzip and multi-frame zstd shards get offsets in their decoded bytes and
+    a seek record (``index.seek``; docs/tarindex.md): the groups they were
+    written in, or, for a one-stream gzip, checkpoints every
+    ``checkpoint_spacing`` bytes of tar (default 4 MiB).
     ``progress(info)`` is called after each shard."""
     from ..sources.open import scheme_of
     from ..sources.shardlist import as_url, as_urls
@@ -261,7 +266,7 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
     for url in urls:
         if url == "-" and sidecar is not None:
             raise UsageError("stdin cannot be indexed with offsets (it cannot be read again): give shard files")
-        info = scan_shard(url, stats, strict, warn, seek=sidecar is not None)
+        info = scan_shard(url, stats, strict, warn, seek=sidecar is not None, checkpoint_spacing=checkpoint_spacing)
         if info.compression and info.seek is None and warn is not None:
             why = "zstd-compressed in one frame" if info.compression == "zstd" and offsets else \
                 f"{info.compression}-compressed"

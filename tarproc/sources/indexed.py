@@ -317,10 +317,10 @@ class IndexedDataset:
         j = pos - idx.cum[s]
         if not shard.get("offsets"):
             if shard.get("compression"):
-                raise BadInput(f"{url}: shard is {shard['compression']}-compressed and the index has only its sample "
-                               f"count: random access needs a .tar, a .tar.gz or a multi-frame .tar.zst indexed "
+                raise BadInput(f"{url}: shard is {shard['compression']}-compressed: the index has only its sample "
+                               f"count (random access needs a .tar, a .tar.gz or a multi-frame .tar.zst indexed "
                                f"with `tarindex SHARDS -o INDEX.json` (xz, bzip2 and one-frame zstd cannot be: "
-                               f"`tarcat IN -o OUT.tar.zst` rewrites it in frames)")
+                               f"`tarcat IN -o OUT.tar.zst` rewrites it in frames))")
             raise BadInput(f"{url}: shard is indexed without offsets (a counts-only or wids index): no offsets for "
                            f"random access (index it with `tarindex SHARDS -o INDEX.json`, which writes them)")
         g = shard["first"] + j

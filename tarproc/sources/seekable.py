@@ -429,10 +429,10 @@ class _Spooled:
             pass
 
 
-def open_checkpointed(path, url):
+def open_checkpointed(path, url, spacing=SPACING):
     """``(stream, finish)``: the decoded bytes of the one-stream gzip file
     ``path`` read by ``indexed_gzip``, which sets a checkpoint every
-    :data:`SPACING` bytes as it goes; ``finish()`` gives the seek record."""
+    ``spacing`` bytes as it goes; ``finish()`` gives the seek record."""
     try:
         import indexed_gzip
     except ImportError:
@@ -440,7 +440,7 @@ def open_checkpointed(path, url):
                        f"(pip install indexed_gzip)") from None
     f = open(path, "rb")
     try:
-        gz = indexed_gzip.IndexedGzipFile(fileobj=f, spacing=SPACING, readbuf_size=1 << 20)
+        gz = indexed_gzip.IndexedGzipFile(fileobj=f, spacing=spacing, readbuf_size=1 << 20)
     except Exception as e:  # noqa: BLE001 - its errors: one line
         f.close()
         raise BadInput(f"{url}: gzip stream is damaged ({e})") from None
@@ -474,6 +474,10 @@ def open_checkpointed(path, url):
         gzidx = out.getvalue()
         points = parse_gzidx(gzidx, url)[0]
         size = os.fstat(f.fileno()).st_size
+        if not points:  # a shard shorter than the spacing gets none: one, where the deflate data starts
+            start = gzip_header_length(os.pread(f.fileno(), 1 << 16, 0), url) or 10
+            gzidx = gzidx[:31] + struct.pack("<IQQBB", 1, start, 0, 0, 0)
+            points = parse_gzidx(gzidx, url)[0]
         ends = [p[0] for p in points[1:]] + [size]
         crcs = []
         for p, end in zip(points, ends):
@@ -525,7 +529,7 @@ def parse_gzidx(blob, url):
 # ------------------------------------------------------------ scanning a shard
 
 
-def decoded_for_index(url, codec, head, read):
+def decoded_for_index(url, codec, head, read, spacing=SPACING):
     """``(stream, finish)`` to index a compressed shard: ``stream`` gives
     its decoded bytes (``head`` was read already, ``read(n)`` gives the
     rest); ``finish()`` (after the stream ended) returns the seek record, or
@@ -556,7 +560,7 @@ def decoded_for_index(url, codec, head, read):
         spool = _Spooled(head, read)
         path = spool.path
     try:
-        stream, finish = open_checkpointed(path, url)
+        stream, finish = open_checkpointed(path, url, spacing)
     except BaseException:
         if spool is not None:
             spool.close()
@@ -764,10 +768,11 @@ def _inflate_members(data, window, want, where):
 CODECS = ("gzip", "zstd")
 
 
-def open_for_index(url, codec):
+def open_for_index(url, codec, spacing=None):
     """``(stream, finish, size)`` to index the compressed shard ``url``:
     ``stream`` (buffered) gives its decoded bytes, ``finish()`` (before
-    closing it) its seek record or ``None``, ``size()`` its compressed size."""
+    closing it) its seek record or ``None``, ``size()`` its compressed size.
+    ``spacing``: bytes of tar between checkpoints (default :data:`SPACING`)."""
     import os
 
     from .open import BUFSIZE, open_source
@@ -775,7 +780,7 @@ def open_for_index(url, codec):
     raw = open_source(url, decompress=False)
     try:
         head = raw.read(PROBE)
-        stream, finish = decoded_for_index(url, codec, head, raw.read)
+        stream, finish = decoded_for_index(url, codec, head, raw.read, spacing or SPACING)
     except BaseException:
         raw.close()
         raise
