@@ -23,8 +23,10 @@ Two kinds of restart points, recorded per shard in the index's seek sidecar
   ``indexed_gzip``, ``rapidgzip`` and ratarmount read too).  ``ds[i]`` reads
   the compressed bytes from the checkpoint before the sample to the one
   after it (one range request), checks their CRC-32 and decodes them with
-  :mod:`zlib`, primed with the checkpoint's window: no library and no
-  thread at access time (safe in forked DataLoader workers).
+  ``indexed_gzip`` given an index of that one checkpoint (it primes zlib
+  with the checkpoint's bits and window; a new, small object per access:
+  no state shared between threads, no thread of its own, so forked
+  DataLoader workers are safe).
 
 A single-frame zstd shard larger than :data:`MAX_GROUP`, and xz and bzip2
 shards, get counts only (docs/tarindex.md says why).
@@ -480,8 +482,8 @@ def open_checkpointed(path, url, spacing=SPACING):
             points = parse_gzidx(gzidx, url)[0]
         ends = [p[0] for p in points[1:]] + [size]
         crcs = []
-        for p, end in zip(points, ends):
-            start = p[0] - (1 if p[2] else 0)
+        for k, (p, end) in enumerate(zip(points, ends)):
+            start = p[0] - (1 if p[2] else 0) if k else 0
             crcs.append(_crc_file(f, start, end))
         return _CHECKPOINTS + struct.pack("<QQ", size, len(points)) + struct.pack(f"<{len(crcs)}I", *crcs) \
             + struct.pack("<Q", len(gzidx)) + gzidx
@@ -690,30 +692,102 @@ class SeekTable:
         a = bisect.bisect_right(us, start) - 1
         b = bisect.bisect_left(us, end)  # first point at or after the end (len: none)
         pa = self.points[a]
-        lo = pa[0] - (1 if pa[2] else 0)
-        hi = self.points[b][0] if b < len(self.points) else self.size
+        lo = pa[0] - (1 if pa[2] else 0) if a else 0  # from the first: zlib reads the gzip header too
+        # to the next checkpoint, and the 64 KiB the decoder reads at a time beyond it
+        hi = min(self.points[b][0] + _READBUF + 1, self.size) if b < len(self.points) else self.size
         data = fetch(lo, hi)
         if len(data) != hi - lo:
             raise BadInput(f"{where}: got {len(data)} bytes of the compressed shard instead of {hi - lo}: the "
                            f"shard is shorter than when it was indexed (index it again)")
         for k in range(a, b):
             p = self.points[k]
-            s = p[0] - (1 if p[2] else 0)
+            s = p[0] - (1 if p[2] else 0) if k else 0
             e = self.points[k + 1][0] if k + 1 < len(self.points) else self.size
             if zlib.crc32(data[s - lo:e - lo]) != self.crc[k]:
                 raise BadInput(f"{where}: compressed bytes {s}-{e} are not those indexed (CRC-32 differs): the "
                                f"shard changed since it was indexed (index it again)")
-        if pa[2]:  # the block starts inside the first byte: shift the bits into place
-            n = int.from_bytes(data, "little") >> (8 - pa[2])
-            data = n.to_bytes(len(data), "little")
-        want = end - pa[1]
-        w = self.woff.get(a)
-        window = bytes(self.gzidx[w:w + self.wsize]) if w is not None else None
-        out = _inflate_members(data, window, want, where)
-        if len(out) < want:
+        return self._inflate_from(a, _Ranged(data, lo, self.size, fetch, where), start, end, where)
+
+    def _inflate_from(self, a, fileobj, start, end, where):
+        """Decode from checkpoint ``a`` with indexed_gzip, given an index of
+        that one checkpoint (and the next, or one past the end, which says
+        how far it reaches): it primes zlib with the checkpoint's bits."""
+        import indexed_gzip
+
+        pts = [self.points[a]]
+        wins = [self._window(a)]
+        if a + 1 < len(self.points):
+            pts.append(self.points[a + 1])
+            wins.append(self._window(a + 1))
+        else:
+            pts.append((self.size, 1 << 62, 0, True))  # past the end: the last checkpoint reaches it
+            wins.append(bytes(self.wsize))
+        head = bytes(self.gzidx[:31])
+        mini = head + struct.pack("<I", len(pts)) + b"".join(
+            struct.pack("<QQBB", c, u, bits, 1 if w else 0) for (c, u, bits, _h), w in zip(pts, wins)) \
+            + b"".join(w for w in wins if w)
+        try:
+            gz = indexed_gzip.IndexedGzipFile(fileobj=fileobj, auto_build=False, skip_crc_check=True,
+                                              readbuf_size=_READBUF, buffer_size=_READBUF)
+            try:
+                gz.import_index(fileobj=io.BytesIO(mini))
+                gz.seek(start)
+                out = gz.read(end - start)
+            finally:
+                gz.close()
+        except BadInput:
+            raise
+        except Exception as e:  # noqa: BLE001 - a ZranError and its kin: one line
+            raise BadInput(f"{where}: gzip stream is damaged ({e}): the shard changed since it was indexed "
+                           f"(index it again)") from None
+        if len(out) != end - start:
             raise BadInput(f"{where}: the compressed bytes decode to less than indexed: the shard changed since it "
                            f"was indexed (index it again)")
-        return out[start - pa[1]:want]
+        return out
+
+    def _window(self, k):
+        w = self.woff.get(k)
+        return bytes(self.gzidx[w:w + self.wsize]) if w is not None else b""
+
+
+_READBUF = 1 << 16  # compressed bytes indexed_gzip reads at a time (and decoded bytes it buffers)
+
+
+class _Ranged(io.RawIOBase):
+    """The compressed shard as a file for indexed_gzip: the bytes fetched
+    from ``lo``, and more fetched on demand (``fetch(a, b)``)."""
+
+    def __init__(self, data, lo, size, fetch, where):
+        self.data, self.lo, self.size, self.fetch, self.where = data, lo, size, fetch, where
+        self.pos = 0
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def tell(self):
+        return self.pos
+
+    def seek(self, offset, whence=0):
+        self.pos = offset if whence == 0 else self.pos + offset if whence == 1 else self.size + offset
+        return self.pos
+
+    def readinto(self, buf):
+        at = self.pos - self.lo
+        if at < 0:
+            raise BadInput(f"{self.where}: the decoder read before its checkpoint: a damaged index")
+        have = self.lo + len(self.data)
+        if at + len(buf) > len(self.data) and have < self.size:
+            more = self.fetch(have, min(self.size, max(have + _READBUF, self.pos + len(buf))))
+            if not more:
+                raise BadInput(f"{self.where}: the shard is shorter than when it was indexed (index it again)")
+            self.data += more
+        n = max(0, min(len(buf), len(self.data) - at))
+        buf[:n] = self.data[at:at + n]
+        self.pos += n
+        return n
 
 
 def _decode_group(codec, piece, where):
@@ -736,32 +810,6 @@ def _decode_group(codec, piece, where):
         return out
     except zlib.error as e:
         raise BadInput(f"{where}: gzip group is damaged ({e}): the shard changed since it was indexed") from None
-
-
-def _inflate_members(data, window, want, where):
-    """Decode raw deflate ``data`` (primed with ``window``) until ``want``
-    bytes came out, going on into the next gzip member at a member's end."""
-    out = []
-    got = 0
-    try:
-        d = zlib.decompressobj(-15, zdict=window) if window else zlib.decompressobj(-15)
-        while got < want and data:
-            chunk = d.decompress(data, want - got)
-            out.append(chunk)
-            got += len(chunk)
-            data = d.unconsumed_tail
-            if d.eof:
-                rest = d.unused_data[8:]  # the member's trailer
-                n = gzip_header_length(rest, where) if rest.strip(b"\0") else None
-                if n is None:
-                    break
-                data = rest[n:]
-                d = zlib.decompressobj(-15)
-            elif not chunk:
-                break
-    except zlib.error as e:
-        raise BadInput(f"{where}: gzip stream is damaged ({e}): the shard changed since it was indexed") from None
-    return b"".join(out)
 
 
 #: Codecs whose shards ``tarindex`` makes randomly accessible.
