@@ -155,10 +155,10 @@ class CountingRanges(http.server.SimpleHTTPRequestHandler):
         else:
             body = whole
             self.send_response(200)
+        self.served.append(len(body))  # before the answer: the test looks as soon as it has it
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
-        self.served.append(len(body))
 
 
 @pytest.fixture
@@ -266,3 +266,44 @@ def test_pigz_independent_style_flushes_of_others_are_found(tmp_path):
     ds = tarproc.IndexedDataset(str(tmp_path / "i.json"))
     seq = list(tarproc.iter_samples(str(tmp_path / "f.tar.gz")))
     assert [ds[i] for i in range(len(ds))] == seq
+
+
+def test_a_hostile_or_damaged_seek_record_is_one_clear_error(data, tmp_path):
+    shard = tmp_path / "g.tar.gz"
+    shard.write_bytes((data / "g.tar.gz").read_bytes())
+    tarproc.index_shards([str(shard), str(data / "one.tar.gz")], str(tmp_path / "index.json"))
+    good = json.loads((tmp_path / "index.json").read_text())
+    seek = (tmp_path / "index.seek").read_bytes()
+
+    def check(index, match):
+        with pytest.raises(tarproc.BadInput, match=match) as e:
+            tarproc.IndexedDataset(index, base=str(tmp_path))[7]
+        assert "\n" not in str(e.value)
+
+    bad = json.loads(json.dumps(good))
+    bad["tarproc_seek"]["file"] = "pipe:touch hacked"
+    check(bad, "not a path or URL")
+    assert not (tmp_path / "hacked").exists()
+    bad = json.loads(json.dumps(good))
+    bad["shardlist"][0]["seek"]["at"] = 10 ** 12
+    check(bad, "bad \"seek\" entry")
+    # the record's group table damaged: the sizes do not add up, or the CRC-32s differ
+    import struct
+
+    rec_at = good["shardlist"][0]["seek"]["at"]
+    (n,) = struct.unpack_from("<Q", seek, rec_at + 1)
+    ustart_at = rec_at + 9 + 16 * n
+    crc_at = ustart_at + 8 * (n + 1)
+    for where in ([rec_at + 4], range(crc_at, crc_at + 4 * n, 4)):  # n; the CRC-32 of every group
+        damaged = bytearray(seek)
+        for pos in where:
+            damaged[pos] ^= 0x41
+        (tmp_path / "index.seek").write_bytes(bytes(damaged))
+        check(good, "damaged|changed since")
+    # a group table that claims a group of 1 TB decoded: refused before anything is decoded
+    (tmp_path / "index.seek").write_bytes(seek)
+    huge = bytearray(seek)
+    for k in range(1, n + 1):
+        struct.pack_into("<Q", huge, ustart_at + 8 * k, struct.unpack_from("<Q", seek, ustart_at + 8 * k)[0] + (1 << 40))
+    (tmp_path / "index.seek").write_bytes(bytes(huge))
+    check(good, "damaged|MAX_SAMPLE|changed since")

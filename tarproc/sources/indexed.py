@@ -379,7 +379,8 @@ class IndexedDataset:
         table = self._seek_table(idx, s, shard)
         filesize = shard.get("filesize")
         where = f"{url}: sample {j} ({key!r}) at decoded bytes {start}-{end}"
-        data = table.read(lambda a, b: self._range(url, a, b, filesize), shard.get("compression"), start, end, where)
+        data = table.read(lambda a, b: self._range(url, a, b, filesize), shard.get("compression"), start, end, where,
+                          _env_limit("TARPROC_MAX_SAMPLE", MAX_SAMPLE))
         try:
             samples = list(group(TarReader(io.BytesIO(data + bytes(1024)), url, strict=True).members(), url))
         except TarprocError as e:

@@ -675,19 +675,29 @@ class SeekTable:
                 if not (a[0] <= b[0] <= self.size and a[1] <= b[1]):
                     raise BadInput(f"{where}: the seek record is damaged (index the shards again)")
 
-    def read(self, fetch, codec, start, end, where):
+    def read(self, fetch, codec, start, end, where, limit=1 << 34):
         """Bytes ``start``..``end`` of the decoded shard, reading through
-        ``fetch(a, b)`` (compressed bytes ``a``..``b``) only what they need."""
-        if self.kind == "groups":
-            return self._read_groups(fetch, codec, start, end, where)
-        return self._read_checkpoint(fetch, start, end, where)
+        ``fetch(a, b)`` (compressed bytes ``a``..``b``) only what they need;
+        more than ``limit`` bytes to read or decode is refused before."""
+        def bounded(a, b):
+            if b - a > limit:
+                raise BadInput(f"{where}: the index says to read {b - a} bytes for it, more than "
+                               f"TARPROC_MAX_SAMPLE ({limit}): a damaged index")
+            return fetch(a, b)
 
-    def _read_groups(self, fetch, codec, start, end, where):
+        if self.kind == "groups":
+            return self._read_groups(bounded, codec, start, end, where, limit)
+        return self._read_checkpoint(bounded, start, end, where)
+
+    def _read_groups(self, fetch, codec, start, end, where, limit):
         us = self.ustart
         if not 0 <= start < end <= us[-1]:
             raise BadInput(f"{where}: outside the shard's {us[-1]} decoded bytes: a damaged index")
         ga = bisect.bisect_right(us, start) - 1
         gb = bisect.bisect_left(us, end) - 1
+        if us[gb + 1] - us[ga] > limit:
+            raise BadInput(f"{where}: its groups decode to {us[gb + 1] - us[ga]} bytes, more than "
+                           f"TARPROC_MAX_SAMPLE ({limit}): a damaged index")
         base = self.cstart[ga]
         data = fetch(base, self.cend[gb])
         if len(data) != self.cend[gb] - base:
@@ -699,7 +709,7 @@ class SeekTable:
             if zlib.crc32(piece) != self.crc[g]:
                 raise BadInput(f"{where}: compressed bytes {self.cstart[g]}-{self.cend[g]} are not those indexed "
                                f"(CRC-32 differs): the shard changed since it was indexed (index it again)")
-            out = _decode_group(codec, piece, where)
+            out = _decode_group(codec, piece, where, us[g + 1] - us[g])
             if len(out) != us[g + 1] - us[g]:
                 raise BadInput(f"{where}: a group decodes to {len(out)} bytes, {us[g + 1] - us[g]} when indexed: "
                                f"the shard changed since it was indexed (index it again)")
@@ -810,14 +820,18 @@ class _Ranged(io.RawIOBase):
         return n
 
 
-def _decode_group(codec, piece, where):
+def _decode_group(codec, piece, where, size):
+    """A group's decoded bytes: at most ``size`` + 1 of them are made (more
+    is a changed shard, found by the caller without decoding a bomb)."""
     if codec == "zstd":
         from ..sinks.grouped import zstd_module
 
         zstd = zstd_module()
         try:
             d = zstd.ZstdDecompressor()
-            out = d.decompress(piece)
+            out = d.decompress(piece, size + 1)
+            if len(out) > size:
+                return out
             if not d.eof or d.unused_data:
                 raise BadInput(f"{where}: a zstd frame of the shard is not whole: the shard changed since it was "
                                f"indexed (index it again)")
@@ -826,8 +840,7 @@ def _decode_group(codec, piece, where):
             raise BadInput(f"{where}: zstd frame is damaged ({e}): the shard changed since it was indexed") from None
     try:
         d = zlib.decompressobj(-15)
-        out = d.decompress(piece)
-        return out
+        return d.decompress(piece, size + 1)
     except zlib.error as e:
         raise BadInput(f"{where}: gzip group is damaged ({e}): the shard changed since it was indexed") from None
 
