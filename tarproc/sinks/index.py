@@ -133,13 +133,13 @@ def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_
 
 
 def _seekable_codecs():
-    from ..sources.seekable import CODECS
+    from ..sources.seekscan import CODECS
 
     return CODECS
 
 
 def _open_seekable(url, codec, spacing):
-    from ..sources.seekable import open_for_index
+    from ..sources.seekscan import open_for_index
 
     return open_for_index(url, codec, spacing)
 
