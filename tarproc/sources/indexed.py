@@ -1,7 +1,10 @@
 """Random access to the samples of indexed shards: :class:`IndexedDataset`.
 
 An index made by :func:`tarproc.index_shards` (or ``tarindex``) gives, for
-every sample of an uncompressed shard, its byte range and key.  ``ds[i]``
+every sample of a shard, its byte range and key (for a gzip or zstd shard,
+in its decoded tar, with a seek record saying where decoding restarts:
+:mod:`tarproc.sources.seekable` reads the group or checkpoint span it needs,
+with one range request, and decodes only that).  ``ds[i]``
 reads only that range: ``os.pread`` on a local file, a range request for
 ``http(s)://`` (``curl -r``), ``aws s3api get-object --range`` for ``s3://``
 and ``gsutil cat -r`` for ``gs://`` (each replaceable with
