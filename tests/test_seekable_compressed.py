@@ -128,6 +128,27 @@ def test_indexed_dataset_reads_one_group_of_our_shards_and_checkpoints_of_others
     seq = _same(ds, urls)
     for i in list(range(0, len(ds), 13)) + [0, 399, 400, 799, 800, len(ds) - 1]:
         assert ds[i] == seq[i], i
+    # threads at once, and a forked child (a DataLoader worker) after the parent read: same samples
+    from concurrent.futures import ThreadPoolExecutor
+
+    picks = [5, 405, 805, 399, 799, 1199] * 4
+    with ThreadPoolExecutor(4) as pool:
+        assert list(pool.map(ds.__getitem__, picks)) == [seq[i] for i in picks]
+    import os
+    import pickle
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: read, send, leave at once
+        try:
+            os.write(w, pickle.dumps([ds[i] for i in (7, 407, 807)]))
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        child = pickle.loads(f.read())
+    os.waitpid(pid, 0)
+    assert child == [seq[i] for i in (7, 407, 807)]
     # a one-stream gzip of GNU tar (a tar of a tar: its one sample is the inner tar, 2 MB)
     tarproc.index_shards([str(tmp_path / "gnu.tar.gz")], str(tmp_path / "gnu.json"))
     gnu = tarproc.IndexedDataset(str(tmp_path / "gnu.json"))
