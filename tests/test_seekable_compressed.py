@@ -271,6 +271,19 @@ def test_one_frame_zstd_and_xz_get_counts_and_a_one_line_refusal(tmp_path):
     assert tarproc.IndexedDataset(str(tmp_path / "f.json"))[57]["__key__"] == "0057"
 
 
+def test_a_zstd_shard_that_starts_with_a_skippable_frame(data, tmp_path):
+    """Some writers put metadata in a skippable frame first: tarproc reads
+    past it (as zstd does), whole and at random."""
+    import struct
+
+    meta = b'{"written by": "another tool"}'
+    shard = tmp_path / "skip.tar.zst"
+    shard.write_bytes(struct.pack("<II", 0x184D2A53, len(meta)) + meta + (data / "g.tar.zst").read_bytes())
+    assert [_clean(s) for s in tarproc.iter_samples(str(shard))] == list(_samples(400))
+    tarproc.index_shards([str(shard)], str(tmp_path / "i.json"))
+    assert _clean(tarproc.IndexedDataset(str(tmp_path / "i.json"))[250]) == list(_samples(400))[250]
+
+
 def test_pigz_independent_style_flushes_of_others_are_found(tmp_path):
     """A gzip member with full flushes every 128 KiB of input, whatever the
     member boundaries (as pigz --independent writes): groups, and samples
