@@ -23,6 +23,9 @@ from .seekable import (CHECKPOINTS, CHUNK, GROUPS, MAX_GROUP, PROBE, SPACING, VE
                        parse_gzidx)
 
 _FLUSH = b"\x00\x00\xff\xff"
+#: Compressed bytes decoded at a time: what one piece decodes to is held at
+#: once (a bomb is stopped by the ratio bound long before memory runs out).
+_PIECE = 64 << 10
 
 # ------------------------------------------------------------ scanning gzip
 
@@ -205,12 +208,15 @@ def gzip_has_groups(head, url):
     """Whether the first compressed bytes of a gzip shard show restart
     points (a verified full flush, or a second member)."""
     scan = GzipScanner(url)
+    view = memoryview(head)
     try:
-        for _ in scan.feed(head):
-            pass
+        for at in range(0, len(view), _PIECE):
+            scan.feed(view[at:at + _PIECE])  # (its output is dropped piece by piece)
+            if scan.flushes or scan.members > 1:
+                return True
     except BadInput:
         return False
-    return scan.flushes > 0 or scan.members > 1
+    return False
 
 
 # ------------------------------------------------------------ scanning zstd
@@ -305,7 +311,7 @@ class Decoded(io.RawIOBase):
     def __init__(self, scanner, read, prefix=b""):
         self.scanner = scanner
         self.read_raw = read
-        self.prefix = prefix
+        self.prefix = memoryview(prefix)
         self.chunks = []
         self.cur = b""
         self.at = 0
@@ -321,10 +327,10 @@ class Decoded(io.RawIOBase):
                 continue
             if self.ended:
                 return 0
-            if self.prefix:
-                data, self.prefix = self.prefix, b""
+            if self.prefix:  # (what was read ahead to probe the shard), in pieces too
+                data, self.prefix = self.prefix[:_PIECE], self.prefix[_PIECE:]
             else:
-                data = self.read_raw(CHUNK)
+                data = self.read_raw(_PIECE)
             if not data:
                 self.scanner.finish()
                 self.ended = True
