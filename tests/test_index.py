@@ -57,6 +57,7 @@ def shards(tmp_path):
             tf.addfile(info, io.BytesIO(data))
     (d / "b.tar").write_bytes(buf.getvalue())
     subprocess.run(f"gzip -c {d / 'a.tar'} > {d / 'c.tar.gz'}", shell=True, check=True)
+    subprocess.run(f"xz -c {d / 'a.tar'} > {d / 'c.tar.xz'}", shell=True, check=True)
     return d
 
 
@@ -64,16 +65,16 @@ def shards(tmp_path):
 
 
 def test_tarindex_writes_a_wids_index_with_offsets(sh, shards, tmp_path):
-    p = sh("tarindex 'data/{a,b}.tar' data/c.tar.gz -o data/index.json", stderr_ok=True)
+    p = sh("tarindex 'data/{a,b}.tar' data/c.tar.xz -o data/index.json", stderr_ok=True)
     err = p.stderr.decode()
-    assert "c.tar.gz: gzip-compressed: counted only (40 samples)" in err and err.count("\n") == 1, err
+    assert "c.tar.xz: xz-compressed: counted only (40 samples)" in err and err.count("\n") == 1, err
     index = json.loads((shards / "index.json").read_text())
     assert index["__kind__"] == "wids-shard-index-v1" and index["wids_version"] == 1
     entries = {e["url"]: e for e in index["shardlist"]}
-    assert [e["url"] for e in index["shardlist"]] == ["a.tar", "b.tar", "c.tar.gz"]  # relative to the index
+    assert [e["url"] for e in index["shardlist"]] == ["a.tar", "b.tar", "c.tar.xz"]  # relative to the index
     assert [e["nsamples"] for e in index["shardlist"]] == [40, 25, 40]
     assert entries["a.tar"]["offsets"] and entries["a.tar"]["filesize"] == (shards / "a.tar").stat().st_size
-    assert entries["c.tar.gz"]["offsets"] is False and entries["c.tar.gz"]["compression"] == "gzip"
+    assert entries["c.tar.xz"]["offsets"] is False and entries["c.tar.xz"]["compression"] == "xz"
     side = shards / "index.offsets"
     assert index["tarproc_offsets"] == {"file": "index.offsets", "samples": 65, "bytes": side.stat().st_size}
     # 32-byte head, 8 bytes per sample, then the keys one per line
@@ -260,10 +261,10 @@ def test_changed_shard_or_wrong_index_is_one_clear_error(shards, tmp_path):
     with pytest.raises(tarproc.BadInput, match="index.offsets: offsets file has .* not this index"):
         len(tarproc.IndexedDataset(str(shards / "index.json")))
     # a compressed shard: counts only, and says so
-    tarproc.index_shards([str(shards / "c.tar.gz")], str(shards / "gz.json"))
-    ds = tarproc.IndexedDataset(str(shards / "gz.json"))
+    tarproc.index_shards([str(shards / "c.tar.xz")], str(shards / "xz.json"))
+    ds = tarproc.IndexedDataset(str(shards / "xz.json"))
     assert len(ds) == 40
-    with pytest.raises(tarproc.BadInput, match="gzip-compressed: the index has only its sample count"):
+    with pytest.raises(tarproc.BadInput, match="xz-compressed: the index has only its sample count"):
         ds[3]
 
 

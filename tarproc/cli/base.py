@@ -122,6 +122,11 @@ StartMethod = Annotated[Optional[Literal["fork", "spawn", "forkserver"]], opt(
 BlobThreshold = Annotated[Optional[str], opt("--blob-threshold", metavar="SIZE",
                           help="members of this size or more are kept in a spool file, not in memory: 4MiB, "
                                "1GB, 0 for never (default: $TARPROC_BLOB_THRESHOLD or 4MiB)")]
+# compressed outputs with random access (tarproc/sinks/grouped.py)
+GroupSize = Annotated[Optional[str], opt("--group-size", metavar="SIZE",
+                      help="a .tar.gz or .tar.zst output is cut into groups of whole samples of at most SIZE "
+                           "bytes of tar, each decodable on its own, so an index (tarindex) reads one group "
+                           "per sample; 0: one compressed stream (default: 1MiB)")]
 TmpDir = Annotated[Optional[str], opt("--tmpdir", metavar="DIR",
                    help="directory for spool files of large members (default: $TMPDIR or /tmp)")]
 #: Commands that only pass samples through take members of plain input files
@@ -609,6 +614,20 @@ def _sizes(urls):
         sizes.append(size)
         total += size
     return sizes
+
+
+def group_size_of(args):
+    """The bytes of ``--group-size`` (``None``: the default)."""
+    value = getattr(args, "group_size", None)
+    if value is None:
+        return None
+    try:
+        size = parse_size(value)
+    except (ValueError, UsageError):
+        size = -1
+    if not isinstance(size, int) or size < 0:
+        raise UsageError(f"--group-size {value}: not a size (1MiB, 512k, 0 for one stream)")
+    return size
 
 
 def spooler_of(args, pass_through=False):

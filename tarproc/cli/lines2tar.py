@@ -4,6 +4,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
+from .base import GroupSize, group_size_of
 from .base import OUTPUT_HELP, Args, command, opt, replaced, run, Reporter
 
 EXAMPLES = """
@@ -38,6 +39,7 @@ def lines2tar_command(
     keyformat: Annotated[str, opt("--keyformat", metavar="FORMAT",
                          help="key from the line index (default '{:09d}')")] = "{:09d}",
     output: Annotated[str, opt("-o", "--output", metavar="URL", help=OUTPUT_HELP)] = "-",
+    group_size: GroupSize = None,
     verbose: Annotated[bool, opt("-v", "--verbose", help="a summary on stderr")] = False,
     quiet: Annotated[bool, opt("-q", "--quiet", help="no warnings")] = False,
 ):
@@ -58,7 +60,7 @@ def main(args, prog="lines2tar"):
     urls = open_inputs(args, prog, tar=False)  # a list, or lazy when long (expand_urls is a generator)
     urls = refuse_overwriting_inputs([args.output], urls, "choose another output name")
     stats = S.Stats()
-    with open_sink(args.output, stall=rep.stall) as sink:
+    with open_sink(args.output, stall=rep.stall, group_size=group_size_of(args)) as sink:
         writer = S.SampleWriter(sink, stats)
         for sample in iter_line_samples(urls, keys, sep, args.keyformat, stats, stall=rep.stall):
             writer.write(sample)

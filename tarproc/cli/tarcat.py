@@ -2,6 +2,7 @@
 
 from typing import Annotated, Optional
 
+from .base import GroupSize, group_size_of
 from .base import MaxBadShards, OnBadShard
 from .base import (BlobThreshold, TmpDir, BraceExpand, Args, FileList, Fields, Inputs, Output,
                    ProgressFlag, Quiet, Seed, Skip,
@@ -57,6 +58,7 @@ def tarcat_command(
     max_bad_shards: MaxBadShards = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
+    group_size: GroupSize = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
     progress: ProgressFlag = None,
@@ -145,7 +147,7 @@ def tarcat_command(
         stages.append(S.rekey(args.rekey))
     stages.append(progress_stage(rep, stats))
 
-    with open_sink(args.output, stall=rep.stall) as sink:
+    with open_sink(args.output, stall=rep.stall, group_size=group_size_of(args)) as sink:
         writer = S.SampleWriter(sink, stats)
         # samples that go out as they came in are copied as the bytes they were read from
         raw = not (args.fields or args.rekey or args.shuffle)

@@ -4,7 +4,7 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from .base import OUTPUT_HELP, Args, command, opt, run, Reporter
+from .base import OUTPUT_HELP, Args, GroupSize, group_size_of, command, opt, run, Reporter
 
 EXAMPLES = """
 tarcreate plan.tsv -o dataset.tar             # columns: __key__  @jpg  cls
@@ -34,6 +34,7 @@ def tarcreate_command(
     plan: Annotated[str, typer.Argument(metavar="[PLAN]", show_default=False,
                     help="the plan file ('-' or nothing: stdin)")] = "-",
     output: Annotated[str, opt("-o", "--output", metavar="URL", help=OUTPUT_HELP)] = "-",
+    group_size: GroupSize = None,
     dir: Annotated[Optional[str], opt("-C", "--dir", metavar="DIR",
                    help="relative paths in the plan (and pipe: commands) are taken from DIR")] = None,
     delim: Annotated[Optional[str], opt("-f", "--delim", metavar="CHAR",
@@ -66,7 +67,7 @@ def main(args, prog="tarcreate"):
     items = read_plan(args.plan, args.plan_format, args.delim, args.key, args.dir)
     if not items:
         rep.info("the plan makes no members (writing an empty archive)")
-    n = write_plan(items, args.output, args.dir,
+    n = write_plan(items, args.output, args.dir, group_size=group_size_of(args),
                    on_item=(lambda item, size: rep.info(f"{item.name} ({size} bytes) from {item.where}"))
                    if args.verbose else None)
     rep.info(f"{n} members written")

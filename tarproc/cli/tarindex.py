@@ -1,5 +1,6 @@
-"""tarindex: index shards (sample counts for wids; per-sample offsets for
-random access with tarproc.IndexedDataset)."""
+"""tarindex: index shards (sample counts for wids; per-sample offsets, and for
+compressed shards where decoding restarts, for random access with
+tarproc.IndexedDataset)."""
 
 from typing import Annotated, Optional
 
@@ -11,22 +12,29 @@ EXAMPLES = """
 tarindex 'shard-{0000..0146}.tar' -o index.json      # index.json + index.offsets
 tarindex -T shards.txt -o data/index.json --name imagenet-train
 tarindex 'https://host/data/shard-{0000..0009}.tar' -o index.json
-tarindex shard-*.tar.gz > counts.json               # compressed / stdout: counts only
+tarindex 'shard-{0000..0146}.tar.gz' -o index.json   # + index.seek: one group (or checkpoint span) per sample
+tarcat big.tar.xz -o big.tar.zst && tarindex big.tar.zst -o index.json   # xz: rewrite in zstd frames first
+tarindex shard-*.tar > counts.json                  # stdout: counts only
 python3 -c 'import tarproc; ds = tarproc.IndexedDataset("index.json"); print(len(ds), ds[7]["__key__"])'
 """
 
 NOTES = """
 The JSON is a wids index ("__kind__": "wids-shard-index-v1", a shardlist of url/nsamples);
 shard URLs are written relative to the index's directory when both are local.
-For uncompressed shards the byte range and key of every sample go to a sidecar
-(INDEX.offsets: 8 bytes + the key per sample); compressed shards get counts only
-(a warning says so, and their entry has "offsets": false). See docs/tarindex.md.
+The byte range and key of every sample go to a sidecar (INDEX.offsets: 8 bytes +
+the key per sample). For .tar.gz and .tar.zst shards the ranges are in the decoded
+tar, and INDEX.seek says where decoding restarts: the groups tarproc writes
+(--group-size), zstd frames, full-flush points (pigz --independent), or, for gzip
+compressed as one stream (gzip, GNU tar -z), checkpoints every --checkpoint-spacing
+bytes. xz, bzip2 and one-frame zstd shards get counts only (a warning says so, and
+their entry has "offsets": false). See docs/tarindex.md.
 
 exit status: 0 ok, 1 the index could not be written, 2 bad usage or unreadable input.
 """
 
 
-@command("Index tar shards: sample counts (wids) and per-sample byte offsets.", EXAMPLES, NOTES)
+@command("Index tar shards (.tar, .tar.gz, .tar.zst): sample counts (wids) and per-sample offsets.", EXAMPLES,
+         NOTES)
 def tarindex_command(
     inputs: Inputs = None,
     filelist: FileList = None,
@@ -37,6 +45,10 @@ def tarindex_command(
                        help="where the offsets sidecar goes (default: the index's name with .offsets for "
                             ".json)")] = None,
     no_offsets: Annotated[bool, opt("--no-offsets", help="counts only, no sidecar")] = False,
+    checkpoint_spacing: Annotated[Optional[str], opt("--checkpoint-spacing", metavar="SIZE",
+                                  help="a gzip shard compressed as one stream (by gzip, GNU tar) gets a "
+                                       "checkpoint every SIZE bytes of tar: smaller reads less per sample, "
+                                       "and costs 32 KiB of index per checkpoint (default: 4MiB)")] = None,
     name: Annotated[Optional[str], opt("--name", metavar="NAME",
                     help="the dataset's name (the index's \"name\", as widsindex writes)")] = None,
     strict: Strict = False,
@@ -69,11 +81,18 @@ def tarindex_command(
         done[0] += 1
         done[1] += info.nsamples
         rep.info(f"{info.url}: {info.nsamples} samples" + (f" ({info.compression}: counts only)"
-                                                            if info.compression else ""))
+                                                            if info.compression and info.seek is None else ""))
         rep.bar.update(done[0], text=f"{done[0]}/{len(urls)} shards, {done[1]} samples")
 
+    spacing = None
+    if args.checkpoint_spacing is not None:
+        from ..core.units import parse_size
+
+        spacing = parse_size(args.checkpoint_spacing)
+        if not 64 << 10 <= spacing <= 1 << 30:
+            raise UsageError(f"--checkpoint-spacing {args.checkpoint_spacing}: give 64KiB to 1GiB")
     index_shards(urls, args.output, offsets=offsets, name=args.name, stats=stats, strict=args.strict,
-                 warn=rep.warn, progress=progress)
+                 warn=rep.warn, progress=progress, checkpoint_spacing=spacing)
     rep.done(stats)
     rep.info(f"{done[0]} shards, {done[1]} samples")
     return 0

@@ -5,6 +5,7 @@ from typing import Annotated, Optional
 import typer
 
 from .guards import refuse_overwriting_inputs
+from .base import GroupSize, group_size_of
 from .base import MaxBadShards, OnBadShard, bad_shards_of, end_bad_shards
 from .base import (Args, Count, Output, ProgressFlag, Quiet, Seed, Strict, Verbose, command, nonneg, opt,
                    progress_stage, run, Reporter)
@@ -60,6 +61,7 @@ def tarmix_command(
     eof: Annotated[bool, opt("--eof", hidden=True, help="accepted for compatibility (no effect)")] = False,
     output_mode: Annotated[Optional[str], opt("--output-mode", hidden=True,
                            help="accepted for compatibility (no effect)")] = None,
+    group_size: GroupSize = None,
     strict: Strict = False,
     on_bad_shard: OnBadShard = "fail",
     max_bad_shards: MaxBadShards = None,
@@ -110,7 +112,7 @@ def main(args, prog="tarmix"):
     bad = bad_shards_of(args, rep)
     mixed = mix_sources(spec, seed=args.seed, stats=stats, strict=args.strict, warn=rep.warn,
                         shuffle=args.shuffle, on_bad_shard=bad)
-    with open_sink(args.output) as sink:
+    with open_sink(args.output, group_size=group_size_of(args)) as sink:
         writer = S.SampleWriter(sink, stats)
         for sample in S.pipeline(mixed, *stages):
             writer.write(sample)

@@ -3,6 +3,7 @@
 import os
 from typing import Annotated, Optional
 
+from .base import GroupSize, group_size_of
 from .base import MaxBadShards, OnBadShard, bad_shards_of, end_bad_shards
 from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FileList, Inputs, Output, ProgressFlag, Quiet, Seed, StartMethod,
                    Strict, Verbose,
@@ -53,6 +54,7 @@ def tarpcat_command(
     strict: Strict = False,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
+    group_size: GroupSize = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
     progress: ProgressFlag = None,
@@ -92,22 +94,32 @@ def tarpcat_command(
         source = None
     written = 0
     try:
-        with open_sink(args.output, stall=stall) as sink:
+        with open_sink(args.output, stall=stall, group_size=group_size_of(args)) as sink:
             write = sink.write
             if batches is not None:
                 for lengths, data in batches:
                     if lengths is None:  # one sample with large fields
+                        sink.start_bytes(_pieces_size(data))
                         write_pieces(sink, data)
                         written += 1
                         continue
-                    write(data)
+                    if sink.grouped:  # groups of whole samples: tell the sink where each one starts
+                        view, at = memoryview(data), 0
+                        for n in lengths:
+                            sink.start_bytes(n)
+                            write(view[at:at + n])
+                            at += n
+                    else:
+                        write(data)
                     written += len(lengths)
                     rep.tick(stats, written)
             elif args.count != 0:
                 for blob in source:
                     if type(blob) is list:  # a sample with large fields
+                        sink.start_bytes(_pieces_size(blob))
                         write_pieces(sink, blob)
                     else:
+                        sink.start_bytes(len(blob))
                         write(blob)
                     written += 1
                     rep.tick(stats, written)
@@ -123,6 +135,14 @@ def tarpcat_command(
     stats.written = written
     rep.done(stats)
     return 0
+
+
+def _pieces_size(pieces):
+    """About the bytes of a sample given as pieces (bytes and blobs)."""
+    try:
+        return sum(len(p) for p in pieces)
+    except TypeError:
+        return 0
 
 
 def entry():

@@ -4,6 +4,7 @@ from typing import Annotated, List, Literal, Optional
 
 import typer
 
+from .base import GroupSize, group_size_of
 from .base import MaxBadShards, OnBadShard
 from .base import (replaced, BlobThreshold, TmpDir, spooler_of, Args, FileList, Output, ProgressFlag, Quiet, StartMethod, Strict, Verbose, command, nonneg, open_inputs, opt,
                    positive, progress_stage, read_inputs, run, Reporter, selection_stages, Slice)
@@ -104,6 +105,7 @@ def tarproc_command(
     max_bad_shards: MaxBadShards = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
+    group_size: GroupSize = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
     progress: ProgressFlag = None,
@@ -190,7 +192,7 @@ def main(args, prog="tarproc"):
     if args.output != "-":
         results = transformed()  # a usage error before the output file is made
     try:
-        with open_sink(args.output, stall=rep.stall) as sink:  # committed by the CLI only on exit 0
+        with open_sink(args.output, stall=rep.stall, group_size=group_size_of(args)) as sink:  # committed by the CLI only on exit 0
             if args.output == "-":
                 # the sink writes to its own copy of stdout; what a --map function
                 # prints (here, at import, or in a worker) goes to stderr, never into the tar

@@ -2,6 +2,7 @@
 
 from typing import Annotated, Literal, Optional
 
+from .base import GroupSize, group_size_of
 from .base import MaxBadShards, OnBadShard
 from .base import (BlobThreshold, Args, BraceExpand, FileList, Inputs, Output, ProgressFlag, Quiet, Seed, Strict, Verbose,
                    command, opt, parse_size, progress_stage, read_inputs, run, Reporter)
@@ -54,6 +55,7 @@ def tarsort_command(
     on_bad_shard: OnBadShard = "fail",
     max_bad_shards: MaxBadShards = None,
     blob_threshold: BlobThreshold = None,
+    group_size: GroupSize = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
     progress: ProgressFlag = None,
@@ -76,7 +78,7 @@ def tarsort_command(
     ordered = sort_samples(read_inputs(args, rep, stats), key=args.sortkey, sorttype=args.sorttype,
                            reverse=args.reverse, seed=args.seed, memory=memory, tmpdir=args.tmpdir, stats=spill,
                            unique=args.update)
-    with contextlib.closing(ordered), open_sink(args.output, stall=rep.stall) as sink:
+    with contextlib.closing(ordered), open_sink(args.output, stall=rep.stall, group_size=group_size_of(args)) as sink:
         writer = S.SampleWriter(sink, stats)  # refuses a key right after itself: it would read back as one sample
         for sample in progress_stage(rep, stats)(ordered):
             writer.write(sample)

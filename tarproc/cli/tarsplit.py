@@ -2,6 +2,7 @@
 
 from typing import Annotated, Optional
 
+from .base import GroupSize, group_size_of
 from .base import MaxBadShards, OnBadShard
 from .base import (replaced, BlobThreshold, TmpDir, Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Verbose, command, nonneg,
                    opt, parse_size, positive, progress_stage, read_inputs, run, Reporter)
@@ -78,6 +79,7 @@ def tarsplit_command(
     max_bad_shards: MaxBadShards = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
+    group_size: GroupSize = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
     progress: ProgressFlag = None,
@@ -176,6 +178,7 @@ def tarsplit_command(
         infos = []
         kw = {"max_count": max_count, "max_size": max_size, "maxshards": args.maxshards, "inputs": ahead, **mode}
         for shard in split_samples(samples, pattern, start=args.start, compression=compression,
+                                   group_size=group_size_of(args),
                                    post=post if posts else None, stats=stats, **kw):
             shards.append(shard)
             total_bytes += shard.bytes

@@ -191,11 +191,15 @@ class SampleWriter:
         self._last_key = None
         self._last = None  # the last sample written (or the field names of its key so far)
         self._repeated_ok = repeated_keys
+        # an output cut into groups of whole samples (a grouped .tar.gz/.tar.zst sink) is told where samples start
+        self._start = stream.start_sample if getattr(stream, "grouped", False) else None
 
     def write(self, sample):
         if type(sample) is not dict and type(sample) is not RawSample:
             _check_names(sample)
         key = sample.get("__key__")
+        if self._start is not None and key != self._last_key:
+            self._start(sample)
         if key == self._last_key and key is not None and not self._repeated_ok:
             _check_names(sample)
             # read back, members of consecutive samples with one key are one sample (as in webdataset):

@@ -37,9 +37,10 @@ class ShardIndex:
     sample start offsets), ``end`` (where the last sample ends) and ``keys``
     (a list of ``str``)."""
 
-    __slots__ = ("url", "nsamples", "compression", "filesize", "starts", "end", "keys")
+    __slots__ = ("url", "nsamples", "compression", "filesize", "starts", "end", "keys", "seek")
 
     def __init__(self, url):
+        self.seek = None  # a compressed shard's seek record (sources/seekable.py), when it has random access
         self.url = url
         self.nsamples = 0
         self.compression = None
@@ -66,14 +67,19 @@ class _Counting:
         return data
 
 
-def scan_shard(url, stats=None, strict=False, warn=None):
+def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_spacing=None):
     """Read one shard and return its :class:`ShardIndex`.
 
     Sample ``i`` of an uncompressed shard occupies bytes ``starts[i]`` to
     ``starts[i+1]`` (``end`` for the last): from the first header block of
     its first member (long-name and pax headers included) to the first
     header block of the next sample, so members that grouping skips between
-    samples (directories, names without a dot) read back as skipped too."""
+    samples (directories, names without a dot) read back as skipped too.
+
+    With ``seek``, a gzip or zstd shard gets the same offsets, in its
+    decoded bytes, and ``seek``, the record of where decoding can restart
+    (:mod:`tarproc.sources.seekable`; ``checkpoint_spacing``: bytes of tar
+    between the checkpoints of a one-stream gzip shard)."""
     from array import array
 
     from ..sources.open import open_source
@@ -83,10 +89,14 @@ def scan_shard(url, stats=None, strict=False, warn=None):
     name = "stdin" if url == "-" else url
     info = ShardIndex(url)
     info.compression = stream.compression
+    seekable = None
+    if seek and url != "-" and stream.compression in _seekable_codecs():
+        stream.close()  # read again by the decoder that finds the restart points
+        stream, *seekable = _open_seekable(url, stream.compression, checkpoint_spacing)
     try:
         counting = _Counting(stream)
         reader = TarReader(counting, name, strict=strict, warn=warn)
-        plain = stream.compression is None
+        plain = info.compression is None or seekable is not None
         starts = array("Q")
         keys = []
         last = [None, 0]  # the member group() pulled last; where the last regular member ends
@@ -113,9 +123,25 @@ def scan_shard(url, stats=None, strict=False, warn=None):
             info.keys = keys
             info.end = last[1]
             info.filesize = counting.count
+        if seekable is not None:
+            info.seek, info.filesize = seekable[0](), seekable[1]()
+            if info.seek is None:  # no restart points: counts only
+                info.starts = info.keys = info.end = info.filesize = None
     finally:
         stream.close()
     return info
+
+
+def _seekable_codecs():
+    from ..sources.seekscan import CODECS
+
+    return CODECS
+
+
+def _open_seekable(url, codec, spacing):
+    from ..sources.seekscan import open_for_index
+
+    return open_for_index(url, codec, spacing)
 
 
 def sidecar_name(index_path):
@@ -177,21 +203,23 @@ def _le(arr):
     return swapped.tobytes()
 
 
-def write_index(index, blob, output, sidecar_path=None):
+def write_index(index, blob, output, sidecar_path=None, more=()):
     """Write the index JSON to ``output`` (a URL, ``-`` for stdout) and the
-    sidecar to ``sidecar_path``; each appears only when complete (the
-    sidecar first, so an index never names a sidecar that is missing)."""
+    sidecar to ``sidecar_path`` (and each ``(path, bytes)`` of ``more``);
+    each appears only when complete (the sidecars first, so an index never
+    names a sidecar that is missing)."""
     from .output import open_sink
 
-    if blob is not None:
-        with open_sink(sidecar_path, compression=None) as sink:
-            sink.write(blob)
+    for path, data in ((sidecar_path, blob),) + tuple(more):
+        if data is not None:
+            with open_sink(path, compression=None) as sink:
+                sink.write(data)
     with open_sink(output, compression=None) as sink:
         sink.write((json.dumps(index, indent=1, ensure_ascii=False) + "\n").encode("utf-8", "surrogateescape"))
 
 
 def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=False, warn=None,
-                 progress=None):
+                 progress=None, checkpoint_spacing=None):
     """Index shards (a URL, a brace pattern, or a list of URLs) and return the
     index ``dict``.
 
@@ -200,6 +228,10 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
     next to it (``index.json`` -> ``index.offsets``; give ``offsets`` as a
     path to choose).  Compressed shards get their sample count only (their
     entry says ``"offsets": false``); ``warn(message)`` is told about them.
+    gzip and multi-frame zstd shards get offsets in their decoded bytes and
+    a seek record (``index.seek``; docs/tarindex.md): the groups they were
+    written in, or, for a one-stream gzip, checkpoints every
+    ``checkpoint_spacing`` bytes of tar (default 4 MiB).
     ``progress(info)`` is called after each shard."""
     from ..sources.open import scheme_of
     from ..sources.shardlist import as_url, as_urls
@@ -234,17 +266,52 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
     for url in urls:
         if url == "-" and sidecar is not None:
             raise UsageError("stdin cannot be indexed with offsets (it cannot be read again): give shard files")
-        info = scan_shard(url, stats, strict, warn)
-        if info.compression and warn is not None:
-            warn(f"{url}: {info.compression}-compressed: counted only ({info.nsamples} samples), "
-                 f"no offsets for random access")
+        info = scan_shard(url, stats, strict, warn, seek=sidecar is not None, checkpoint_spacing=checkpoint_spacing)
+        if info.compression and info.seek is None and warn is not None:
+            why = "zstd-compressed in one frame" if info.compression == "zstd" and offsets else \
+                f"{info.compression}-compressed"
+            warn(f"{url}: {why}: counted only ({info.nsamples} samples), no offsets for random access"
+                 + (" (gzip and multi-frame zstd shards have them: see docs/tarindex.md)" if offsets else ""))
         infos.append(info)
         if progress is not None:
             progress(info)
     index, blob = build_index(infos, index_dir, sidecar, name)
+    more = ()
+    if sidecar is not None and any(i.seek is not None for i in infos):
+        seek_path = seek_sidecar_name(sidecar_path)
+        more = ((seek_path, attach_seek(index, infos, seek_sidecar_name(sidecar))),)
     if output is not None:
-        write_index(index, blob, output, sidecar_path)
+        write_index(index, blob, output, sidecar_path, more)
     return index
+
+
+# ---------------------------------------------------------------- compressed shards: the seek sidecar
+
+
+def seek_sidecar_name(offsets_path):
+    """The seek sidecar beside an offsets sidecar: ``index.offsets`` ->
+    ``index.seek``."""
+    base = offsets_path[:-8] if offsets_path.endswith(".offsets") else offsets_path
+    return base + ".seek"
+
+
+def attach_seek(index, infos, seek_name):
+    """The seek sidecar's bytes for the compressed shards of ``infos`` that
+    have a seek record; their entries in ``index`` get ``"seek": {"kind",
+    "at", "bytes"}`` and the index ``"tarproc_seek": {"file", "bytes"}``
+    (layout in docs/tarindex.md)."""
+    from ..sources.seekable import SEEK_MAGIC, record_kind
+
+    parts = [SEEK_MAGIC]
+    at = len(SEEK_MAGIC)
+    for entry, info in zip(index["shardlist"], infos):
+        if info.seek is None or not entry.get("offsets"):
+            continue
+        entry["seek"] = {"kind": record_kind(info.seek), "at": at, "bytes": len(info.seek)}
+        parts.append(info.seek)
+        at += len(info.seek)
+    index["tarproc_seek"] = {"file": seek_name, "bytes": at}
+    return b"".join(parts)
 
 
 class IndexRecorder:

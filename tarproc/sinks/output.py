@@ -230,14 +230,18 @@ class Sink:
     ``defer=False`` commits at ``close()`` even inside a gate (tarsplit's
     shards: each is committed as it is closed)."""
 
-    def __init__(self, url, compression="auto", stall=None, defer=True):
+    def __init__(self, url, compression="auto", stall=None, defer=True, group_size=None):
         from ..sources.shardlist import as_url
+        from .grouped import DEFAULT_GROUP_SIZE
 
         url = as_url(url, "output")
         self.url = url
         self.path = url  # a local output's final path (a symlink's target)
         self.compression = compression_for(url) if compression == "auto" else compression
         self.defer = defer
+        self.group_size = DEFAULT_GROUP_SIZE if group_size is None else _check_group_size(group_size)
+        self._cutter = None  # the compressor that ends groups (sinks/grouped.py), when there are groups
+        self._written = self._group_start = 0  # bytes of tar written; where the current group began
         self.client = None  # a streaming writer process (pipe:, move mode)
         self.tmp = None  # local temporary file (file, spool)
         self.tmp_url = None  # temporary object (move mode)
@@ -329,6 +333,11 @@ class Sink:
         codec = self.compression
         if codec is None:
             return io.BufferedWriter(raw, BUFSIZE)
+        if codec in ("gzip", "zstd") and self.group_size:
+            from .grouped import grouped_compressor
+
+            self._cutter = grouped_compressor(codec, raw)
+            return io.BufferedWriter(self._cutter, BUFSIZE)
         if codec == "gzip":
             import gzip
 
@@ -372,11 +381,52 @@ class Sink:
 
     def write(self, data):
         try:
-            return self.stream.write(data)
+            n = self.stream.write(data)
+            self._written += n
+            return n
         except BrokenPipeError:
             self._broken_pipe()
         except OSError as e:
             raise OutputError(f"{self.url}: write failed: {e.strerror or e}") from None
+
+    # -- groups of samples (sinks/grouped.py)
+
+    @property
+    def grouped(self):
+        """Whether this output is cut into groups of whole samples (a
+        ``.tar.gz``/``.tar.zst`` with ``group_size`` > 0)."""
+        return self._cutter is not None
+
+    def start_sample(self, sample):
+        """Called by :class:`~tarproc.SampleWriter` before it writes a sample:
+        ends the current group first when the sample would take it past
+        ``group_size`` bytes of tar."""
+        if self._cutter is None:
+            return
+        if self._written - self._group_start:
+            from .grouped import sample_bytes
+
+            self.start_bytes(sample_bytes(sample))
+
+    def start_bytes(self, size):
+        """As :meth:`start_sample` for a sample of ``size`` bytes of tar (a
+        writer that has them already encoded: tarpcat)."""
+        in_group = self._written - self._group_start
+        if self._cutter is not None and in_group and in_group + size > self.group_size:
+            self.end_group()
+
+    def end_group(self):
+        """End the current group now (the next bytes start a new one)."""
+        if self._cutter is None or self._written == self._group_start:
+            return
+        try:
+            self.stream.flush()
+            self._cutter.cut()
+        except BrokenPipeError:
+            self._broken_pipe()
+        except OSError as e:
+            raise OutputError(f"{self.url}: write failed: {e.strerror or e}") from None
+        self._group_start = self._written
 
     def blob_fd(self):
         """For :meth:`Blob.copy_to <tarproc.core.blob.Blob.copy_to>`: flush and
@@ -557,8 +607,17 @@ def remote_mode(scheme):
     return mode
 
 
-def open_sink(url, compression="auto", stall=None, defer=True):
+def _check_group_size(value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UsageError(f"group size {value!r}: give a number of bytes >= 0 (0: one compressed stream)")
+    return value
+
+
+def open_sink(url, compression="auto", stall=None, defer=True, group_size=None):
     """Open an output by URL; see :class:`Sink`.  With ``stall`` (a
     :class:`~tarproc.runtime.stall.Stall` also given to the source) buffered
-    output is flushed whenever the input is about to block."""
-    return Sink(url, compression, stall, defer)
+    output is flushed whenever the input is about to block.  A ``.tar.gz``
+    or ``.tar.zst`` output is cut into groups of whole samples of at most
+    ``group_size`` bytes of tar (default 1 MiB; 0: one stream), each
+    decodable on its own (see :mod:`tarproc.sinks.grouped`)."""
+    return Sink(url, compression, stall, defer, group_size)

@@ -416,6 +416,8 @@ def _wrap_compression(raw, url, programs=None):
     buffered = io.BufferedReader(raw, BUFSIZE)
     head, got = _sniff(buffered)
     codec = next((name for magic, name in _MAGIC if head.startswith(magic)), None)
+    if codec is None and head[1:4] == b"\x2a\x4d\x18" and 0x50 <= head[0] <= 0x5F:
+        codec = "zstd"  # a zstd skippable frame first (metadata, a seek table): zstd reads past it
     if codec is None:
         if got is None:
             return buffered, None

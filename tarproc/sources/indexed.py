@@ -1,7 +1,10 @@
 """Random access to the samples of indexed shards: :class:`IndexedDataset`.
 
 An index made by :func:`tarproc.index_shards` (or ``tarindex``) gives, for
-every sample of an uncompressed shard, its byte range and key.  ``ds[i]``
+every sample of a shard, its byte range and key (for a gzip or zstd shard,
+in its decoded tar, with a seek record saying where decoding restarts:
+:mod:`tarproc.sources.seekable` reads the group or checkpoint span it needs,
+with one range request, and decodes only that).  ``ds[i]``
 reads only that range: ``os.pread`` on a local file, a range request for
 ``http(s)://`` (``curl -r``), ``aws s3api get-object --range`` for ``s3://``
 and ``gsutil cat -r`` for ``gs://`` (each replaceable with
@@ -162,6 +165,24 @@ class _Index:
                                                  and 0 <= shard["first"] <= count - shard["nsamples"]):
                     raise BadInput(f"{where}: shard entry {n} has bad offset fields")
 
+        # compressed shards: where decoding restarts (sources/seekable.py), read per shard on first use
+        self.seek_path = None
+        self.seek_tables = {}
+        seek = desc.get("tarproc_seek")
+        if seek is not None:
+            if not (isinstance(seek, dict) and isinstance(seek.get("file"), str) and _is_count(seek.get("bytes"))):
+                raise BadInput(f"{where}: \"tarproc_seek\" is not {{\"file\": ..., \"bytes\": N}}")
+            self.seek_path = _resolve(seek["file"], base)
+            if scheme_of(self.seek_path) not in _SIDECAR_SCHEMES:
+                raise BadInput(f"{where}: the seek file {shorten(self.seek_path)!r} is not a path or URL "
+                               f"(a {scheme_of(self.seek_path)}: source): a damaged or hostile index")
+        for n, shard in enumerate(self.shards):
+            sk = shard.get("seek")
+            if sk is not None and not (self.seek_path and isinstance(sk, dict) and _is_count(sk.get("at"))
+                                       and _is_count(sk.get("bytes")) and shard.get("offsets")
+                                       and sk["at"] + sk["bytes"] <= seek["bytes"]):
+                raise BadInput(f"{where}: shard entry {n} has a bad \"seek\" entry: a damaged index")
+
     def key(self, pos):
         start = int(self.keyends[pos - 1]) + 1 if pos else 0
         return bytes(self.keyblob[start:int(self.keyends[pos])]).decode("utf-8", "surrogateescape")
@@ -300,8 +321,9 @@ class IndexedDataset:
         if not shard.get("offsets"):
             if shard.get("compression"):
                 raise BadInput(f"{url}: shard is {shard['compression']}-compressed: the index has only its sample "
-                               f"count, no offsets for random access (random access needs uncompressed shards: "
-                               f"tarcat it to a .tar and index again)")
+                               f"count (random access needs a .tar, a .tar.gz or a multi-frame .tar.zst indexed "
+                               f"with `tarindex SHARDS -o INDEX.json` (xz, bzip2 and one-frame zstd cannot be: "
+                               f"`tarcat IN -o OUT.tar.zst` rewrites it in frames))")
             raise BadInput(f"{url}: shard is indexed without offsets (a counts-only or wids index): no offsets for "
                            f"random access (index it with `tarindex SHARDS -o INDEX.json`, which writes them)")
         g = shard["first"] + j
@@ -311,6 +333,8 @@ class IndexedDataset:
         limit = _env_limit("TARPROC_MAX_SAMPLE", MAX_SAMPLE)
         if not 0 <= start < end or end - start > limit:
             raise BadInput(f"{url}: sample {j} ({key!r}): the index gives bytes {start}-{end}: a damaged index")
+        if shard.get("seek") is not None:
+            return self._read_compressed(idx, s, shard, url, j, start, end, key)
         filesize = shard.get("filesize")
         # and the header after the sample, when the shard has one: a member of this same sample there
         # means the shard changed (a rewrite of the same size can move a member across the boundary)
@@ -326,6 +350,40 @@ class IndexedDataset:
             if name is not None:
                 raise BadInput(f"{where}: the member after these bytes, {name!r}, belongs to this sample too: the "
                                f"shard changed since it was indexed (index it again)")
+        try:
+            samples = list(group(TarReader(io.BytesIO(data + bytes(1024)), url, strict=True).members(), url))
+        except TarprocError as e:
+            raise BadInput(f"{where}: these bytes are not the indexed sample ({getattr(e, 'problem', e)}): the shard "
+                           f"changed since it was indexed, or the index is not this shard's (index it again)") from None
+        if len(samples) != 1 or samples[0]["__key__"] != key:
+            found = ", ".join(repr(x["__key__"]) for x in samples[:3]) or "no sample"
+            raise BadInput(f"{where}: found {found} where the index says {key!r}: the shard changed since it was "
+                           f"indexed, or the index is not this shard's (index it again)")
+        return samples[0]
+
+    # ------------------------------------------------------------ compressed shards (sources/seekable.py)
+
+    def _seek_table(self, idx, s, shard):
+        from .seekable import SeekTable
+
+        table = idx.seek_tables.get(s)
+        if table is None:
+            sk = shard["seek"]
+            record = self._range(idx.seek_path, sk["at"], sk["at"] + sk["bytes"], None) if sk["bytes"] else b""
+            if len(record) != sk["bytes"]:
+                raise BadInput(f"{idx.seek_path}: seek file has fewer bytes than the index says: not this index's "
+                               f"(index the shards again)")
+            table = idx.seek_tables[s] = SeekTable(record, idx.seek_path)
+        return table
+
+    def _read_compressed(self, idx, s, shard, url, j, start, end, key):
+        """Sample ``j`` of a gzip/zstd shard: its group(s) (or the span between
+        two checkpoints) read with one range request and decoded."""
+        table = self._seek_table(idx, s, shard)
+        filesize = shard.get("filesize")
+        where = f"{url}: sample {j} ({key!r}) at decoded bytes {start}-{end}"
+        data = table.read(lambda a, b: self._range(url, a, b, filesize), shard.get("compression"), start, end, where,
+                          _env_limit("TARPROC_MAX_SAMPLE", MAX_SAMPLE))
         try:
             samples = list(group(TarReader(io.BytesIO(data + bytes(1024)), url, strict=True).members(), url))
         except TarprocError as e:

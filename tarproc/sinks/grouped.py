@@ -1,0 +1,188 @@
+"""Compressed outputs that stay randomly accessible: groups of whole samples.
+
+A ``.tar.gz`` or ``.tar.zst`` written by tarproc is cut into *groups* of
+whole samples of at most ``group_size`` bytes of tar (1 MiB by default; a
+sample larger than that is a group of its own).  Decoding can restart at the
+start of every group, so :class:`~tarproc.IndexedDataset` reads one group to
+get one sample (docs/tarindex.md), and every reader still reads the file
+whole, as usual:
+
+* gzip: ONE gzip member; at the end of each group the deflate stream is
+  flushed with ``Z_FULL_FLUSH`` (an empty stored block, the next block
+  starts on a byte boundary and refers to nothing before it), as ``pigz
+  --independent`` does.  Several gzip members would not do: Python's
+  ``tarfile`` in stream mode (``r|gz``), and so webdataset, stop silently at
+  the end of the first member.
+* zstd: one zstd frame per group, followed by the seek table of the zstd
+  *seekable format* (a skippable frame at the END of the file, which every
+  zstd decoder skips; one at the start would hide the zstd magic from
+  readers that sniff the first bytes).  The table lists each frame's
+  compressed and decompressed size; a frame never holds more than
+  :data:`FRAME_CAP` bytes (the table's fields are 32-bit), so a huge sample
+  spans several frames.  Frames carry zstd's content checksum.
+
+``group_size=0`` writes one stream, as before groups existed (gzip via
+:mod:`gzip`, zstd by the ``zstd`` program).  The same input and options give
+the same bytes.
+"""
+
+import io
+import struct
+
+#: Default bytes of tar per group (``--group-size``).
+DEFAULT_GROUP_SIZE = 1 << 20
+#: The largest frame (decompressed bytes) of a grouped zstd output.
+FRAME_CAP = 1 << 30
+#: The zstd seekable format (contrib/seekable_format in the zstd sources).
+SEEKABLE_MAGIC = 0x8F92EAB1
+SKIPPABLE_SEEK_MAGIC = 0x184D2A5E
+#: gzip level and zstd level (as ``gzip -6`` and ``zstd -3``, the defaults).
+GZIP_LEVEL = 6
+ZSTD_LEVEL = 3
+
+
+def zstd_module():
+    """The zstd binding: the standard library's ``compression.zstd``
+    (Python 3.14+) or its backport, ``backports.zstd`` (same API)."""
+    try:
+        from compression import zstd  # noqa: F401
+    except ImportError:
+        from backports import zstd
+    return zstd
+
+
+def _write_all(raw, data):
+    view = memoryview(data)
+    while view:
+        n = raw.write(view)
+        if n is None:  # a non-blocking descriptor with no room: never ours
+            raise BlockingIOError("output would block")
+        view = view[n:]
+
+
+class GzipGroups(io.RawIOBase):
+    """A gzip member written to ``raw``; :meth:`cut` ends a group with a full
+    flush.  Write through an :class:`io.BufferedWriter` (small writes)."""
+
+    def __init__(self, raw, level=GZIP_LEVEL):
+        import gzip
+
+        self.gz = gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=level, mtime=0)
+        self.dirty = False
+
+    def writable(self):
+        return True
+
+    def write(self, data):
+        n = self.gz.write(data)
+        if n:
+            self.dirty = True
+        return n
+
+    def cut(self):
+        """End the group: the next bytes start a fresh, byte-aligned deflate
+        block that refers to nothing before it."""
+        import zlib
+
+        if self.dirty:
+            self.gz.flush(zlib.Z_FULL_FLUSH)
+            self.dirty = False
+
+    def close(self):
+        if not self.closed:
+            try:
+                self.gz.close()
+            finally:
+                super().close()
+
+
+class ZstdFrames(io.RawIOBase):
+    """zstd frames written to ``raw``, one per group (:meth:`cut`), then the
+    seek table on :meth:`close`."""
+
+    def __init__(self, raw, level=ZSTD_LEVEL):
+        zstd = zstd_module()
+        self.raw = raw
+        self.comp = zstd.ZstdCompressor(options={zstd.CompressionParameter.compression_level: level,
+                                                 zstd.CompressionParameter.checksum_flag: 1})
+        self.flush_frame = zstd.ZstdCompressor.FLUSH_FRAME
+        self.frames = []  # (compressed, decompressed) sizes
+        self.csize = self.dsize = 0
+
+    def writable(self):
+        return True
+
+    def _out(self, data):
+        if data:
+            _write_all(self.raw, data)
+            self.csize += len(data)
+
+    def write(self, data):
+        view = memoryview(data).cast("B")
+        n = len(view)
+        while view:
+            room = FRAME_CAP - self.dsize
+            if room <= 0:
+                self.cut()
+                continue
+            piece = view[:room]
+            self._out(self.comp.compress(piece))
+            self.dsize += len(piece)
+            view = view[len(piece):]
+        return n
+
+    def cut(self):
+        """End the frame (if it holds anything)."""
+        if self.dsize:
+            self._end_frame()
+
+    def _end_frame(self):
+        self._out(self.comp.compress(b"", self.flush_frame))
+        self.frames.append((self.csize, self.dsize))
+        self.csize = self.dsize = 0
+
+    def close(self):
+        if self.closed:
+            return
+        try:
+            if self.dsize or not self.frames:
+                self._end_frame()
+            _write_all(self.raw, seek_table(self.frames))
+        finally:
+            super().close()
+
+
+def seek_table(frames):
+    """The zstd seekable format's seek table for ``frames`` (a list of
+    ``(compressed, decompressed)`` sizes), without checksums."""
+    body = b"".join(struct.pack("<II", c, d) for c, d in frames)
+    footer = struct.pack("<IBI", len(frames), 0, SEEKABLE_MAGIC)
+    return struct.pack("<II", SKIPPABLE_SEEK_MAGIC, len(body) + len(footer)) + body + footer
+
+
+def grouped_compressor(codec, raw, level=None):
+    """The writer of ``codec`` (``"gzip"`` or ``"zstd"``) with groups, or
+    ``None`` for a codec that has none."""
+    if codec == "gzip":
+        return GzipGroups(raw, GZIP_LEVEL if level is None else level)
+    if codec == "zstd":
+        return ZstdFrames(raw, ZSTD_LEVEL if level is None else level)
+    return None
+
+
+def sample_bytes(sample):
+    """About the bytes of tar a sample takes (headers, data, padding), to
+    decide before writing it whether it still fits in the current group."""
+    raw = getattr(sample, "raw", None)
+    if raw is not None:
+        return sum(len(p) for p in raw[0])
+    total = 0
+    for field, value in sample.items():
+        if type(field) is str and field[:2] == "__" and field[-2:] == "__":
+            continue
+        try:
+            size = len(value)
+        except TypeError:
+            size = 0
+        total += 512 + size + (-size % 512)
+    return total
