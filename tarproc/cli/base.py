@@ -89,6 +89,9 @@ ProgressFlag = Annotated[Optional[bool], opt("--progress/--no-progress",
                                              help="a progress bar on stderr (default: when stderr is a terminal)")]
 Strict = Annotated[bool, opt("--strict", help="treat a shard that ends without the end-of-archive marker "
                                               "as an error")]
+Retries = Annotated[Optional[int], opt("--retries", metavar="N", parser=nonneg(),
+                                       help="resume a broken http(s)/s3/gs download where it broke, up to N times "
+                                            "in a row (0: never) (default: $TARPROC_RETRIES or 5)")]
 Seed = Annotated[Optional[int], opt("--seed", metavar="N", help="random seed (reproducible order)")]
 StartMethod = Annotated[Optional[Literal["fork", "spawn", "forkserver"]], opt(
                                            "--start-method", metavar="fork|spawn|forkserver",
@@ -547,6 +550,34 @@ def spooler_of(args, pass_through=False):
                    PASS_THROUGH_REGION if pass_through else None)
 
 
+def resume_of(args):
+    """The keywords of resuming broken downloads (``retries``,
+    ``stall_timeout``) from ``--retries``, ``$TARPROC_RETRIES`` and
+    ``$TARPROC_STALL_TIMEOUT`` (seconds without a byte; 0: no limit)."""
+    from ..sources.resume import RETRIES, STALL_TIMEOUT
+
+    retries = getattr(args, "retries", None)
+    if retries is None:
+        text = os.environ.get("TARPROC_RETRIES", "").strip()
+        if not text:
+            retries = RETRIES
+        elif text.isdigit():
+            retries = int(text)
+        else:
+            raise UsageError(f"TARPROC_RETRIES={text!r}: expected a whole number")
+    timeout = STALL_TIMEOUT
+    text = os.environ.get("TARPROC_STALL_TIMEOUT", "").strip()
+    if text:
+        try:
+            timeout = float(text)
+        except ValueError:
+            raise UsageError(f"TARPROC_STALL_TIMEOUT={text!r}: expected seconds") from None
+        if not timeout >= 0 or timeout == float("inf"):
+            raise UsageError(f"TARPROC_STALL_TIMEOUT={text!r}: expected seconds (0: no limit)")
+        timeout = timeout or None
+    return {"retries": retries, "stall_timeout": timeout}
+
+
 def read_inputs(args, rep, stats, urls=None, pass_through=False, spooler=None, raw=False):
     """The samples of every input in turn (``-v`` names each one).  When
     the progress line is on and every input is a local uncompressed file,
@@ -558,6 +589,7 @@ def read_inputs(args, rep, stats, urls=None, pass_through=False, spooler=None, r
     from ..sources.samples import iter_samples
 
     urls = open_inputs(args) if urls is None else urls
+    resume = resume_of(args)
     sizes = _sizes(urls) if rep.progress else None
     if sizes is not None:
         rep.bar.total, rep.bar.unit, rep.position = sum(sizes), "B", 0
@@ -566,7 +598,7 @@ def read_inputs(args, rep, stats, urls=None, pass_through=False, spooler=None, r
     for n, url in enumerate(urls):
         rep.info(f"reading {'stdin' if url == '-' else url}")
         samples = iter_samples([url], stats, strict=args.strict, warn=rep.warn, stall=rep.stall,
-                               spooler=spooler, raw=raw)
+                               spooler=spooler, raw=raw, **resume)
         if sizes is None:
             yield from samples
             continue

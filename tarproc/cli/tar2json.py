@@ -2,7 +2,7 @@
 
 from typing import Annotated, Literal, Optional
 
-from .base import (Args, BraceExpand, Count, FileList, Inputs, Strict, command, opt, read_inputs, run,
+from .base import (Args, BraceExpand, Count, FileList, Inputs, Strict, Retries, command, opt, read_inputs, run,
                    Reporter, selection_stages)
 
 EXAMPLES = """
@@ -41,6 +41,7 @@ def tar2json_command(
     skip: Annotated[int, opt("--skip", metavar="N", help="skip the first N samples")] = 0,
     hash: Annotated[bool, opt("--hash", help="binary fields as their sha256 instead of their size")] = False,
     strict: Strict = False,
+    retries: Retries = None,
     verbose: Annotated[bool, opt("-v", "--verbose", help="report inputs and a summary on stderr")] = False,
     quiet: Annotated[bool, opt("-q", "--quiet", help="no warnings")] = False,
     braceexpand: BraceExpand = False,

@@ -2,7 +2,7 @@
 
 from typing import Annotated, Literal, Optional
 
-from .base import (BlobThreshold, TmpDir, Args, BraceExpand, Count, FileList, Inputs, Strict,
+from .base import (BlobThreshold, TmpDir, Args, BraceExpand, Count, FileList, Inputs, Strict, Retries,
                    command, nonneg, opt, positive, read_inputs, run, Reporter, selection_stages)
 from .fieldcheck import FieldCheck
 
@@ -50,6 +50,7 @@ def tar2tsv_command(
     format: Annotated[Literal["tsv", "csv", "jsonl"], opt("--format",
                       help="output format (default tsv)")] = "tsv",
     strict: Strict = False,
+    retries: Retries = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     verbose: Annotated[bool, opt("-v", "--verbose", help="report inputs and a summary on stderr")] = False,

@@ -4,7 +4,7 @@ from typing import Annotated, Optional
 
 from .base import (BlobThreshold, TmpDir, BraceExpand, Args, FileList, Fields, Inputs, Output,
                    ProgressFlag, Quiet, Seed, Skip,
-                   Slice, Strict, Verbose, command, nonneg, open_inputs, opt, progress_stage, read_inputs,
+                   Slice, Strict, Retries, Verbose, command, nonneg, open_inputs, opt, progress_stage, read_inputs,
                    run, Reporter, selection_stages)
 from .fieldcheck import FieldCheck
 
@@ -51,6 +51,7 @@ def tarcat_command(
                             help="drop the samples whose keys are listed in FILE (one per line, '-' for "
                                  "stdin)")] = None,
     strict: Strict = False,
+    retries: Retries = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     verbose: Verbose = False,

@@ -2,7 +2,7 @@
 
 from typing import Annotated, Optional
 
-from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, FileList, Inputs, Strict, command,
+from .base import (BlobThreshold, TmpDir, spooler_of, resume_of, Args, BraceExpand, FileList, Inputs, Strict, Retries, command,
                    nonneg, open_inputs, opt, positive, run, Reporter)
 from .fieldcheck import FieldCheck
 
@@ -38,6 +38,7 @@ def tarfirst_command(
     output: Annotated[str, opt("-o", "--output", metavar="FILE",
                       help="write to FILE (appears complete or not at all) instead of stdout")] = "-",
     strict: Strict = False,
+    retries: Retries = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     verbose: Annotated[bool, opt("-v", "--verbose", help="name the member written on stderr")] = False,
@@ -58,7 +59,8 @@ def main(args, prog="tarfirst"):
     rep = Reporter(prog, args.verbose, args.quiet, False)
     # -o naming an input (first.jpg meant) would replace a shard by one field
     urls = refuse_overwriting_inputs([args.output], open_inputs(args), "tarfirst writes one field")
-    samples = S.iter_samples(urls, strict=args.strict, warn=rep.warn, spooler=spooler_of(args))
+    samples = S.iter_samples(urls, strict=args.strict, warn=rep.warn, spooler=spooler_of(args),
+                             **resume_of(args))
     source = S.skip(args.skip)(samples) if args.skip else samples
     check = FieldCheck(rep, args.field)
     try:

@@ -3,8 +3,8 @@
 import os
 from typing import Annotated, Optional
 
-from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FileList, Inputs, Output, ProgressFlag, Quiet, Seed, StartMethod,
-                   Strict, Verbose,
+from .base import (BlobThreshold, TmpDir, spooler_of, resume_of, Args, BraceExpand, Count, FileList, Inputs, Output, ProgressFlag, Quiet, Seed, StartMethod,
+                   Strict, Retries, Verbose,
                    command, nonneg, open_inputs, opt, positive, run, Reporter)
 
 EXAMPLES = """
@@ -45,6 +45,7 @@ def tarpcat_command(
                                   "of failing with exit 2")] = False,
     start_method: StartMethod = None,
     strict: Strict = False,
+    retries: Retries = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     verbose: Verbose = False,
@@ -73,7 +74,8 @@ def tarpcat_command(
 
     stall = Stall()  # waiting for a worker flushes the output (slow inputs show at once)
     common = dict(workers=args.workers, strict=args.strict, ignore_errors=args.ignore_errors, warn=rep.warn,
-                  info=rep.info, stats=stats, failed=failed, start_method=args.start_method, stall=stall)
+                  info=rep.info, stats=stats, failed=failed, start_method=args.start_method, stall=stall,
+                  **resume_of(args))
     # The workers are started (forked) here, before the output is opened.
     if args.shuffle or args.count is not None:
         source = parallel_encoded(urls, shuffle=args.shuffle, seed=args.seed, **common)

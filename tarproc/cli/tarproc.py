@@ -4,7 +4,7 @@ from typing import Annotated, List, Literal, Optional
 
 import typer
 
-from .base import (BlobThreshold, TmpDir, spooler_of, Args, FileList, Output, ProgressFlag, Quiet, StartMethod, Strict, Verbose, command, nonneg, open_inputs, opt,
+from .base import (BlobThreshold, TmpDir, spooler_of, resume_of, Args, FileList, Output, ProgressFlag, Quiet, StartMethod, Strict, Retries, Verbose, command, nonneg, open_inputs, opt,
                    positive, progress_stage, read_inputs, run, Reporter)
 
 EXAMPLES = """
@@ -90,6 +90,7 @@ def tarproc_command(
                          help="--map: give large fields (docs/blobs.md) to the function as bytes "
                               "(loaded in the worker) or as tarproc.Blob objects to stream from")] = "bytes",
     strict: Strict = False,
+    retries: Retries = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     verbose: Verbose = False,
@@ -142,7 +143,8 @@ def main(args, prog="tarproc"):
     if args.mode == "tar":
         inputs = read_inputs(args, rep, stats)
     else:
-        inputs = iter_text_samples(open_inputs(args, tar=False), args.mode, stats, stall=rep.stall)
+        inputs = iter_text_samples(open_inputs(args, tar=False), args.mode, stats, stall=rep.stall,
+                                   **resume_of(args))
     if args.count is not None:
         inputs = S.take(args.count)(inputs)
     def transformed():

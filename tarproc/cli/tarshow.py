@@ -3,7 +3,7 @@
 from typing import Annotated, Literal, Optional
 
 from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FileList, Inputs, Skip,
-                   Slice, Strict, command, opt, positive, read_inputs, run, Reporter, selection_stages)
+                   Slice, Strict, Retries, command, opt, positive, read_inputs, run, Reporter, selection_stages)
 from .fieldcheck import FieldCheck
 
 EXAMPLES = """
@@ -66,6 +66,7 @@ def tarshow_command(
         "--format", help="blocks (default) or original: the original tarshow's lines, 'NAME<TAB>VALUE' with "
                          "values as Python shows them (b'746'), cut at 60 characters")] = "blocks",
     strict: Strict = False,
+    retries: Retries = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     verbose: Annotated[bool, opt("-v", "--verbose", help="report inputs on stderr")] = False,

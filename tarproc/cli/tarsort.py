@@ -2,7 +2,7 @@
 
 from typing import Annotated, Literal, Optional
 
-from .base import (BlobThreshold, Args, BraceExpand, FileList, Inputs, Output, ProgressFlag, Quiet, Seed, Strict, Verbose,
+from .base import (BlobThreshold, Args, BraceExpand, FileList, Inputs, Output, ProgressFlag, Quiet, Seed, Strict, Retries, Verbose,
                    command, opt, parse_size, progress_stage, read_inputs, run, Reporter)
 
 EXAMPLES = """
@@ -50,6 +50,7 @@ def tarsort_command(
     tmpdir: Annotated[Optional[str], opt("--tmpdir", "-t", metavar="DIR",
                       help="directory for the sorted runs (default: $TMPDIR or /tmp)")] = None,
     strict: Strict = False,
+    retries: Retries = None,
     blob_threshold: BlobThreshold = None,
     verbose: Verbose = False,
     quiet: Quiet = False,

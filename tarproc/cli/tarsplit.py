@@ -2,7 +2,7 @@
 
 from typing import Annotated, Optional
 
-from .base import (BlobThreshold, TmpDir, Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Verbose, command, nonneg,
+from .base import (resume_of, BlobThreshold, TmpDir, Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Retries, Verbose, command, nonneg,
                    opt, parse_size, positive, progress_stage, read_inputs, run, Reporter)
 
 EXAMPLES = """
@@ -72,6 +72,7 @@ def tarsplit_command(
                      help="write a tarindex index (JSON, and offsets for uncompressed shards) of the shards "
                           "written")] = None,
     strict: Strict = False,
+    retries: Retries = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     verbose: Verbose = False,
@@ -241,7 +242,7 @@ def _count_samples(urls, args, rep):
     stats = S.Stats()
     n = 0
     for url in urls:
-        for _ in S.iter_samples([url], stats, strict=args.strict, warn=rep.warn):
+        for _ in S.iter_samples([url], stats, strict=args.strict, warn=rep.warn, **resume_of(args)):
             n += 1
     rep.info(f"counting pass: {n} samples")
     return n

@@ -39,6 +39,7 @@ from array import array
 
 from ..errors import BadInput, TarprocError, UsageError
 from ..core.stats import Stats
+from .resume import RETRIES, STALL_TIMEOUT
 
 #: A worker sends a batch when it holds this many bytes or samples.
 BATCH_BYTES = 256 << 10
@@ -111,7 +112,7 @@ class _Collect:
         self.write = self.write_blob = self.pieces.append
 
 
-def _worker(conn, urls, mode, strict, header_defaults):
+def _worker(conn, urls, mode, strict, header_defaults, resume=None):
     """Body of a worker process (started by :func:`tarproc.runtime.pool.start_worker`,
     which sets its signals and makes it die with the parent): read ``urls``
     in order, send batches.  ``mode``: "samples", "tar" or "tar-all" (the
@@ -187,7 +188,7 @@ def _worker(conn, urls, mode, strict, header_defaults):
                 if tar:
                     before = tw.bytes_written
                     # raw: unchanged samples go out as the bytes they were read from
-                    for sample in iter_samples([url], stats, strict=strict, warn=warn, stall=stall, raw=True):
+                    for sample in iter_samples([url], stats, strict=strict, warn=warn, stall=stall, raw=True, **(resume or {})):
                         if Blob in map(type, sample.values()):  # large fields: sent alone, by reference
                             flush()
                             one = _Collect()
@@ -208,7 +209,7 @@ def _worker(conn, urls, mode, strict, header_defaults):
                         if held_size >= BATCH_BYTES or held >= BATCH_SAMPLES:
                             flush()
                 else:
-                    for sample in iter_samples([url], stats, strict=strict, warn=warn, stall=stall):
+                    for sample in iter_samples([url], stats, strict=strict, warn=warn, stall=stall, **(resume or {})):
                         if Blob in map(type, sample.values()):  # large fields cross as references to their files
                             from ..core.blob import handover
 
@@ -278,7 +279,7 @@ def _add_stats(stats, d):
 
 
 def _parallel(urls, workers, mode, strict=False, ignore_errors=False, warn=None, info=None,
-              stats=None, failed=None, header_defaults=None, start_method=None, stall=None):
+              stats=None, failed=None, header_defaults=None, start_method=None, stall=None, resume=None):
     """Start the workers now; return a generator of their batches, taken in
     deterministic turns.  Closing the generator stops the workers."""
     from ..runtime.pool import Receiver, get_context, start_worker
@@ -294,7 +295,7 @@ def _parallel(urls, workers, mode, strict=False, ignore_errors=False, warn=None,
     readers = []
     try:
         for i in range(workers):
-            p, conn = start_worker(ctx, _worker, (urls[i::workers], mode, strict, header_defaults or {}),
+            p, conn = start_worker(ctx, _worker, (urls[i::workers], mode, strict, header_defaults or {}, resume),
                                    parent_fds=[c.fileno() for c in conns], name=f"tarpcat-{i}",
                                    pipe_size=_PIPE_SIZE)
             procs.append(p)
@@ -463,7 +464,7 @@ def _shuffled_urls(urls, shuffle, seed):
 
 def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ignore_errors=False,
                      warn=None, info=None, stats=None, failed=None, start_method=None, stall=None,
-                     **header_defaults):
+                     retries=RETRIES, stall_timeout=STALL_TIMEOUT, **header_defaults):
     """Yield the samples of ``urls``, read by ``workers`` processes (default:
     the number of cores), each as the ``bytes`` of its tar members (as
     :class:`~tarproc.core.grouping.SampleWriter` writes them, so concatenating them
@@ -478,7 +479,9 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     called before waiting for a worker, so output keeps pace with slow input.
     Two samples that come side by side with one key and a common field (from
     shards that share keys) raise :class:`~tarproc.errors.BadSample` before
-    the second is given (see the module documentation)."""
+    the second is given (see the module documentation).  ``retries`` and
+    ``stall_timeout``: resuming broken downloads, as for
+    :func:`~tarproc.sources.samples.iter_samples`."""
     from ..stages.basic import shuffle as shuffle_stage
 
     if shuffle < 0:
@@ -486,7 +489,8 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     urls = _shuffled_urls(urls, shuffle, seed)
 
     batches = _parallel(urls, workers, "tar-all" if shuffle > 0 else "tar", strict, ignore_errors, warn, info,
-                        stats, failed, header_defaults, start_method, stall)
+                        stats, failed, header_defaults, start_method, stall,
+                        {"retries": retries, "stall_timeout": stall_timeout})
 
     def blobs():
         try:
@@ -546,7 +550,8 @@ def write_pieces(out, pieces):
 
 
 def parallel_encoded_batches(urls, workers=None, strict=False, ignore_errors=False, warn=None, info=None,
-                             stats=None, failed=None, start_method=None, stall=None, **header_defaults):
+                             stats=None, failed=None, start_method=None, stall=None, retries=RETRIES,
+                             stall_timeout=STALL_TIMEOUT, **header_defaults):
     """Like :func:`parallel_encoded` without shuffling, but yields
     ``(lengths, data)`` batches: ``data`` holds ``len(lengths)`` encoded
     samples back to back (the fastest way to copy everything).  A sample with
@@ -555,11 +560,12 @@ def parallel_encoded_batches(urls, workers=None, strict=False, ignore_errors=Fal
     A batch whose first sample has the key and a field of the last sample
     given raises :class:`~tarproc.errors.BadSample` instead."""
     return _parallel(url_list(urls), workers, "tar", strict, ignore_errors, warn, info, stats, failed,
-                     header_defaults, start_method, stall)
+                     header_defaults, start_method, stall, {"retries": retries, "stall_timeout": stall_timeout})
 
 
 def parallel_samples(urls, workers=None, shuffle=0, seed=None, strict=False, ignore_errors=False,
-                     warn=None, info=None, stats=None, failed=None, start_method=None, stall=None):
+                     warn=None, info=None, stats=None, failed=None, start_method=None, stall=None,
+                     retries=RETRIES, stall_timeout=STALL_TIMEOUT):
     """Yield the sample dicts of ``urls`` read by ``workers`` processes; see
     :func:`parallel_encoded` for ``shuffle`` and ``seed`` and the module
     documentation for the order and for errors."""
@@ -570,7 +576,7 @@ def parallel_samples(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     urls = _shuffled_urls(urls, shuffle, seed)
 
     batches = _parallel(urls, workers, "samples", strict, ignore_errors, warn, info, stats, failed, None,
-                        start_method, stall)
+                        start_method, stall, {"retries": retries, "stall_timeout": stall_timeout})
 
     def samples():
         try:

@@ -3,9 +3,11 @@
 from ..core.passthru import fast_group
 from ..core.stats import Stats
 from ..core.tario import TarReader
+from .resume import RETRIES, STALL_TIMEOUT
 
 
-def iter_samples(urls, stats=None, strict=False, warn=None, stall=None, spooler=None, raw=False):
+def iter_samples(urls, stats=None, strict=False, warn=None, stall=None, spooler=None, raw=False,
+                 retries=RETRIES, stall_timeout=STALL_TIMEOUT):
     """Yield the samples of one URL or a list of URLs, in order.
 
     Each sample gets ``__source__`` (its URL; ``stdin`` for ``-``).  ``warn(message)`` receives
@@ -21,7 +23,10 @@ def iter_samples(urls, stats=None, strict=False, warn=None, stall=None, spooler=
     ``TARPROC_BLOB_THRESHOLD``, spool files in ``TMPDIR``).  With ``raw``,
     samples that were read from plain headers carry their bytes, which
     :class:`~tarproc.core.grouping.SampleWriter` copies instead of encoding
-    the sample again (:mod:`tarproc.core.passthru`)."""
+    the sample again (:mod:`tarproc.core.passthru`).  An ``http(s)``, ``s3``
+    or ``gs`` download that breaks is resumed where it broke, up to
+    ``retries`` times in a row (``stall_timeout``: seconds without a byte
+    that count as a break; see :func:`~tarproc.sources.open.open_source`)."""
     from .fragment import iter_fragment
     from .shardlist import as_urls
     from .open import open_source
@@ -30,11 +35,12 @@ def iter_samples(urls, stats=None, strict=False, warn=None, stall=None, spooler=
     if stats is None:
         stats = Stats()
     for url in urls:
-        sliced = iter_fragment(url, lambda one: iter_samples(one, stats, strict, warn, stall=stall, raw=raw))
+        sliced = iter_fragment(url, lambda one: iter_samples(one, stats, strict, warn, stall=stall, raw=raw,
+                                                                   retries=retries, stall_timeout=stall_timeout))
         if sliced is not None:  # 'PATTERN#START,END'
             yield from sliced
             continue
-        stream = open_source(url, stall=stall)
+        stream = open_source(url, stall=stall, retries=retries, stall_timeout=stall_timeout)
         stats.inputs += 1
         name = "stdin" if url == "-" else url
         try:
