@@ -11,7 +11,7 @@ scheme     first request                           resumed at byte N
 http(s)    ``curl -sSfL -D HEADERS URL``           ``curl -r N- -H 'If-Match: ETAG'`` (or
                                                    ``If-Unmodified-Since``), 206 checked
 s3         ``aws s3api head-object``, then         ``aws s3api get-object --range bytes=N-
-           ``aws s3 cp URL -``                     --if-match ETAG``
+           ``aws s3api get-object --if-match``     --if-match ETAG``
 gs         ``gsutil stat``, then                   ``gsutil cat -r N- URL#GENERATION``
            ``gsutil cat URL#GENERATION``
 =========  ======================================  =============================================
@@ -155,9 +155,11 @@ class _Http:
 
 
 class _S3:
-    """The aws CLI: ``head-object`` for the identity, ``s3 cp`` for the
-    first read (its parallel ranged download), ``s3api get-object
-    --range --if-match`` to resume."""
+    """The aws CLI: ``s3api head-object`` for the identity, then every read
+    with ``s3api get-object --if-match ETAG`` (resumed ones with ``--range
+    bytes=N-``).  Not ``aws s3 cp``: when the object is replaced while it is
+    read, its own retry of a broken part splices the new object's bytes onto
+    the old one's (seen with aws-cli 1.46 and moto)."""
 
     what = "aws"
     checks_headers = False
@@ -181,10 +183,9 @@ class _S3:
             raise Fatal("aws s3api head-object gave no ContentLength") from None
 
     def command(self, offset, ident, first, header_fd):
-        if first:
-            return f"exec aws s3 cp {self.endpoint}{_quote(self.url)} -"
-        cmd = (f"exec aws s3api get-object {self.endpoint}--bucket {_quote(self.bucket)} --key {_quote(self.key)}"
-               f" --range bytes={offset}-")
+        cmd = f"exec aws s3api get-object {self.endpoint}--bucket {_quote(self.bucket)} --key {_quote(self.key)}"
+        if offset:
+            cmd += f" --range bytes={offset}-"
         if ident.etag:
             cmd += f" --if-match {_quote(ident.etag)}"
         # the body to the pipe (fd 3 is our stdout), the JSON answer away
