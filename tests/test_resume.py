@@ -177,12 +177,12 @@ def test_a_compressed_shard_resumes_too(sh, tmp_path, web):
     shard = make_shard(seed=2)
     packed = gzip.compress(shard, mtime=0)
     store.put("/a.tar.gz", packed)
-    store.faults["/a.tar.gz"] = [{"cut": at} for at in cuts(3, len(packed), 2)]
+    store.faults["/a.tar.gz"] = [{"cut": at} for at in cuts(3, len(packed), 1)]
     (tmp_path / "a.tar").write_bytes(shard)
     got = sh(f"tarcat {base}/a.tar.gz | tarcat -f 'bin cls'").stdout
     want = sh("tarcat a.tar | tarcat -f 'bin cls'").stdout
     assert got == want and len(read_tar(got)) == 16
-    assert len(store.log) == 3
+    assert len(store.log) == 2 and store.log[1]["range"]
 
 
 def test_random_cuts_through_tarpcat_and_the_library(sh, tmp_path, web, seed=11):
@@ -196,13 +196,12 @@ def test_random_cuts_through_tarpcat_and_the_library(sh, tmp_path, web, seed=11)
     got = sh(f"tarpcat -p 2 '{base}/p{{0,1}}.tar'").stdout
     assert got == want
     # the library: keyword arguments, no environment
-    for i, data in enumerate(shards):
-        store.faults[f"/p{i}.tar"] = [{"stall": len(data) // 2}]
+    store.faults["/p0.tar"] = [{"stall": len(shards[0]) // 2}]
     import tarproc
 
-    samples = list(tarproc.iter_samples([f"{base}/p0.tar", f"{base}/p1.tar"], retries=2, stall_timeout=0.5))
-    assert [s["bin"] for s in samples] == [body for data in shards for name, body in read_tar(data)
-                                           if name.endswith(".bin")]
+    samples = list(tarproc.iter_samples(f"{base}/p0.tar", retries=2, stall_timeout=0.5))
+    assert [s["bin"] for s in samples] == [body for name, body in read_tar(shards[0]) if name.endswith(".bin")]
+    assert store.log[-1]["range"] is not None
 
 
 def test_last_modified_when_there_is_no_etag(sh, tmp_path, web):
@@ -351,6 +350,16 @@ class ProxyHandler(socketserver.BaseRequestHandler):
             down.close()
 
 
+def put(moto, path, data):
+    """Make a bucket or object on moto directly (no aws CLI start: the reads
+    under test use the aws CLI)."""
+    import urllib.request
+
+    req = urllib.request.Request(f"{moto}/{path}", data=data, method="PUT",
+                                 headers={"Content-Type": "application/octet-stream"})
+    urllib.request.urlopen(req, timeout=60).close()
+
+
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """A local moto S3 server, the proxy in front of it, and the environment the aws CLI needs."""
@@ -371,14 +380,17 @@ def s3(tmp_path_factory):
         "AWS_CONFIG_FILE": "/nonexistent", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
         "AWS_MAX_ATTEMPTS": "1",  # botocore's own retries of a request (not s3 cp's of a part's body)
     }
-    full = {**os.environ, **env}
+    moto = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
-        while subprocess.run(["aws", "s3", "mb", "s3://resume-test"], env=full, capture_output=True,
-                             timeout=120).returncode != 0:
-            assert time.monotonic() < deadline, "moto did not start"
-            time.sleep(0.2)
-        yield env, proxy
+        while True:
+            try:
+                put(moto, "resume-test", None)  # the bucket
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "moto did not start"
+                time.sleep(0.2)
+        yield env, proxy, moto
     finally:
         proxy.shutdown()
         proxy.server_close()
@@ -388,10 +400,10 @@ def s3(tmp_path_factory):
 
 
 def test_s3_resets_resume_with_a_ranged_conditional_get(sh, tmp_path, s3):
-    env, proxy = s3
+    env, proxy, moto = s3
     shard = make_shard(seed=21, n=6)
     (tmp_path / "a.tar").write_bytes(shard)
-    sh("aws s3 cp a.tar s3://resume-test/a.tar --quiet", env=env)
+    put(moto, "resume-test/a.tar", shard)
     proxy.requests.clear()
     proxy.cut_after, proxy.cuts = 400_000, 2
     try:
@@ -405,14 +417,12 @@ def test_s3_resets_resume_with_a_ranged_conditional_get(sh, tmp_path, s3):
 
 
 def test_s3_changed_object_fails_with_one_line(sh, tmp_path, s3):
-    env, proxy = s3
-    shard = make_shard(seed=22, n=4)
-    (tmp_path / "a.tar").write_bytes(shard)
+    env, proxy, moto = s3
+    put(moto, "resume-test/c.tar", make_shard(seed=22, n=4))
     (tmp_path / "b.tar").write_bytes(make_shard(seed=23, n=4))
-    sh("aws s3 cp a.tar s3://resume-test/c.tar --quiet", env=env)
-    full = {**os.environ, **env}
+    full = {**os.environ, **env, "AWS_ENDPOINT_URL": moto}
 
-    def replace():
+    def replace():  # (moto refuses an unsigned PUT over an existing object)
         proxy.on_cut = None  # once
         subprocess.run(["aws", "s3", "cp", str(tmp_path / "b.tar"), "s3://resume-test/c.tar", "--quiet"],
                        env=full, check=True, timeout=120)
@@ -422,6 +432,7 @@ def test_s3_changed_object_fails_with_one_line(sh, tmp_path, s3):
         p = sh("tarcat s3://resume-test/c.tar -o out.tar", env={**env, **FAST5}, ok=False)
     finally:
         proxy.on_cut, proxy.cut_after = None, None
+    assert proxy.cuts == 0
     err = p.stderr.decode()
     assert p.returncode == 2 and err.count("\n") == 1 and "changed" in err and "s3://resume-test/c.tar" in err, err
     assert not (tmp_path / "out.tar").exists()

@@ -406,6 +406,8 @@ class Resuming(io.RawIOBase):
             return
         headers = self._headers(attempt)
         if headers is None:
+            if attempt.offset == 0 and self.ident is None:
+                return  # nothing to compare with yet (and no size to check against)
             self._changed("no response headers were seen")
         try:
             self.ident = self.plan.check(headers, attempt.offset, self.ident)
@@ -519,7 +521,7 @@ class Resuming(io.RawIOBase):
             self.breaks = 0
         self.breaks += 1
         where = f"at byte {self.offset}" + (f" of {size}" if size is not None else "")
-        if self.offset > 0 or self.ident is not None:
+        if self.offset > 0:  # (at byte 0 the next request starts afresh)
             cannot = self.plan.resumable(self.ident)
             if cannot:
                 raise BadInput(f"{self.url}: the read broke {where} ({why}); cannot resume: {cannot}")
