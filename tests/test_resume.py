@@ -436,3 +436,73 @@ def test_s3_changed_object_fails_with_one_line(sh, tmp_path, s3):
     err = p.stderr.decode()
     assert p.returncode == 2 and err.count("\n") == 1 and "changed" in err and "s3://resume-test/c.tar" in err, err
     assert not (tmp_path / "out.tar").exists()
+
+
+# ------------------------------------------------------------ gs (a stand-in gsutil)
+
+# The real gsutil needs Google Cloud (no emulator runs it here): this stand-in
+# answers `stat` in gsutil's own layout (gslib/utils/ls_helper.py: fields
+# indented by 4, custom metadata by 8) and `cat [-r START-] URL#GENERATION`
+# from files under $GS_STORE; its first `cat` dies after 100,000 bytes, and
+# with $GS_BUMP the generation changes then.
+GSUTIL = r"""#!/bin/bash
+echo "$*" >> "$GS_LOG"
+[ "$1" = -q ] && shift
+case "$1" in
+  stat)
+    f="$GS_STORE/${2#gs://}"
+    [ -f "$f" ] || { echo "No URLs matched: $2" >&2; exit 1; }
+    echo "$2:"
+    echo "    Creation time:          Tue, 24 Nov 2026 12:00:00 GMT"
+    echo "    Content-Length:         $(stat -c %s "$f")"
+    echo "    Metadata:"
+    echo "        Content-Length:     5"
+    echo "        Generation:         1"
+    echo "    ETag:                   CJ+abc="
+    echo "    Generation:             $(cat "$f.gen")"
+    ;;
+  cat)
+    shift; start=0
+    if [ "$1" = -r ]; then start=${2%-}; shift 2; fi
+    url=$1; gen=${url##*#}; f="$GS_STORE/${url#gs://}"; f="${f%#*}"
+    [ "$(cat "$f.gen")" = "$gen" ] || { echo "NotFoundException: 404 $url does not exist." >&2; exit 1; }
+    if [ ! -e "$f.cut" ]; then
+      touch "$f.cut"
+      tail -c +$((start + 1)) "$f" | head -c 100000
+      [ -n "$GS_BUMP" ] && echo 999 > "$f.gen"
+      echo "Connection reset by peer" >&2; exit 1
+    fi
+    tail -c +$((start + 1)) "$f"
+    ;;
+  *) echo "stand-in gsutil: $1 not supported" >&2; exit 9 ;;
+esac
+"""
+
+
+@pytest.fixture
+def gsutil(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "gsutil").write_text(GSUTIL)
+    (bindir / "gsutil").chmod(0o755)
+    store = tmp_path / "store"
+    (store / "b").mkdir(parents=True)
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "GS_STORE": str(store), "GS_LOG": str(tmp_path / "gs.log")}
+    return env, store, tmp_path / "gs.log"
+
+
+def test_gs_resumes_on_the_same_generation(sh, tmp_path, gsutil):
+    env, store, log = gsutil
+    shard = make_shard(seed=31, n=2)
+    (tmp_path / "a.tar").write_bytes(shard)
+    (store / "b" / "a.tar").write_bytes(shard)
+    (store / "b" / "a.tar.gen").write_text("1700000000123456\n")
+    assert sh("tarcat gs://b/a.tar", env=env).stdout == sh("tarcat a.tar").stdout
+    assert log.read_text().splitlines() == ["stat gs://b/a.tar", "-q cat gs://b/a.tar#1700000000123456",
+                                            "-q cat -r 100000- gs://b/a.tar#1700000000123456"]
+    # the object replaced meanwhile: its generation is gone
+    (store / "b" / "a.tar.cut").unlink()
+    log.unlink()
+    p = sh("tarcat gs://b/a.tar > out.tar", env={**env, "GS_BUMP": "1"}, ok=False)
+    err = p.stderr.decode()
+    assert p.returncode == 2 and err.count("\n") == 1 and "changed" in err and "byte 100000" in err, err

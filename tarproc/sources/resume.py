@@ -217,9 +217,13 @@ class _Gs:
         out = run(f"exec gsutil stat {_quote(self.url)}")
         fields = {}
         for line in out.splitlines():
+            # gsutil's own fields are indented by 4 spaces; the object's
+            # custom metadata (which may use any name) by 8: not those
+            if not line.startswith("    ") or line.startswith("     "):
+                continue
             name, sep, value = line.strip().partition(":")
             if sep:
-                fields[name.strip().lower()] = value.strip()
+                fields.setdefault(name.strip().lower(), value.strip())
         size = fields.get("content-length", "")
         if not size.isdigit():
             raise Fatal("gsutil stat gave no Content-Length")
