@@ -278,7 +278,12 @@ def test_bad_retry_settings_are_usage_errors(sh):
     for cmd in ("tarcat --retries -1 x.tar", "TARPROC_RETRIES=many tarcat x.tar",
                 "TARPROC_STALL_TIMEOUT=soon tarcat x.tar"):
         p = sh(cmd, ok=False)
-        assert p.returncode == 2, cmd
+        assert p.returncode == 2 and p.stderr.decode().count("\n") <= 2, cmd
+    import tarproc
+
+    for kw in ({"retries": -1}, {"retries": "3"}, {"stall_timeout": 0}, {"stall_timeout": float("nan")}):
+        with pytest.raises(tarproc.errors.UsageError):
+            list(tarproc.iter_samples("x.tar", **kw))
 
 
 # ------------------------------------------------------------ S3 behind a resetting proxy

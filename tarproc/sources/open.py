@@ -239,7 +239,9 @@ def open_source(url, decompress=True, stall=None, retries=RETRIES, stall_timeout
     ``retries=0`` reads with one plain request as before.  ``-``, paths and
     ``pipe:`` cannot resume: they fail as they end."""
     from .shardlist import as_url
+    from .resume import check_settings
 
+    check_settings(retries, stall_timeout)
     url = as_url(url)
     scheme = scheme_of(url)
     if scheme == "-":

@@ -60,6 +60,19 @@ META_BYTES = 64 << 10
 CURL_BREAKS = frozenset({7, 16, 18, 28, 35, 52, 55, 56, 92})
 
 
+def check_settings(retries, stall_timeout):
+    """A :class:`~tarproc.errors.UsageError` for a ``retries`` that is not a
+    count or a ``stall_timeout`` that is not a positive number of seconds
+    (or ``None``)."""
+    from ..errors import UsageError
+
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise UsageError(f"retries must be a whole number >= 0, not {retries!r}")
+    if stall_timeout is not None and (isinstance(stall_timeout, bool) or not isinstance(stall_timeout, (int, float))
+                                      or not 0 < stall_timeout < float("inf")):
+        raise UsageError(f"stall_timeout must be a positive number of seconds or None, not {stall_timeout!r}")
+
+
 def _quote(s):
     import shlex
 
@@ -313,7 +326,7 @@ class Resuming(io.RawIOBase):
     ``scheme`` is ``http``/``https``/``s3``/``gs``; ``shown`` is the URL for
     messages (credentials hidden); ``children`` starts and ends processes
     (``start(cmd, pass_fds)``, ``finish(proc) -> (rc, stderr_tail)``,
-    ``kill(proc)``, ``run(cmd) -> stdout``)."""
+    ``kill(proc)``)."""
 
     pollable = True
 
