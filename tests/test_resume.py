@@ -204,6 +204,24 @@ def test_random_cuts_through_tarpcat_and_the_library(sh, tmp_path, web, seed=11)
     assert store.log[-1]["range"] is not None
 
 
+def test_tarcheck_and_tarindex_resume_too(sh, tmp_path, web):
+    store, base = web
+    shard = make_shard(seed=10, n=3)
+    (tmp_path / "a.tar").write_bytes(shard)
+    store.put("/a.tar", shard)
+    store.faults["/a.tar"] = [{"short": 70_000}, {}, {"cut": 300_000}]
+    out = sh(f"tarcheck --json {base}/a.tar").stdout
+    assert b'"samples": 3' in out and store.log[1]["range"] == "bytes=70000-"
+    sh(f"tarindex {base}/a.tar -o http.json && tarindex a.tar -o file.json")
+    import json
+
+    index = json.loads((tmp_path / "http.json").read_text())["shardlist"][0]
+    local = json.loads((tmp_path / "file.json").read_text())["shardlist"][0]
+    assert index["nsamples"] == 3 and (index["first"], index["end"]) == (local["first"], local["end"]), index
+    assert (tmp_path / "http.offsets").read_bytes() == (tmp_path / "file.offsets").read_bytes()
+    assert len(store.log) == 4 and store.log[3]["range"] is not None
+
+
 def test_last_modified_when_there_is_no_etag(sh, tmp_path, web):
     store, base = web
     store.etags = False

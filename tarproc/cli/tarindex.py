@@ -4,7 +4,7 @@ random access with tarproc.IndexedDataset)."""
 from typing import Annotated, Optional
 
 from .guards import refuse_overwriting_inputs
-from .base import (Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Verbose, command, open_inputs,
+from .base import (Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Retries, Verbose, command, open_inputs, resume_of,
                    opt, run, Reporter)
 
 EXAMPLES = """
@@ -40,6 +40,7 @@ def tarindex_command(
     name: Annotated[Optional[str], opt("--name", metavar="NAME",
                     help="the dataset's name (the index's \"name\", as widsindex writes)")] = None,
     strict: Strict = False,
+    retries: Retries = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
     progress: ProgressFlag = None,
@@ -73,7 +74,7 @@ def tarindex_command(
         rep.bar.update(done[0], text=f"{done[0]}/{len(urls)} shards, {done[1]} samples")
 
     index_shards(urls, args.output, offsets=offsets, name=args.name, stats=stats, strict=args.strict,
-                 warn=rep.warn, progress=progress)
+                 warn=rep.warn, progress=progress, **resume_of(args))
     rep.done(stats)
     rep.info(f"{done[0]} shards, {done[1]} samples")
     return 0

@@ -24,6 +24,7 @@ from ..core.grouping import group
 from ..core.stats import Stats
 from ..core.tario import TarReader
 from ..errors import BadInput, UsageError
+from ..sources.resume import RETRIES, STALL_TIMEOUT
 
 KIND = "wids-shard-index-v1"
 MAGIC = b"TARPROC-OFFSETS1"
@@ -66,7 +67,7 @@ class _Counting:
         return data
 
 
-def scan_shard(url, stats=None, strict=False, warn=None):
+def scan_shard(url, stats=None, strict=False, warn=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT):
     """Read one shard and return its :class:`ShardIndex`.
 
     Sample ``i`` of an uncompressed shard occupies bytes ``starts[i]`` to
@@ -79,7 +80,7 @@ def scan_shard(url, stats=None, strict=False, warn=None):
     from ..sources.open import open_source
 
     stats = stats if stats is not None else Stats()
-    stream = open_source(url)
+    stream = open_source(url, retries=retries, stall_timeout=stall_timeout)
     name = "stdin" if url == "-" else url
     info = ShardIndex(url)
     info.compression = stream.compression
@@ -191,7 +192,7 @@ def write_index(index, blob, output, sidecar_path=None):
 
 
 def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=False, warn=None,
-                 progress=None):
+                 progress=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT):
     """Index shards (a URL, a brace pattern, or a list of URLs) and return the
     index ``dict``.
 
@@ -200,7 +201,9 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
     next to it (``index.json`` -> ``index.offsets``; give ``offsets`` as a
     path to choose).  Compressed shards get their sample count only (their
     entry says ``"offsets": false``); ``warn(message)`` is told about them.
-    ``progress(info)`` is called after each shard."""
+    ``progress(info)`` is called after each shard.  ``retries``,
+    ``stall_timeout``: resuming a broken download (see
+    :func:`~tarproc.sources.open.open_source`)."""
     from ..sources.open import scheme_of
     from ..sources.shardlist import as_url, as_urls
 
@@ -234,7 +237,7 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
     for url in urls:
         if url == "-" and sidecar is not None:
             raise UsageError("stdin cannot be indexed with offsets (it cannot be read again): give shard files")
-        info = scan_shard(url, stats, strict, warn)
+        info = scan_shard(url, stats, strict, warn, retries, stall_timeout)
         if info.compression and warn is not None:
             warn(f"{url}: {info.compression}-compressed: counted only ({info.nsamples} samples), "
                  f"no offsets for random access")
