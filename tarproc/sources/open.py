@@ -30,13 +30,12 @@ import select
 from ..core.limits import hide_credentials
 from ..errors import BadInput, UsageError
 from ..runtime.procs import _killpg, _pdeathsig, exec_simple, popen
+from .resume import RETRIES, STALL_TIMEOUT, Resuming, check_settings
 
 
 BUFSIZE = 1 << 20
 #: Read-ahead for plain files, whose large members are seeked over.
 REGION_BUFSIZE = 32 << 10
-from .resume import RETRIES, STALL_TIMEOUT  # noqa: E402  (the defaults of open_source)
-
 #: Schemes whose reads resume where they broke (with our own read commands).
 RESUMABLE = ("http", "https", "s3", "gs")
 READ_COMMANDS = {
@@ -239,7 +238,6 @@ def open_source(url, decompress=True, stall=None, retries=RETRIES, stall_timeout
     ``retries=0`` reads with one plain request as before.  ``-``, paths and
     ``pipe:`` cannot resume: they fail as they end."""
     from .shardlist import as_url
-    from .resume import check_settings
 
     check_settings(retries, stall_timeout)
     url = as_url(url)
@@ -266,15 +264,13 @@ def open_source(url, decompress=True, stall=None, retries=RETRIES, stall_timeout
         raw = _FdReader(fd, url)
         name = url
     else:
+        shown = hide_credentials(url)
         if scheme == "pipe":
             # one simple command is exec'ed: it is then the process that dies with us
             cmd, what = exec_simple(url[5:]), "command"
         else:
-            shown = hide_credentials(url)
             override = os.environ.get(f"TARPROC_READ_{scheme.upper()}")
             if not override and scheme in RESUMABLE and retries:
-                from .resume import Resuming
-
                 raw = Resuming(url, scheme, shown, _Children(shown), retries=retries, stall_timeout=stall_timeout,
                                stall=stall, endpoint=_endpoint(scheme))
                 try:
@@ -288,7 +284,6 @@ def open_source(url, decompress=True, stall=None, retries=RETRIES, stall_timeout
                 # our own one-program templates: the shell becomes the program, which so
                 # keeps the parent-death signal (a reader killed outright leaves no curl)
                 cmd = "exec " + cmd
-        shown = hide_credentials(url)
         proc = _start_process(cmd, shown)
         raw = _FdReader(proc.stdout.fileno(), shown, proc, closefd=False, what=what, stall=stall)
         raw._keep = proc.stdout
