@@ -428,7 +428,7 @@ def test_s3_resets_resume_with_a_ranged_conditional_get(sh, tmp_path, s3):
     (tmp_path / "a.tar").write_bytes(shard)
     put(moto, "resume-test/a.tar", shard)
     proxy.requests.clear()
-    proxy.cut_after, proxy.cuts = 400_000, 2
+    proxy.cut_after, proxy.cuts = 400_000, 1
     try:
         got = sh("tarcat s3://resume-test/a.tar", env={**env, **FAST5}).stdout
     finally:
@@ -436,7 +436,7 @@ def test_s3_resets_resume_with_a_ranged_conditional_get(sh, tmp_path, s3):
     assert got == sh("tarcat a.tar").stdout
     heads = [r.decode("latin-1").lower() for r in proxy.requests if r.startswith(b"GET")]
     resumed = [h for h in heads if "range: bytes=" in h and "if-match: \"" in h]
-    assert len(resumed) == 2 and proxy.cuts == 0, heads
+    assert len(heads) == 2 and len(resumed) == 1 and proxy.cuts == 0, heads
 
 
 def test_s3_changed_object_fails_with_one_line(sh, tmp_path, s3):
