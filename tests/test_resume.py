@@ -437,6 +437,14 @@ def test_s3_resets_resume_with_a_ranged_conditional_get(sh, tmp_path, s3):
     heads = [r.decode("latin-1").lower() for r in proxy.requests if r.startswith(b"GET")]
     resumed = [h for h in heads if "range: bytes=" in h and "if-match: \"" in h]
     assert len(heads) == 2 and len(resumed) == 1 and proxy.cuts == 0, heads
+    # --retries 0: one plain GET (no head-object), the same bytes
+    proxy.requests.clear()
+    assert sh("tarcat --retries 0 s3://resume-test/a.tar", env=env).stdout == got
+    asked = [r.split(b" ", 1)[0] for r in proxy.requests if r[:4] in (b"GET ", b"HEAD")]
+    assert asked == [b"GET"], asked
+    # a key holding a placeholder and shell syntax stays one quoted word
+    p = sh("tarcat --retries 0 's3://resume-test/{url};touch pwned' > out.tar", env=env, ok=False)
+    assert p.returncode == 2 and not (tmp_path / "pwned").exists()
 
 
 def test_s3_changed_object_fails_with_one_line(sh, tmp_path, s3):

@@ -9,14 +9,18 @@ Inputs (:func:`open_source`) and outputs (:func:`open_sink`) are named by URL:
 ``pipe:CMD``       the stdout (input) or stdin (output) of a shell command
 ``http(s)://``     ``curl`` (output: HTTP PUT)
 ``gs://``          ``gsutil cat`` / ``gsutil cp - URL``
-``s3://``          ``aws s3 cp URL -`` / ``aws s3 cp - URL`` (``AWS_ENDPOINT_URL``
-                   is passed on as ``--endpoint-url``)
+``s3://``          ``aws s3api get-object`` / ``aws s3 cp - URL``
+                   (``AWS_ENDPOINT_URL`` is passed on as ``--endpoint-url``)
 =================  ==========================================================
 
 The command of each scheme can be replaced with an environment variable,
 ``TARPROC_READ_<SCHEME>`` or ``TARPROC_WRITE_<SCHEME>`` (scheme in upper case,
 ``HTTP``, ``HTTPS``, ``GS``, ``S3``), a shell command in which ``{url}`` stands
-for the quoted URL.  A command that exits non-zero is an error naming the URL.
+for the quoted URL (and ``{bucket}``, ``{key}`` for its parts).  A command
+that exits non-zero is an error naming the URL.  Reads of ``http(s)``,
+``s3`` and ``gs`` URLs with the commands of this module resume where they
+broke (:mod:`tarproc.sources.resume`); these commands are the plain reads
+of ``retries=0``.
 
 Compression is detected from the first bytes of an input (gzip, bzip2, xz,
 zstd) and chosen from the name of an output (``.tgz``/``.gz``, ``.bz2``,
@@ -42,7 +46,9 @@ READ_COMMANDS = {
     "http": "curl -sSfL --retry 3 {url}",
     "https": "curl -sSfL --retry 3 {url}",
     "gs": "gsutil -q cat {url}",
-    "s3": "aws s3 cp {endpoint}{url} -",
+    # one GET: `aws s3 cp URL -` retries a broken part itself, and was seen to splice a
+    # replaced object's bytes onto the old one's (aws-cli 1.46, moto)
+    "s3": "aws s3api get-object {endpoint}--bucket {bucket} --key {key} /dev/fd/3 3>&1 1>/dev/null",
 }
 def scheme_of(url):
     if url == "-":
@@ -66,7 +72,12 @@ def _command_for(url, table, direction):
     template = os.environ.get(f"TARPROC_{direction}_{scheme.upper()}") or table.get(scheme)
     if template is None:
         raise UsageError(f"{url}: unknown URL scheme {scheme!r}")
-    return template.replace("{endpoint}", _endpoint(scheme)).replace("{url}", _quote(url))
+    import re
+
+    bucket, _, key = url.partition("://")[2].partition("/")
+    values = {"endpoint": _endpoint(scheme), "bucket": _quote(bucket), "key": _quote(key), "url": _quote(url)}
+    # one pass: a key that holds "{url}" must not have the URL put inside its quotes
+    return re.sub(r"\{(endpoint|bucket|key|url)\}", lambda m: values[m.group(1)], template)
 
 
 def _endpoint(scheme):
