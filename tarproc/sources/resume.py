@@ -18,10 +18,12 @@ gs         ``gsutil stat``, then                   ``gsutil cat -r N- URL#GENERA
 
 The identity of the object (size, ETag, Last-Modified, GCS generation) is
 taken once, from the first response's headers (http: no extra request) or
-from one metadata request before the first read (s3, gs); every resumed
-request is conditional on it, and its answer is checked again, so the bytes
-read are those of one unbroken read of the same object, or the read fails
-with one line saying that the object changed.
+from one metadata request before the first read (s3, gs); every request
+after it is conditional on it (If-Match, --if-match, the generation), an
+http answer's headers are checked again (206, Content-Range, ETag), and no
+more bytes than the size are taken, so the bytes read are those of one
+unbroken read of the same object, or the read fails with one line saying
+that the object changed.
 
 A read is resumed up to ``retries`` times in a row; a resumed request that
 brought at least :data:`PROGRESS` bytes starts the count again (a long
