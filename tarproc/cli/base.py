@@ -112,6 +112,9 @@ OnBadShard = Annotated[Literal["fail", "skip", "partial"], opt(
          "--max-bad-shards allows them (default: fail)")]
 MaxBadShards = Annotated[Optional[int], opt("--max-bad-shards", metavar="N", parser=nonneg(),
                          help="with --on-bad-shard skip|partial: up to N bad shards still exit 0 (default: 0)")]
+Retries = Annotated[Optional[int], opt("--retries", metavar="N", parser=nonneg(),
+                                       help="resume a broken http(s)/s3/gs download where it broke, up to N times "
+                                            "in a row (0: never) (default: $TARPROC_RETRIES or 5)")]
 Seed = Annotated[Optional[int], opt("--seed", metavar="N", help="random seed (reproducible order)")]
 StartMethod = Annotated[Optional[Literal["fork", "spawn", "forkserver"]], opt(
                                            "--start-method", metavar="fork|spawn|forkserver",
@@ -643,6 +646,34 @@ def spooler_of(args, pass_through=False):
                    PASS_THROUGH_REGION if pass_through else None)
 
 
+def resume_of(args):
+    """The keywords of resuming broken downloads (``retries``,
+    ``stall_timeout``) from ``--retries``, ``$TARPROC_RETRIES`` and
+    ``$TARPROC_STALL_TIMEOUT`` (seconds without a byte; 0: no limit)."""
+    from ..sources.resume import RETRIES, STALL_TIMEOUT
+
+    retries = getattr(args, "retries", None)
+    if retries is None:
+        text = os.environ.get("TARPROC_RETRIES", "").strip()
+        if not text:
+            retries = RETRIES
+        elif text.isdigit():
+            retries = int(text)
+        else:
+            raise UsageError(f"TARPROC_RETRIES={text!r}: expected a whole number")
+    timeout = STALL_TIMEOUT
+    text = os.environ.get("TARPROC_STALL_TIMEOUT", "").strip()
+    if text:
+        try:
+            timeout = float(text)
+        except ValueError:
+            raise UsageError(f"TARPROC_STALL_TIMEOUT={text!r}: expected seconds") from None
+        if not timeout >= 0 or timeout == float("inf"):
+            raise UsageError(f"TARPROC_STALL_TIMEOUT={text!r}: expected seconds (0: no limit)")
+        timeout = timeout or None
+    return {"retries": retries, "stall_timeout": timeout}
+
+
 def read_inputs(args, rep, stats, urls=None, pass_through=False, spooler=None, raw=False):
     """The samples of every input in turn (``-v`` names each one).  When
     the progress line is on and every input is a local uncompressed file,
@@ -655,6 +686,7 @@ def read_inputs(args, rep, stats, urls=None, pass_through=False, spooler=None, r
 
     urls = open_inputs(args) if urls is None else urls
     bad = bad_shards_of(args, rep, spooler)
+    resume = resume_of(args)
     sizes = _sizes(urls) if rep.progress else None
     if sizes is not None:
         rep.bar.total, rep.bar.unit, rep.position = sum(sizes), "B", 0
@@ -663,7 +695,7 @@ def read_inputs(args, rep, stats, urls=None, pass_through=False, spooler=None, r
     for n, url in enumerate(urls):
         rep.info(f"reading {'stdin' if url == '-' else url}")
         samples = iter_samples([url], stats, strict=args.strict, warn=rep.warn, stall=rep.stall,
-                               spooler=spooler, raw=raw, on_bad_shard=bad)
+                               spooler=spooler, raw=raw, on_bad_shard=bad, **resume)
         if sizes is None:
             yield from samples
             continue

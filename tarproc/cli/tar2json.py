@@ -2,6 +2,7 @@
 
 from typing import Annotated, Literal, Optional
 
+from .base import Retries, resume_of
 from .base import MaxBadShards, OnBadShard
 from .base import (Args, BraceExpand, Count, FileList, Inputs, Strict, command, opt, read_inputs, replaced, run,
                    Reporter, selection_stages)
@@ -46,6 +47,7 @@ def tar2json_command(
     strict: Strict = False,
     on_bad_shard: OnBadShard = "fail",
     max_bad_shards: MaxBadShards = None,
+    retries: Retries = None,
     verbose: Annotated[bool, opt("-v", "--verbose", help="report inputs and a summary on stderr")] = False,
     quiet: Annotated[bool, opt("-q", "--quiet", help="no warnings")] = False,
     braceexpand: BraceExpand = False,

@@ -2,6 +2,7 @@
 
 from typing import Annotated, Literal, Optional
 
+from .base import Retries, resume_of
 from .base import MaxBadShards, OnBadShard
 from .base import (BlobThreshold, TmpDir, Args, BraceExpand, Count, FileList, Inputs, Strict,
                    command, nonneg, opt, positive, read_inputs, run, Reporter, selection_stages)
@@ -53,6 +54,7 @@ def tar2tsv_command(
     strict: Strict = False,
     on_bad_shard: OnBadShard = "fail",
     max_bad_shards: MaxBadShards = None,
+    retries: Retries = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     verbose: Annotated[bool, opt("-v", "--verbose", help="report inputs and a summary on stderr")] = False,

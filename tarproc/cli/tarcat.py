@@ -6,7 +6,7 @@ from .base import GroupSize, group_size_of
 from .base import MaxBadShards, OnBadShard
 from .base import (BlobThreshold, TmpDir, BraceExpand, Args, FileList, Fields, Inputs, Output,
                    ProgressFlag, Quiet, Seed, Skip,
-                   Slice, Strict, Verbose, command, nonneg, open_inputs, opt, progress_stage, read_inputs,
+                   Slice, Strict, Retries, Verbose, command, nonneg, open_inputs, opt, progress_stage, read_inputs,
                    run, Reporter, selection_stages)
 from .fieldcheck import FieldCheck
 
@@ -56,6 +56,7 @@ def tarcat_command(
     strict: Strict = False,
     on_bad_shard: OnBadShard = "fail",
     max_bad_shards: MaxBadShards = None,
+    retries: Retries = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     group_size: GroupSize = None,

@@ -2,7 +2,7 @@
 
 from typing import Annotated
 
-from .base import Args, BraceExpand, FileList, Inputs, command, open_inputs, opt, run
+from .base import Args, BraceExpand, FileList, Inputs, Retries, command, open_inputs, opt, resume_of, run
 
 EXAMPLES = """
 tarcheck data.tar                              # summary and problems; exit 1 if any
@@ -37,6 +37,7 @@ def tarcheck_command(
                              "(default 0.5)")] = 0.5,
     strict: Annotated[bool, opt("--strict", help="a shard without the end-of-archive marker is an error "
                                                  "(exit 2), not a problem")] = False,
+    retries: Retries = None,
     quiet: Annotated[bool, opt("-q", "--quiet", help="print only the problems")] = False,
     verbose: Annotated[bool, opt("-v", "--verbose",
                        help="accepted for symmetry (the report is verbose)")] = False,
@@ -80,7 +81,7 @@ def main(args, prog="tarcheck"):
     first = [True]
     if args.json:
         out.write('{\n  "shards": [\n')
-    report = check.check_shards(urls, args.majority, args.strict, on_shard, keep=False)
+    report = check.check_shards(urls, args.majority, args.strict, on_shard, keep=False, **resume_of(args))
     if args.json:
         out.write(f'\n  ],\n  "total": {_indent(json.dumps(report["total"], indent=2, ensure_ascii=False), 2)[2:]},'
                   f'\n  "ok": {json.dumps(report["ok"])}\n}}\n')

@@ -2,6 +2,7 @@
 
 from typing import Annotated, Optional
 
+from .base import Retries, resume_of
 from .base import MaxBadShards, OnBadShard, bad_shards_of, end_bad_shards
 from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, FileList, Inputs, Strict, command,
                    nonneg, open_inputs, opt, positive, run, Reporter)
@@ -41,6 +42,7 @@ def tarfirst_command(
     strict: Strict = False,
     on_bad_shard: OnBadShard = "fail",
     max_bad_shards: MaxBadShards = None,
+    retries: Retries = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     verbose: Annotated[bool, opt("-v", "--verbose", help="name the member written on stderr")] = False,
@@ -63,7 +65,8 @@ def main(args, prog="tarfirst"):
     urls = refuse_overwriting_inputs([args.output], open_inputs(args), "tarfirst writes one field")
     spooler = spooler_of(args)
     bad = bad_shards_of(args, rep, spooler)
-    samples = S.iter_samples(urls, strict=args.strict, warn=rep.warn, spooler=spooler, on_bad_shard=bad)
+    samples = S.iter_samples(urls, strict=args.strict, warn=rep.warn, spooler=spooler, on_bad_shard=bad,
+                             **resume_of(args))
     source = S.skip(args.skip)(samples) if args.skip else samples
     check = FieldCheck(rep, args.field)
     try:

@@ -5,7 +5,7 @@ tarproc.IndexedDataset)."""
 from typing import Annotated, Optional
 
 from .guards import refuse_overwriting_inputs
-from .base import (Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Verbose, command, open_inputs,
+from .base import (Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Retries, Verbose, command, open_inputs, resume_of,
                    opt, run, Reporter)
 
 EXAMPLES = """
@@ -52,6 +52,7 @@ def tarindex_command(
     name: Annotated[Optional[str], opt("--name", metavar="NAME",
                     help="the dataset's name (the index's \"name\", as widsindex writes)")] = None,
     strict: Strict = False,
+    retries: Retries = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
     progress: ProgressFlag = None,
@@ -92,7 +93,8 @@ def tarindex_command(
         if not 64 << 10 <= spacing <= 1 << 30:
             raise UsageError(f"--checkpoint-spacing {args.checkpoint_spacing}: give 64KiB to 1GiB")
     index_shards(urls, args.output, offsets=offsets, name=args.name, stats=stats, strict=args.strict,
-                 warn=rep.warn, progress=progress, checkpoint_spacing=spacing)
+                 warn=rep.warn, progress=progress, checkpoint_spacing=spacing,
+                 **resume_of(args))
     rep.done(stats)
     rep.info(f"{done[0]} shards, {done[1]} samples")
     return 0

@@ -3,6 +3,7 @@
 import os
 from typing import Annotated, Optional
 
+from .base import Retries, resume_of
 from .base import GroupSize, group_size_of
 from .base import MaxBadShards, OnBadShard, bad_shards_of, end_bad_shards
 from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FileList, Inputs, Output, ProgressFlag, Quiet, Seed, StartMethod,
@@ -52,6 +53,7 @@ def tarpcat_command(
     max_bad_shards: MaxBadShards = None,
     start_method: StartMethod = None,
     strict: Strict = False,
+    retries: Retries = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     group_size: GroupSize = None,
@@ -84,7 +86,8 @@ def tarpcat_command(
 
     stall = Stall()  # waiting for a worker flushes the output (slow inputs show at once)
     common = dict(workers=args.workers, strict=args.strict, warn=rep.warn, on_bad_shard=bad,
-                  info=rep.info, stats=stats, failed=failed, start_method=args.start_method, stall=stall)
+                  info=rep.info, stats=stats, failed=failed, start_method=args.start_method, stall=stall,
+                  **resume_of(args))
     # The workers are started (forked) here, before the output is opened.
     if args.shuffle or args.count is not None:
         source = parallel_encoded(urls, shuffle=args.shuffle, seed=args.seed, **common)

@@ -4,6 +4,7 @@ from typing import Annotated, List, Literal, Optional
 
 import typer
 
+from .base import Retries, resume_of
 from .base import GroupSize, group_size_of
 from .base import MaxBadShards, OnBadShard
 from .base import (replaced, BlobThreshold, TmpDir, spooler_of, Args, FileList, Output, ProgressFlag, Quiet, StartMethod, Strict, Verbose, command, nonneg, open_inputs, opt,
@@ -103,6 +104,7 @@ def tarproc_command(
                                 "when all the input was processed, exit 0 or 1; rerun them with --keys FILE)")] = None,
     on_bad_shard: OnBadShard = "fail",
     max_bad_shards: MaxBadShards = None,
+    retries: Retries = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     group_size: GroupSize = None,
@@ -157,7 +159,8 @@ def main(args, prog="tarproc"):
     if args.mode == "tar":
         inputs = read_inputs(args, rep, stats)
     else:
-        inputs = iter_text_samples(open_inputs(args, tar=False), args.mode, stats, stall=rep.stall)
+        inputs = iter_text_samples(open_inputs(args, tar=False), args.mode, stats, stall=rep.stall,
+                                   **resume_of(args))
     if args.failed_keys in ("-", args.output):
         raise UsageError("--failed-keys needs a file of its own (not '-', not the output)")
     if args.keys == "-" and ("-" in (args.inputs or []) or not (args.inputs or args.filelist)):

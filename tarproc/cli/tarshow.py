@@ -4,7 +4,7 @@ from typing import Annotated, Literal, Optional
 
 from .base import MaxBadShards, OnBadShard
 from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FileList, Inputs, Skip,
-                   Slice, Strict, command, opt, positive, read_inputs, run, Reporter, selection_stages)
+                   Slice, Strict, Retries, command, opt, positive, read_inputs, run, Reporter, selection_stages)
 from .fieldcheck import FieldCheck
 
 EXAMPLES = """
@@ -69,6 +69,7 @@ def tarshow_command(
     strict: Strict = False,
     on_bad_shard: OnBadShard = "fail",
     max_bad_shards: MaxBadShards = None,
+    retries: Retries = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     verbose: Annotated[bool, opt("-v", "--verbose", help="report inputs on stderr")] = False,

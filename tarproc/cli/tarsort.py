@@ -2,6 +2,7 @@
 
 from typing import Annotated, Literal, Optional
 
+from .base import Retries, resume_of
 from .base import GroupSize, group_size_of
 from .base import MaxBadShards, OnBadShard
 from .base import (BlobThreshold, Args, BraceExpand, FileList, Inputs, Output, ProgressFlag, Quiet, Seed, Strict, Verbose,
@@ -54,6 +55,7 @@ def tarsort_command(
     strict: Strict = False,
     on_bad_shard: OnBadShard = "fail",
     max_bad_shards: MaxBadShards = None,
+    retries: Retries = None,
     blob_threshold: BlobThreshold = None,
     group_size: GroupSize = None,
     verbose: Verbose = False,

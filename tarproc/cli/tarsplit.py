@@ -2,6 +2,7 @@
 
 from typing import Annotated, Optional
 
+from .base import Retries, resume_of
 from .base import GroupSize, group_size_of
 from .base import MaxBadShards, OnBadShard
 from .base import (replaced, BlobThreshold, TmpDir, Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Verbose, command, nonneg,
@@ -77,6 +78,7 @@ def tarsplit_command(
     strict: Strict = False,
     on_bad_shard: OnBadShard = "fail",
     max_bad_shards: MaxBadShards = None,
+    retries: Retries = None,
     blob_threshold: BlobThreshold = None,
     tmpdir: TmpDir = None,
     group_size: GroupSize = None,
@@ -251,7 +253,8 @@ def _count_samples(urls, args, rep):
     n = 0
     bad = BadShards(args.on_bad_shard) if args.on_bad_shard not in (None, "fail") else None  # told in the 2nd pass
     for url in urls:
-        for _ in S.iter_samples([url], stats, strict=args.strict, warn=rep.warn, on_bad_shard=bad):
+        for _ in S.iter_samples([url], stats, strict=args.strict, warn=rep.warn, on_bad_shard=bad,
+                                **resume_of(args)):
             n += 1
     rep.info(f"counting pass: {n} samples")
     return n

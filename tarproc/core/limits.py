@@ -41,6 +41,7 @@ assign the module attributes (``tarproc.core.limits.PREVIEW_BYTES = 1 << 20``).
 """
 
 import os
+import re
 
 
 def _env_int(name, default):
@@ -262,10 +263,30 @@ def quote(name, limit=None):
     return repr(shorten(name, limit))
 
 
+#: ``scheme://user:password@`` in a URL (the password part optional).
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]+@")
+#: Query parameters of signed URLs that are secrets (S3/GCS signatures, tokens, keys).
+_SECRET_PARAMS = re.compile(r"(?i)([?&](?:x-amz-signature|x-amz-credential|x-amz-security-token|x-goog-signature|"
+                            r"x-goog-credential|signature|sig|token|access_token|key|apikey|api_key|password|"
+                            r"secret)=)[^&\s#]*")
+
+
+def hide_credentials(text):
+    """``text`` (a URL, a command, a message) with the credentials of the
+    URLs in it replaced by ``***``: the user and password
+    (``https://user:pw@host/`` -> ``https://***@host/``) and the secret
+    query parameters of signed URLs (``X-Amz-Signature=***``)."""
+    if "@" not in text and "=" not in text:
+        return text
+    return _SECRET_PARAMS.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
+
+
 def clip_lines(text, limit=None):
     """Every line of a message cut to at most about ``limit`` characters
-    (default four times :data:`NAME_CHARS`): the last fence, used where the
-    CLI prints a message, for names that reached it unshortened."""
+    (default four times :data:`NAME_CHARS`), credentials in URLs hidden
+    (:func:`hide_credentials`): the last fence, used where the CLI prints a
+    message, for names that reached it unshortened."""
+    text = hide_credentials(text)
     limit = 4 * NAME_CHARS if limit is None else limit
     if len(text) <= limit:
         return text

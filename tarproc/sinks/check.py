@@ -37,6 +37,7 @@ from ..core import limits
 from ..core.limits import shorten
 from ..core.rules import split_name, unnamed, unsafe_name
 from ..errors import BadInput
+from ..sources.resume import RETRIES, STALL_TIMEOUT
 from ..core.tario import TYPE_NAMES, REGULAR, DIRECTORY, TarReader
 
 #: How many example keys or names a problem lists.
@@ -150,9 +151,11 @@ def _source_size(url):
     return None
 
 
-def check_shard(url, majority=0.5, keys_seen=None, strict=False):
+def check_shard(url, majority=0.5, keys_seen=None, strict=False, retries=RETRIES, stall_timeout=STALL_TIMEOUT):
     """The report of one shard (see the module doc).  ``keys_seen`` (a
-    :class:`SeenKeys`) collects keys across shards for ``duplicate_keys``."""
+    :class:`SeenKeys`) collects keys across shards for ``duplicate_keys``.
+    ``retries``, ``stall_timeout``: resuming a broken download (see
+    :func:`~tarproc.sources.open.open_source`)."""
     from ..sources.open import open_source
 
     probs = _Problems()
@@ -188,7 +191,7 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
     name_of = "stdin" if url == "-" else url
     tar_bytes, truncated, compression, stream, reader = 0, False, None, None, None
     try:
-        stream = open_source(url)
+        stream = open_source(url, retries=retries, stall_timeout=stall_timeout)
         # only sizes are needed: large members are read past, never stored
         reader = TarReader(stream, name_of, strict=strict, warn=warnings.append, spooler=SizesOnly())
         for m in reader.members():
@@ -314,7 +317,8 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
     }
 
 
-def check_shards(urls, majority=0.5, strict=False, on_shard=None, keep=True):
+def check_shards(urls, majority=0.5, strict=False, on_shard=None, keep=True, retries=RETRIES,
+                 stall_timeout=STALL_TIMEOUT):
     """Check every shard of ``urls`` (a pattern string or a list of URLs);
     returns the report dict.  ``on_shard(report)`` is called as each shard is
     done (for streaming output).  Duplicate keys are looked for across shards.
@@ -333,7 +337,7 @@ def check_shards(urls, majority=0.5, strict=False, on_shard=None, keep=True):
     total = {"shards": 0, "samples": 0, "members": 0, "tar_bytes": 0, "size": 0, "bad_shards": 0}
     try:
         for url in urls:
-            rep = check_shard(url, majority, keys_seen, strict)
+            rep = check_shard(url, majority, keys_seen, strict, retries, stall_timeout)
             if keep:
                 shards.append(rep)
             for k, v in rep["fields"].items():

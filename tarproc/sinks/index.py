@@ -24,6 +24,7 @@ from ..core.grouping import group
 from ..core.stats import Stats
 from ..core.tario import TarReader
 from ..errors import BadInput, UsageError
+from ..sources.resume import RETRIES, STALL_TIMEOUT
 
 KIND = "wids-shard-index-v1"
 MAGIC = b"TARPROC-OFFSETS1"
@@ -67,7 +68,8 @@ class _Counting:
         return data
 
 
-def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_spacing=None):
+def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_spacing=None, retries=RETRIES,
+               stall_timeout=STALL_TIMEOUT):
     """Read one shard and return its :class:`ShardIndex`.
 
     Sample ``i`` of an uncompressed shard occupies bytes ``starts[i]`` to
@@ -85,7 +87,7 @@ def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_
     from ..sources.open import open_source
 
     stats = stats if stats is not None else Stats()
-    stream = open_source(url)
+    stream = open_source(url, retries=retries, stall_timeout=stall_timeout)
     name = "stdin" if url == "-" else url
     info = ShardIndex(url)
     info.compression = stream.compression
@@ -219,7 +221,7 @@ def write_index(index, blob, output, sidecar_path=None, more=()):
 
 
 def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=False, warn=None,
-                 progress=None, checkpoint_spacing=None):
+                 progress=None, checkpoint_spacing=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT):
     """Index shards (a URL, a brace pattern, or a list of URLs) and return the
     index ``dict``.
 
@@ -232,7 +234,9 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
     a seek record (``index.seek``; docs/tarindex.md): the groups they were
     written in, or, for a one-stream gzip, checkpoints every
     ``checkpoint_spacing`` bytes of tar (default 4 MiB).
-    ``progress(info)`` is called after each shard."""
+    ``progress(info)`` is called after each shard.  ``retries``,
+    ``stall_timeout``: resuming a broken download (see
+    :func:`~tarproc.sources.open.open_source`)."""
     from ..sources.open import scheme_of
     from ..sources.shardlist import as_url, as_urls
 
@@ -266,7 +270,8 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
     for url in urls:
         if url == "-" and sidecar is not None:
             raise UsageError("stdin cannot be indexed with offsets (it cannot be read again): give shard files")
-        info = scan_shard(url, stats, strict, warn, seek=sidecar is not None, checkpoint_spacing=checkpoint_spacing)
+        info = scan_shard(url, stats, strict, warn, seek=sidecar is not None, checkpoint_spacing=checkpoint_spacing,
+                          retries=retries, stall_timeout=stall_timeout)
         if info.compression and info.seek is None and warn is not None:
             why = "zstd-compressed in one frame" if info.compression == "zstd" and offsets else \
                 f"{info.compression}-compressed"

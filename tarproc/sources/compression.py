@@ -98,6 +98,9 @@ class _Source:
 
     def __init__(self, raw, prefix):
         self.raw = raw
+        # a descriptor read directly (a file, a pipe, a command's output), or a
+        # reader of its own (a download that resumes: sources/resume.py)
+        self.direct = isinstance(raw, _FdReader)
         self.prefix = prefix
         self.count = 0  # compressed bytes handed on (for the bomb bound)
         # stall hooks belong to the thread that parses, not to ours
@@ -108,7 +111,7 @@ class _Source:
         bytes, when a decoder program can read it directly (a plain file);
         else ``None``."""
         raw = self.raw
-        if raw.pollable or raw.proc is not None:
+        if not self.direct or raw.pollable or raw.proc is not None:
             return None
         try:
             pos = os.lseek(raw.fd, 0, os.SEEK_CUR) - len(self.prefix)
@@ -129,6 +132,10 @@ class _Source:
             out, self.prefix = self.prefix, b""
             self.count += len(out)
             return out
+        if not self.direct:
+            data = self.raw.read(n)  # BadInput when it cannot go on
+            self.count += len(data)
+            return data
         try:
             data = os.read(self.raw.fd, n)
         except OSError as e:
@@ -147,7 +154,7 @@ class _Source:
                 n = os.write(fd, self.prefix)
                 self.prefix = self.prefix[n:]
                 self.count += n
-            splice = getattr(os, "splice", None)
+            splice = getattr(os, "splice", None) if self.direct else None
             while splice is not None:
                 try:
                     n = splice(self.raw.fd, fd, BUFSIZE)
@@ -176,6 +183,9 @@ class _Source:
 
     def abort(self):
         """Stop a producing process, so a thread blocked reading it wakes."""
+        if not self.direct:
+            self.raw.abort()
+            return
         proc = self.raw.proc
         if proc is not None and proc.poll() is None:
             try:

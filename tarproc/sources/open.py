@@ -9,14 +9,18 @@ Inputs (:func:`open_source`) and outputs (:func:`open_sink`) are named by URL:
 ``pipe:CMD``       the stdout (input) or stdin (output) of a shell command
 ``http(s)://``     ``curl`` (output: HTTP PUT)
 ``gs://``          ``gsutil cat`` / ``gsutil cp - URL``
-``s3://``          ``aws s3 cp URL -`` / ``aws s3 cp - URL`` (``AWS_ENDPOINT_URL``
-                   is passed on as ``--endpoint-url``)
+``s3://``          ``aws s3api get-object`` / ``aws s3 cp - URL``
+                   (``AWS_ENDPOINT_URL`` is passed on as ``--endpoint-url``)
 =================  ==========================================================
 
 The command of each scheme can be replaced with an environment variable,
 ``TARPROC_READ_<SCHEME>`` or ``TARPROC_WRITE_<SCHEME>`` (scheme in upper case,
 ``HTTP``, ``HTTPS``, ``GS``, ``S3``), a shell command in which ``{url}`` stands
-for the quoted URL.  A command that exits non-zero is an error naming the URL.
+for the quoted URL (and ``{bucket}``, ``{key}`` for its parts).  A command
+that exits non-zero is an error naming the URL.  Reads of ``http(s)``,
+``s3`` and ``gs`` URLs with the commands of this module resume where they
+broke (:mod:`tarproc.sources.resume`); these commands are the plain reads
+of ``retries=0``.
 
 Compression is detected from the first bytes of an input (gzip, bzip2, xz,
 zstd) and chosen from the name of an output (``.tgz``/``.gz``, ``.bz2``,
@@ -27,18 +31,24 @@ import io
 import os
 import select
 
+from ..core.limits import hide_credentials
 from ..errors import BadInput, UsageError
 from ..runtime.procs import _killpg, _pdeathsig, exec_simple, popen
+from .resume import RETRIES, STALL_TIMEOUT, Resuming, check_settings
 
 
 BUFSIZE = 1 << 20
 #: Read-ahead for plain files, whose large members are seeked over.
 REGION_BUFSIZE = 32 << 10
+#: Schemes whose reads resume where they broke (with our own read commands).
+RESUMABLE = ("http", "https", "s3", "gs")
 READ_COMMANDS = {
     "http": "curl -sSfL --retry 3 {url}",
     "https": "curl -sSfL --retry 3 {url}",
     "gs": "gsutil -q cat {url}",
-    "s3": "aws s3 cp {endpoint}{url} -",
+    # one GET: `aws s3 cp URL -` retries a broken part itself, and was seen to splice a
+    # replaced object's bytes onto the old one's (aws-cli 1.46, moto)
+    "s3": "aws s3api get-object {endpoint}--bucket {bucket} --key {key} /dev/fd/3 3>&1 1>/dev/null",
 }
 def cannot_open(url, error):
     """The message for an input file that cannot be opened; a missing name
@@ -75,9 +85,18 @@ def _command_for(url, table, direction):
     template = os.environ.get(f"TARPROC_{direction}_{scheme.upper()}") or table.get(scheme)
     if template is None:
         raise UsageError(f"{url}: unknown URL scheme {scheme!r}")
+    import re
+
+    bucket, _, key = url.partition("://")[2].partition("/")
+    values = {"endpoint": _endpoint(scheme), "bucket": _quote(bucket), "key": _quote(key), "url": _quote(url)}
+    # one pass: a key that holds "{url}" must not have the URL put inside its quotes
+    return re.sub(r"\{(endpoint|bucket|key|url)\}", lambda m: values[m.group(1)], template)
+
+
+def _endpoint(scheme):
+    """``--endpoint-url URL `` for the aws CLI when ``AWS_ENDPOINT_URL`` is set."""
     endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
-    endpoint = f"--endpoint-url {_quote(endpoint)} " if endpoint and scheme == "s3" else ""
-    return template.replace("{endpoint}", endpoint).replace("{url}", _quote(url))
+    return f"--endpoint-url {_quote(endpoint)} " if endpoint and scheme == "s3" else ""
 
 
 class _FdReader(io.RawIOBase):
@@ -230,13 +249,21 @@ def _is_stdout(st):
     return (out.st_dev, out.st_ino) == (st.st_dev, st.st_ino)
 
 
-def open_source(url, decompress=True, stall=None):
+def open_source(url, decompress=True, stall=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT):
     """Open an input by URL for reading; returns a buffered binary stream with
     ``.url`` and ``.compression`` attributes.  Compressed input is decoded.
     ``stall`` (a :class:`~tarproc.runtime.stall.Stall`) is called before a
-    read that would block on an empty pipe."""
+    read that would block on an empty pipe.
+
+    An ``http(s)://``, ``s3://`` or ``gs://`` read that breaks (reset, short
+    body, no byte for ``stall_timeout`` seconds; ``None``: no limit) is
+    resumed where it broke, up to ``retries`` times in a row, after checking
+    that the object is still the same (:mod:`tarproc.sources.resume`);
+    ``retries=0`` reads with one plain request as before.  ``-``, paths and
+    ``pipe:`` cannot resume: they fail as they end."""
     from .shardlist import as_url
 
+    check_settings(retries, stall_timeout)
     url = as_url(url)
     scheme = scheme_of(url)
     if scheme == "-":
@@ -261,33 +288,81 @@ def open_source(url, decompress=True, stall=None):
         raw = _FdReader(fd, url)
         name = url
     else:
-        import subprocess
-
+        shown = hide_credentials(url)
         if scheme == "pipe":
             # one simple command is exec'ed: it is then the process that dies with us
             cmd, what = exec_simple(url[5:]), "command"
         else:
+            override = os.environ.get(f"TARPROC_READ_{scheme.upper()}")
+            if not override and scheme in RESUMABLE and retries:
+                raw = Resuming(url, scheme, shown, _Children(shown), retries=retries, stall_timeout=stall_timeout,
+                               stall=stall, endpoint=_endpoint(scheme))
+                try:
+                    return _finish_opening(raw, url, url, scheme, decompress)
+                except BaseException:
+                    raw.close()
+                    raise
             cmd = _command_for(url, READ_COMMANDS, "READ")
             what = cmd.split()[0]
-            if not os.environ.get(f"TARPROC_READ_{scheme.upper()}"):
+            if not override:
                 # our own one-program templates: the shell becomes the program, which so
                 # keeps the parent-death signal (a reader killed outright leaves no curl)
                 cmd = "exec " + cmd
-        try:
-            proc = popen(
-                cmd, shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, preexec_fn=_child_setup,
-            )
-        except OSError as e:
-            raise BadInput(f"{url}: cannot start {cmd!r}: {e.strerror}") from None
-        _track(proc)
-        _drain_stderr(proc)
-        raw = _FdReader(proc.stdout.fileno(), url, proc, closefd=False, what=what, stall=stall)
+        proc = _start_process(cmd, shown)
+        raw = _FdReader(proc.stdout.fileno(), shown, proc, closefd=False, what=what, stall=stall)
         raw._keep = proc.stdout
         name = url
+    return _finish_opening(raw, name, url, scheme, decompress)
+
+
+def _start_process(cmd, shown, pass_fds=()):
+    """Start an input command: its own process group, dying with us,
+    tracked for :func:`stop_sources`, its stderr's tail drained."""
+    import subprocess
+
+    try:
+        proc = popen(
+            cmd, shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, preexec_fn=_child_setup, pass_fds=pass_fds,
+        )
+    except OSError as e:
+        raise BadInput(hide_credentials(f"{shown}: cannot start {cmd!r}: {e.strerror}")) from None
+    _track(proc)
+    _drain_stderr(proc)
+    return proc
+
+
+class _Children:
+    """How :class:`~tarproc.sources.resume.Resuming` starts and ends the
+    commands of one input: through the helpers above (process group,
+    parent-death signal, tracking, stderr tail, kill of the group)."""
+
+    def __init__(self, shown=""):
+        self.shown = shown
+
+    def start(self, cmd, pass_fds=()):
+        return _start_process(cmd, self.shown, pass_fds)
+
+    def finish(self, proc):
+        """Wait for a command whose output ended: ``(status, stderr tail)``."""
+        rc = proc.wait()
+        _LIVE.pop(proc.pid, None)
+        tail = hide_credentials(_tail_of_stderr(proc))
+        proc.stdout.close()
+        return rc, tail
+
+    def kill(self, proc):
+        """End a command and everything it started (its process group)."""
+        _killpg(proc.pid)
+        proc.wait()
+        _LIVE.pop(proc.pid, None)
+        proc.stdout.close()
+
+
+def _finish_opening(raw, name, url, scheme, decompress):
     from .compression import _wrap_compression
 
-    stream, codec = _wrap_compression(raw, "stdin" if name == "-" else name) if decompress else (io.BufferedReader(raw, BUFSIZE), None)
+    stream, codec = _wrap_compression(raw, "stdin" if name == "-" else hide_credentials(name)) if decompress else (io.BufferedReader(raw, BUFSIZE), None)
     stream.url = name
     stream.compression = codec
     if codec is None and type(stream) is io.BufferedReader and stream.raw is raw and not raw.pollable:

@@ -45,6 +45,7 @@ from array import array
 
 from ..errors import BadInput, TarprocError, UsageError
 from ..core.stats import Stats
+from .resume import RETRIES, STALL_TIMEOUT
 
 #: A worker sends a batch when it holds this many bytes or samples.
 BATCH_BYTES = 256 << 10
@@ -117,7 +118,7 @@ class _Collect:
         self.write = self.write_blob = self.pieces.append
 
 
-def _worker(conn, urls, mode, strict, header_defaults, hold=False):
+def _worker(conn, urls, mode, strict, header_defaults, hold=False, resume=None):
     """Body of a worker process (started by :func:`tarproc.runtime.pool.start_worker`,
     which sets its signals and makes it die with the parent): read ``urls``
     in order, send batches.  ``mode``: "samples", "tar" or "tar-all" (the
@@ -195,7 +196,8 @@ def _worker(conn, urls, mode, strict, header_defaults, hold=False):
                 if tar:
                     before = tw.bytes_written
                     # raw: unchanged samples go out as the bytes they were read from
-                    samples = iter_samples([url], stats, strict=strict, warn=warn, stall=stall, raw=True)
+                    samples = iter_samples([url], stats, strict=strict, warn=warn, stall=stall, raw=True,
+                                           **(resume or {}))
                     for sample in hold_shard(samples) if hold else samples:
                         if Blob in map(type, sample.values()):  # large fields: sent alone, by reference
                             flush()
@@ -217,7 +219,7 @@ def _worker(conn, urls, mode, strict, header_defaults, hold=False):
                         if held_size >= BATCH_BYTES or held >= BATCH_SAMPLES:
                             flush()
                 else:
-                    samples = iter_samples([url], stats, strict=strict, warn=warn, stall=stall)
+                    samples = iter_samples([url], stats, strict=strict, warn=warn, stall=stall, **(resume or {}))
                     for sample in hold_shard(samples) if hold else samples:
                         if Blob in map(type, sample.values()):  # large fields cross as references to their files
                             from ..core.blob import handover
@@ -288,7 +290,8 @@ def _add_stats(stats, d):
 
 
 def _parallel(urls, workers, mode, strict=False, ignore_errors=False, warn=None, info=None,
-              stats=None, failed=None, header_defaults=None, start_method=None, stall=None, on_bad_shard=None):
+              stats=None, failed=None, header_defaults=None, start_method=None, stall=None, on_bad_shard=None,
+              resume=None):
     """Start the workers now; return a generator of their batches, taken in
     deterministic turns.  Closing the generator stops the workers."""
     from ..runtime.pool import Receiver, get_context, start_worker
@@ -308,7 +311,7 @@ def _parallel(urls, workers, mode, strict=False, ignore_errors=False, warn=None,
     readers = []
     try:
         for i in range(workers):
-            p, conn = start_worker(ctx, _worker, (urls[i::workers], mode, strict, header_defaults or {}, hold),
+            p, conn = start_worker(ctx, _worker, (urls[i::workers], mode, strict, header_defaults or {}, hold, resume),
                                    parent_fds=[c.fileno() for c in conns], name=f"tarpcat-{i}",
                                    pipe_size=_PIPE_SIZE)
             procs.append(p)
@@ -478,7 +481,8 @@ def _shuffled_urls(urls, shuffle, seed):
 
 def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ignore_errors=False,
                      warn=None, info=None, stats=None, failed=None, start_method=None, stall=None,
-                     on_bad_shard=None, **header_defaults):
+                     on_bad_shard=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT,
+                     **header_defaults):
     """Yield the samples of ``urls``, read by ``workers`` processes (default:
     the number of cores), each as the ``bytes`` of its tar members (as
     :class:`~tarproc.core.grouping.SampleWriter` writes them, so concatenating them
@@ -493,7 +497,9 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     called before waiting for a worker, so output keeps pace with slow input.
     Two samples that come side by side with one key and a common field (from
     shards that share keys) raise :class:`~tarproc.errors.BadSample` before
-    the second is given (see the module documentation)."""
+    the second is given (see the module documentation).  ``retries`` and
+    ``stall_timeout``: resuming broken downloads, as for
+    :func:`~tarproc.sources.samples.iter_samples`."""
     from ..stages.basic import shuffle as shuffle_stage
 
     if shuffle < 0:
@@ -501,7 +507,8 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     urls = _shuffled_urls(urls, shuffle, seed)
 
     batches = _parallel(urls, workers, "tar-all" if shuffle > 0 else "tar", strict, ignore_errors, warn, info,
-                        stats, failed, header_defaults, start_method, stall, on_bad_shard)
+                        stats, failed, header_defaults, start_method, stall, on_bad_shard,
+                        {"retries": retries, "stall_timeout": stall_timeout})
 
     def blobs():
         try:
@@ -562,6 +569,7 @@ def write_pieces(out, pieces):
 
 def parallel_encoded_batches(urls, workers=None, strict=False, ignore_errors=False, warn=None, info=None,
                              stats=None, failed=None, start_method=None, stall=None, on_bad_shard=None,
+                             retries=RETRIES, stall_timeout=STALL_TIMEOUT,
                              **header_defaults):
     """Like :func:`parallel_encoded` without shuffling, but yields
     ``(lengths, data)`` batches: ``data`` holds ``len(lengths)`` encoded
@@ -571,12 +579,13 @@ def parallel_encoded_batches(urls, workers=None, strict=False, ignore_errors=Fal
     A batch whose first sample has the key and a field of the last sample
     given raises :class:`~tarproc.errors.BadSample` instead."""
     return _parallel(url_list(urls), workers, "tar", strict, ignore_errors, warn, info, stats, failed,
-                     header_defaults, start_method, stall, on_bad_shard)
+                     header_defaults, start_method, stall, on_bad_shard,
+                        {"retries": retries, "stall_timeout": stall_timeout})
 
 
 def parallel_samples(urls, workers=None, shuffle=0, seed=None, strict=False, ignore_errors=False,
                      warn=None, info=None, stats=None, failed=None, start_method=None, stall=None,
-                     on_bad_shard=None):
+                     on_bad_shard=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT):
     """Yield the sample dicts of ``urls`` read by ``workers`` processes; see
     :func:`parallel_encoded` for ``shuffle`` and ``seed`` and the module
     documentation for the order and for errors."""
@@ -587,7 +596,8 @@ def parallel_samples(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     urls = _shuffled_urls(urls, shuffle, seed)
 
     batches = _parallel(urls, workers, "samples", strict, ignore_errors, warn, info, stats, failed, None,
-                        start_method, stall, on_bad_shard)
+                        start_method, stall, on_bad_shard,
+                        {"retries": retries, "stall_timeout": stall_timeout})
 
     def samples():
         try:

@@ -3,10 +3,11 @@
 from ..core.passthru import fast_group
 from ..core.stats import Stats
 from ..core.tario import TarReader
+from .resume import RETRIES, STALL_TIMEOUT
 
 
 def iter_samples(urls, stats=None, strict=False, warn=None, stall=None, spooler=None, raw=False,
-                 on_bad_shard="fail"):
+                 on_bad_shard="fail", retries=RETRIES, stall_timeout=STALL_TIMEOUT):
     """Yield the samples of one URL or a list of URLs, in order.
 
     Each sample gets ``__source__`` (its URL; ``stdin`` for ``-``).  ``warn(message)`` receives
@@ -29,7 +30,10 @@ def iter_samples(urls, stats=None, strict=False, warn=None, stall=None, spooler=
     ``TARPROC_BLOB_THRESHOLD``, spool files in ``TMPDIR``).  With ``raw``,
     samples that were read from plain headers carry their bytes, which
     :class:`~tarproc.core.grouping.SampleWriter` copies instead of encoding
-    the sample again (:mod:`tarproc.core.passthru`)."""
+    the sample again (:mod:`tarproc.core.passthru`).  An ``http(s)``, ``s3``
+    or ``gs`` download that breaks is resumed where it broke, up to
+    ``retries`` times in a row (``stall_timeout``: seconds without a byte
+    that count as a break; see :func:`~tarproc.sources.open.open_source`)."""
     from .badshards import as_bad_shards
     from .fragment import iter_fragment
     from .shardlist import as_urls
@@ -42,7 +46,7 @@ def iter_samples(urls, stats=None, strict=False, warn=None, stall=None, spooler=
         bad.spooler = spooler
 
     def one(url):
-        samples = _shard(url, stats, strict, warn, stall, spooler, raw)
+        samples = _shard(url, stats, strict, warn, stall, spooler, raw, retries, stall_timeout)
         return samples if bad is None else bad.guard(url, samples)
 
     for url in urls:
@@ -60,12 +64,12 @@ def _each(urls, one):
         yield from one(url)
 
 
-def _shard(url, stats, strict, warn, stall, spooler, raw):
+def _shard(url, stats, strict, warn, stall, spooler, raw, retries=RETRIES, stall_timeout=STALL_TIMEOUT):
     """The samples of one shard."""
     from .open import open_source
 
     stats.inputs += 1  # (tried: a shard that cannot be opened counts too)
-    stream = open_source(url, stall=stall)
+    stream = open_source(url, stall=stall, retries=retries, stall_timeout=stall_timeout)
     name = "stdin" if url == "-" else url
     try:
         reader = TarReader(stream, name, strict=strict, warn=warn, spooler=spooler)
