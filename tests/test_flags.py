@@ -63,6 +63,7 @@ MEANINGS = {
     "--keys": ("keep only the samples whose keys are listed in a file", "value"),
     "--on-bad-shard": ("what a damaged or unreadable shard does: fail, skip, partial", "value"),
     "--max-bad-shards": ("how many bad shards still exit 0", "value"),
+    "--retries": ("resume a broken download up to N times in a row", "value"),
     "--group-size": ("compressed outputs: bytes of tar per independently decodable group (0: one stream)", "value"),
     "--index": ("write a tarindex index of what was written", "value"),
     "--shards": ("exactly N shards", "value"),
