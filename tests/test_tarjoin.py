@@ -380,3 +380,26 @@ def test_api_join_samples(tmp_path):
     t.start()
     t.join()
     assert [s["__key__"] for s in res] == ["x", "y", "z"] and res[0]["c2"] == b"1"
+
+
+def test_output_flows_while_input_arrives(tmp_path):
+    """A joined sample comes out while A (a live pipe) is still open."""
+    import select
+    import time
+
+    write(tmp_path, "b.tar", B(KEYS))
+    first = shard(A(KEYS[:2]))[:-1024]  # two samples, no end-of-archive marker yet
+    p = subprocess.Popen(["tarjoin", "-", "b.tar"], cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        p.stdin.write(first)
+        p.stdin.flush()
+        deadline = time.monotonic() + 30
+        got = b""
+        while b"k000.txt" not in got and time.monotonic() < deadline:
+            if select.select([p.stdout], [], [], 1)[0]:
+                got += os.read(p.stdout.fileno(), 65536)
+        assert b"k000.txt" in got and p.poll() is None  # out before the input ended
+    finally:
+        p.kill()
+        p.wait()

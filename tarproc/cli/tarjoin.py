@@ -99,8 +99,11 @@ def tarjoin_command(
     for t in tables:
         if t == "-" or not os.path.isfile(t):
             raise UsageError(f"--table {t}: not a file (a table is read from a local file)")
-    outputs = list(expand_urls([args.output])) if "{" in args.output else [args.output]
+    outputs = bounded_list(expand_urls([args.output]), "the outputs") if "{" in args.output else [args.output]
+    if not outputs:
+        raise UsageError(f"-o {args.output}: names no output")
     pairwise = len(outputs) > 1
+    output = outputs[0]
     if args.parallel > 1 and not pairwise:
         raise UsageError("-p joins shard by shard: give -o a brace pattern with one output per shard "
                          "of each input (e.g. -o 'ab-{0000..0099}.tar')")
@@ -145,7 +148,7 @@ def tarjoin_command(
                           tmpdir=args.tmpdir)
     import contextlib
 
-    with contextlib.closing(joined), open_sink(args.output, stall=rep.stall) as sink:
+    with contextlib.closing(joined), open_sink(output, stall=rep.stall) as sink:
         writer = S.SampleWriter(sink, stats)
         for sample in progress_stage(rep, stats)(joined):
             writer.write(sample)
