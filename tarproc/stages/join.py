@@ -143,9 +143,20 @@ def _add(out, names, sample, who, renames, key):
         out[field] = value
 
 
-def _fields_of_raw(sample):
-    """The field names of a raw sample (in sorted order: raw samples hold them so)."""
-    return [f for f in sample if f[:1] != "_"]
+def _concatenable(names):
+    """Whether samples with these dict keys (a tuple per input, A first) can be
+    joined by concatenating their raw bytes: only ``__key__`` and
+    ``__source__`` besides fields, and each input's fields sorting after the
+    previous input's (what a writer would write, in that order)."""
+    last = None
+    for i, keys in enumerate(names):
+        fields = [k for k in keys if not is_meta(k)]
+        if len(fields) + 2 != len(keys) or "__key__" not in keys or "__source__" not in keys or not fields:
+            return False
+        if i and fields[0] <= last:
+            return False
+        last = fields[-1]
+    return True
 
 
 class _Joiner:
@@ -155,37 +166,45 @@ class _Joiner:
         self.tables = tables  # [(name, KeyedTable)]
         self.how = how
         self.joined = 0
+        self.raw_ok = not tables and not any(renames.values())
+        self._shapes = {}  # the dict keys of the inputs' samples -> _concatenable()
 
     def combine(self, a, parts):
         """The joined sample of ``a`` (input A) and ``parts`` (``[(name, sample)]``)."""
         key = a["__key__"]
-        ra = self.renames.get("A")
-        if not self.tables and not ra and type(a) is RawSample and a.raw is not None:
-            raws = [a]
-            last = _fields_of_raw(a)
-            ok = bool(last)
-            for name, s in parts:
-                if (type(s) is not RawSample or s.raw is None or self.renames.get(name)):
-                    ok = False
-                    break
-                fs = _fields_of_raw(s)
-                if not fs or fs[0] <= last[-1]:
-                    ok = False
-                    break
-                last = fs
-                raws.append(s)
-            if ok:
-                if not parts:
-                    return a
-                pieces = list(a.raw[0])
-                members = a.raw[1]
-                for name, s in parts:
-                    pieces += s.raw[0]
-                    members += s.raw[1]
-                    for f in _fields_of_raw(s):
-                        dict.__setitem__(a, f, s[f])
-                a.raw = (pieces, members)
+        if self.raw_ok and type(a) is RawSample and a.raw is not None:
+            if not parts:
                 return a
+            if len(parts) == 1:
+                b = parts[0][1]
+                if type(b) is RawSample and b.raw is not None:
+                    shape = (tuple(a), tuple(b))
+                    ok = self._shapes.get(shape)
+                    if ok is None:
+                        ok = self._remember(shape)
+                    if ok:
+                        source = a["__source__"]
+                        (pa, na), (pb, nb) = a.raw, b.raw
+                        dict.update(a, b)  # (a dict method: the raw bytes are set below)
+                        dict.__setitem__(a, "__source__", source)
+                        a.raw = (pa + pb, na + nb)
+                        return a
+            elif all(type(s) is RawSample and s.raw is not None for _, s in parts):
+                shape = (tuple(a),) + tuple(tuple(s) for _, s in parts)
+                ok = self._shapes.get(shape)
+                if ok is None:
+                    ok = self._remember(shape)
+                if ok:
+                    source = a["__source__"]
+                    pieces, members = list(a.raw[0]), a.raw[1]
+                    for _, s in parts:
+                        pieces += s.raw[0]
+                        members += s.raw[1]
+                        dict.update(a, s)
+                    dict.__setitem__(a, "__source__", source)
+                    a.raw = (pieces, members)
+                    return a
+        ra = self.renames.get("A")
         out = {k: v for k, v in a.items() if is_meta(k)}
         names = {}
         _add(out, names, a, "A", ra, key)
@@ -203,6 +222,12 @@ class _Joiner:
             fake = dict(row)
             _add(out, names, fake, name, self.renames.get(name), key)
         return out
+
+    def _remember(self, shape):
+        ok = _concatenable(shape)
+        if len(self._shapes) < 4096:  # few shapes repeat: the bound keeps odd inputs from growing it
+            self._shapes[shape] = ok
+        return ok
 
     def finish(self):
         if self.how != "strict":
