@@ -184,9 +184,10 @@ def test_tables_add_their_columns_as_fields(sh, tmp_path):
     (tmp_path / "t.tsv").write_text(tsv)
     got = samples_of(sh("tarjoin a.tar --table t.tsv").stdout)
     assert got["k003"]["label"] == b"3"
-    (tmp_path / "t.csv").write_text('__key__,text\nk000,"x, y"\nk001,z\\nw\nk002,\nk003,a\nk004,b\n')
+    (tmp_path / "t.csv").write_text('__key__,text\nk000,"x, y"\nk001,z\\nw\nk002,\nk003,"two\nlines"\nk004,b\n')
     got = samples_of(sh("tarjoin a.tar --table t.csv").stdout)
     assert got["k000"]["text"] == b"x, y" and got["k001"]["text"] == b"z\nw" and "text" not in got["k002"]
+    assert got["k003"]["text"] == b"two\nlines"
     # strict: a key without a row, a row without a key; left keeps, inner drops
     (tmp_path / "part.jsonl").write_text('{"__key__": "k001", "c": "1"}\n{"__key__": "nope", "c": "2"}\n')
     one_line(sh("tarjoin a.tar --table part.jsonl > /dev/null", ok=False), "'k000'", "no row in B", "part.jsonl")

@@ -16,7 +16,10 @@ tarjoin data.tar --table clip.npy -r B:npy=clip.npy -o with-emb.tar   # a row pe
 tarjoin lr.tar hr.tar -r B:jpg=jpg_hr -o both.tar         # a field in both: rename one
 tarjoin --how left data.tar labels.tar -o out.tar         # keep samples labels.tar lacks
 tarjoin --order key shuffled-a.tar shuffled-b.tar -o by-key.tar   # any order: sort-merge
-tarjoin -p 4 'a-{0000..0099}.tar' 'b-{0000..0099}.tar' -o 'ab-{0000..0099}.tar'
+tarjoin -p 4 'a-{0000..0099}.tar' 'b-{0000..0099}.tar' -o 'ab-{0000..0099}.tar'   # pair by pair
+kujob -j 8 -s '{0000..0099}' -- tarjoin a-{}.tar b-{}.tar -o ab-{}.tar   # a job per pair (--k8s, --slurm)
+tarcat -f txt data.tar -o txt.tar && tarproc -c 'tr a-z A-Z < sample.txt > sample.up; rm sample.txt' \
+    txt.tar -o up.tar && tarjoin data.tar up.tar -o data-up.tar   # split a column, compute, join back
 """
 
 NOTES = """

@@ -184,7 +184,7 @@ class KeyedTable:
         def texts():
             for number, text in _lines(f, self.path):
                 self._line = number
-                yield text
+                yield text + "\n"  # (a quoted cell may hold a line end)
 
         self._line = 0
         old = csv.field_size_limit()

@@ -496,7 +496,9 @@ def _join_pair(urls, output, spec):
     from ..sinks.output import open_sink
 
     try:
-        spooler = Spooler(spec["blob_threshold"], spec["spool_dir"], 64 << 10)
+        # in input order large members of plain files pass as regions of them (as tarcat's: 64 KiB on)
+        region = (64 << 10) if spec["order"] == "input" else None
+        spooler = Spooler(spec["blob_threshold"], spec["spool_dir"], region)
         samples = join_samples([[u] for u in urls], how=spec["how"], order=spec["order"], rename=spec["rename"],
                                memory=spec["memory"], tmpdir=spec["tmpdir"], strict=spec["strict"],
                                spooler=spooler, raw=True)
