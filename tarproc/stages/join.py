@@ -54,7 +54,6 @@ renamed and the fields of each input sort after those of the one before
 other: no member is encoded again.
 """
 
-from ..core.blob import Blob  # noqa: F401  (large fields travel as they are)
 from ..core.limits import quote, shorten
 from ..core.passthru import RawSample
 from ..core.rules import bad_field_name, is_meta
@@ -319,10 +318,14 @@ def join_samples(inputs, tables=(), how="strict", order="input", rename=None, me
     elif not isinstance(rename, dict):
         rename = parse_renames(rename, names)
     else:
-        rename = {k.upper(): {f.lower(): n for f, n in v.items()} for k, v in rename.items()}
-        for k in rename:
+        rename = {str(k).upper(): {str(f).lower(): n for f, n in v.items()} for k, v in rename.items()}
+        for k, mapping in rename.items():
             if k not in names:
                 raise UsageError(f"rename: no input {k!r} (inputs: {', '.join(names)})")
+            for new in mapping.values():
+                why = bad_field_name(new) or (f"{quote(new)} is a metadata name" if is_meta(new) else None)
+                if why:
+                    raise UsageError(f"rename {k}: {why}")
     if memory < 1:
         raise UsageError("the memory budget must be positive")
     stats = stats if stats is not None else Stats()
