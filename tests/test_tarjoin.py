@@ -404,3 +404,43 @@ def test_output_flows_while_input_arrives(tmp_path):
     finally:
         p.kill()
         p.wait()
+
+
+def test_sigterm_in_shard_by_shard_leaves_no_partial_output(tmp_path):
+    """Stopped while its workers are mid-pair, nothing stays behind: no
+    output under a final name, no temporary file, no worker."""
+    import signal
+    import threading
+    import time
+
+    feeders = []
+    for s in range(2):
+        keys = [f"s{s}/{i:03d}" for i in range(30)]
+        write(tmp_path, f"b-{s}.tar", B(keys))
+        data = shard(A(keys))
+        os.mkfifo(tmp_path / f"a-{s}.tar")
+
+        def feed(path=tmp_path / f"a-{s}.tar", data=data):
+            with open(path, "wb") as f:
+                f.write(data[:2048])
+                f.flush()
+                time.sleep(20)  # (the reader is gone before this ends: the write below fails)
+                try:
+                    f.write(data[2048:])
+                except OSError:
+                    pass
+
+        feeders.append(threading.Thread(target=feed, daemon=True))
+        feeders[-1].start()
+    p = subprocess.Popen(["tarjoin", "-p", "2", "a-{0..1}.tar", "b-{0..1}.tar", "-o", "ab-{0..1}.tar"],
+                         cwd=tmp_path, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while len([f for f in os.listdir(tmp_path) if "partial" in f]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len([f for f in os.listdir(tmp_path) if "partial" in f]) == 2  # both pairs under way
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) == 143
+    time.sleep(0.5)
+    assert [f for f in os.listdir(tmp_path) if f.startswith(("ab-", ".ab-"))] == []
+    ps = subprocess.run(["pgrep", "-f", "tarjoin -p 2 a-"], capture_output=True, text=True).stdout.split()
+    assert ps == []

@@ -515,8 +515,18 @@ def _join_pair(urls, output, spec):
         return e.exit_code, f"{shorten(output)}: {e}"
 
 
+def _on_term(signum, frame):
+    raise SystemExit(128 + signum)  # through the join: its output is discarded, its inputs closed
+
+
 def _pair_setup(pairs, outputs, spec):
+    """In a worker: the handler of a pair's index.  SIGTERM (the pool stopping
+    it: an error, Ctrl-C, the command told to stop) ends the pair in hand
+    with its cleanup (its partial output removed), not a bare exit."""
     import pickle
+    import signal
+
+    signal.signal(signal.SIGTERM, _on_term)
 
     def handler(blob, mark, slot):
         i = pickle.loads(blob)
