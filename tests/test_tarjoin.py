@@ -266,6 +266,18 @@ def test_shard_by_shard_in_parallel(sh, tmp_path):
     # the same pairs joined by one process into one output
     whole = samples_of(sh("tarjoin --how left 'a-{0..2}.tar' 'b-{0..2}.tar'").stdout)
     assert len(whole) == 90
+    # a keyed table, read once and looked up by every pair; strict: a row no pair used is named at the end
+    rows = [{"__key__": f"s{s}/{i:03d}", "c": f"{s}.{i}"} for s in range(3) for i in range(30)]
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sh("tarjoin -p 2 --how left 'a-{0..2}.tar' 'b-{0..2}.tar' --table t.jsonl -o 'abt-{0..2}.tar'")
+    assert samples_of((tmp_path / "abt-2.tar").read_bytes())["s2/017"]["c"] == b"2.17"
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows + [{"__key__": "zz"}]))
+    one_line(sh("tarjoin -p 2 'a-{0..2}.tar' --table t.jsonl -o 'at-{0..2}.tar'", ok=False),
+             "'zz'", "line 91", "any pair")
+    import numpy as np
+
+    np.save(tmp_path / "emb.npy", np.zeros((90, 2)))
+    one_line(sh("tarjoin -p 2 'a-{0..2}.tar' --table emb.npy -o 'at-{0..2}.tar'", ok=False), "one pass")
     one_line(sh("tarjoin -p 2 a-0.tar b-0.tar > /dev/null", ok=False), "-p")
     one_line(sh("tarjoin 'a-{0..2}.tar' b-0.tar -o 'ab-{0..2}.tar'", ok=False), "as many shards")
 

@@ -33,7 +33,8 @@ its keys must come in A's order; a key that comes twice in each is matched in tu
 --order key: any order, each input sorted within --memory (tarsort's external sort),
 output in key order; a key twice in one input is an error. With -o naming one output
 per pair ('ab-{0000..0099}.tar'), shard i of every input is joined into output i;
--p N joins N pairs at once; each output is committed when its pair succeeds.
+-p N joins N pairs at once; each output is committed when its pair succeeds
+(a keyed table is read once and shared by the pairs; a .npy table is refused there).
 exit status: 0 ok, 1 an output could not be written, 2 bad usage, unreadable input,
 a missing or extra key (strict), a field in two inputs, a duplicate key (--order key).
 """
@@ -123,16 +124,13 @@ def tarjoin_command(
     if pairwise:
         if len(set(outputs)) != len(outputs):
             raise UsageError(f"-o {args.output}: names one output twice")
-        if tables:
-            raise UsageError("--table with one output per pair is not supported: join the table in one pass "
-                             "(tarjoin SHARDS --table T -o one.tar), or per shard with kujob")
         if args.order == "key" and args.parallel > 1:
             memory = max(1, memory // args.parallel)
 
         def done(i, written):
             rep.info(f"{outputs[i]}: {written} samples")
 
-        written = join_shards(shard_lists, outputs, how=args.how, order=args.order, rename=renames,
+        written = join_shards(shard_lists, outputs, tables, how=args.how, order=args.order, rename=renames,
                               parallel=args.parallel, memory=memory, tmpdir=args.tmpdir, strict=args.strict,
                               blob_threshold=parse_size(args.blob_threshold) if args.blob_threshold else None,
                               spool_dir=args.tmpdir, start_method=args.start_method, done=done)

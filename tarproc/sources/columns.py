@@ -100,6 +100,8 @@ class KeyedTable:
         self.rows = {}  # key -> [fields, line, used]
         self.columns = set()
         self.used = 0
+        self.fresh = []  # keys first asked for since the caller last emptied it (joins shard by shard)
+        self.partial = False  # True: each join sees part of the inputs, so unused rows are checked by the caller
         held = 0
         try:
             f = open(path, "rb")
@@ -218,6 +220,7 @@ class KeyedTable:
         if not row[2]:
             row[2] = True
             self.used += 1
+            self.fresh.append(key)
         return row[0]
 
     def unused(self):

@@ -232,7 +232,7 @@ class _Joiner:
         if self.how != "strict":
             return
         for name, table in self.tables:
-            extra = table.unused()
+            extra = None if table.partial else table.unused()
             if extra is not None:
                 raise BadInput(f"key {quote(extra[0])} of {name} ({shorten(table.path)} line {extra[1]}) is not in A")
 
@@ -285,7 +285,8 @@ def join_samples(inputs, tables=(), how="strict", order="input", rename=None, me
     (``"b-{0000..0009}.tar"``), a list of URLs, or an iterable of sample
     dicts; they are named ``A``, ``B``, ... in order.  ``tables``: paths of
     TSV/CSV/JSON-lines tables with a ``__key__`` column, or of ``.npy``
-    arrays (a row per sample of A), named by the letters after the inputs.
+    arrays (a row per sample of A), named by the letters after the inputs
+    (or tables opened with :func:`tarproc.sources.columns.open_table`).
     ``how``: ``"strict"`` (default), ``"inner"`` or ``"left"``; ``order``:
     ``"input"`` (aligned inputs, one streaming pass) or ``"key"`` (any order:
     sort-merge within ``memory`` bytes, runs in ``tmpdir``; output in key
@@ -298,7 +299,7 @@ def join_samples(inputs, tables=(), how="strict", order="input", rename=None, me
     its shard) and :class:`~tarproc.errors.BadSample` (a field in two inputs).
     Close the iterator if you stop early (``contextlib.closing``)."""
     from ..core.stats import Stats
-    from ..sources.columns import open_table
+    from ..sources.columns import KeyedTable, RowArray, open_table
 
     if how not in HOWS:
         raise UsageError(f"how must be one of {', '.join(HOWS)}, not {how!r}")
@@ -329,7 +330,7 @@ def join_samples(inputs, tables=(), how="strict", order="input", rename=None, me
     if memory < 1:
         raise UsageError("the memory budget must be positive")
     stats = stats if stats is not None else Stats()
-    opened = [open_table(t, memory) for t in tables]
+    opened = [t if isinstance(t, (KeyedTable, RowArray)) else open_table(t, memory) for t in tables]
     keyed = [(names[len(inputs) + i], t) for i, t in enumerate(opened) if t.format != "npy"]
     arrays = [(names[len(inputs) + i], t) for i, t in enumerate(opened) if t.format == "npy"]
     raw = raw and order == "input"
@@ -455,8 +456,9 @@ def _unique(samples, name, keyf):
 # ---------------------------------------------------------------- shard by shard
 
 
-def join_shards(inputs, outputs, how="strict", order="input", rename=None, parallel=1, memory=512 << 20,
-                tmpdir=None, strict=False, blob_threshold=None, spool_dir=None, start_method=None, done=None):
+def join_shards(inputs, outputs, tables=(), how="strict", order="input", rename=None, parallel=1,
+                memory=512 << 20, tmpdir=None, strict=False, blob_threshold=None, spool_dir=None, start_method=None,
+                done=None):
     """Join shard by shard: ``inputs`` is a list of shard lists of one length
     (``[[a0, a1], [b0, b1]]``), ``outputs`` a list of that length; pair ``i``
     (``a_i`` with ``b_i`` ...) is joined by :func:`join_samples` into
@@ -465,15 +467,31 @@ def join_shards(inputs, outputs, how="strict", order="input", rename=None, paral
     joined at once, in worker processes of the toolkit's pool
     (:mod:`tarproc.runtime.pool`; ``start_method`` as there).  ``done(i,
     written)`` is called as each pair completes.  Raises the error of the
-    first pair (in order) that failed, after every pair has ended."""
+    first pair (in order) that failed, after every pair has ended.
+
+    ``tables``: keyed tables (TSV, CSV, JSON lines; not ``.npy`` arrays,
+    whose rows follow A's order across all pairs), read once here (and
+    shared with the workers as the processes fork); with ``how="strict"``
+    a row no pair used is an error once every pair has ended (the outputs
+    of the pairs are then already committed)."""
+    from ..sources.columns import KeyedTable, RowArray, open_table
+
     inputs = [list(x) for x in inputs]
     outputs = list(outputs)
     if not inputs or any(len(x) != len(outputs) for x in inputs):
         raise UsageError("join shard by shard: every input needs as many shards as there are outputs ("
                          + ", ".join(f"{n}: {len(x)}" for n, x in zip(input_names(len(inputs)), inputs))
                          + f"; outputs: {len(outputs)})")
+    if isinstance(tables, str):
+        tables = [tables]
+    opened = [t if isinstance(t, (KeyedTable, RowArray)) else open_table(t, memory) for t in tables or ()]
+    for t in opened:
+        if t.format == "npy":
+            raise UsageError(f"{shorten(t.path)}: a .npy table's rows follow A's samples in order across all "
+                             f"shards: join it in one pass, not shard by shard")
+        t.partial = True
     spec = dict(how=how, order=order, rename=rename, memory=memory, tmpdir=tmpdir, strict=strict,
-                blob_threshold=blob_threshold, spool_dir=spool_dir)
+                blob_threshold=blob_threshold, spool_dir=spool_dir, tables=opened)
     pairs = [[x[i] for x in inputs] for i in range(len(outputs))]
     results = [None] * len(pairs)
     if parallel <= 1 or len(pairs) <= 1:
@@ -483,16 +501,28 @@ def join_shards(inputs, outputs, how="strict", order="input", rename=None, paral
                 done(i, results[i][1])
     else:
         _join_pool(pairs, outputs, spec, parallel, start_method, results, done)
-    for code, what in results:
+    for code, what, used in results:
+        for table, keys in zip(opened, used):
+            for key in keys:  # (rows the workers used, marked in this process's copy)
+                table.get(key)
+    for code, what, used in results:
         if code != 0:
             error = BadInput(what)
             error.exit_code = code
             raise error
-    return sum(what for code, what in results)
+    if how == "strict":
+        names = input_names(len(inputs) + len(opened))[len(inputs):]
+        for name, table in zip(names, opened):
+            extra = table.unused()
+            if extra is not None:
+                raise BadInput(f"key {quote(extra[0])} of {name} ({shorten(table.path)} line {extra[1]}) is not "
+                               f"in A (in any pair)")
+    return sum(what for code, what, used in results)
 
 
 def _join_pair(urls, output, spec):
-    """Join one pair into ``output``: ``(0, samples written)`` or ``(exit code, message)``."""
+    """Join one pair into ``output``: ``(0, samples written, keys of table rows used)`` or
+    ``(exit code, message, keys...)``."""
     from ..core.blob import Spooler
     from ..core.grouping import SampleWriter
     from ..errors import TarprocError
@@ -502,17 +532,25 @@ def _join_pair(urls, output, spec):
         # in input order large members of plain files pass as regions of them (as tarcat's: 64 KiB on)
         region = (64 << 10) if spec["order"] == "input" else None
         spooler = Spooler(spec["blob_threshold"], spec["spool_dir"], region)
-        samples = join_samples([[u] for u in urls], how=spec["how"], order=spec["order"], rename=spec["rename"],
-                               memory=spec["memory"], tmpdir=spec["tmpdir"], strict=spec["strict"],
-                               spooler=spooler, raw=True)
+        samples = join_samples([[u] for u in urls], spec["tables"], how=spec["how"], order=spec["order"],
+                               rename=spec["rename"], memory=spec["memory"], tmpdir=spec["tmpdir"],
+                               strict=spec["strict"], spooler=spooler, raw=True)
         with open_sink(output, defer=False) as sink:
             writer = SampleWriter(sink)
             for sample in samples:
                 writer.write(sample)
             writer.close()
-        return 0, writer.stats.written
+        return 0, writer.stats.written, _used(spec["tables"])
     except TarprocError as e:
-        return e.exit_code, f"{shorten(output)}: {e}"
+        return e.exit_code, f"{shorten(output)}: {e}", _used(spec["tables"])
+
+
+def _used(tables):
+    out = []
+    for t in tables:
+        out.append(t.fresh)
+        t.fresh = []
+    return out
 
 
 def _on_term(signum, frame):
@@ -549,7 +587,8 @@ def _join_pool(pairs, outputs, spec, parallel, start_method, results, done):
         def reply_for(i):
             def reply(data, exc):
                 if exc is not None:
-                    results[i] = (getattr(exc, "exit_code", 2), f"{shorten(outputs[i])}: {exc}")
+                    results[i] = (getattr(exc, "exit_code", 2), f"{shorten(outputs[i])}: {exc}",
+                                  [[] for _ in spec["tables"]])
                 else:
                     results[i] = pickle.loads(data)
                 left.release()
@@ -560,7 +599,7 @@ def _join_pool(pairs, outputs, spec, parallel, start_method, results, done):
         for _ in range(len(pairs)):
             left.acquire()
         if done is not None:
-            for i, (code, what) in enumerate(results):
+            for i, (code, what, used) in enumerate(results):
                 if code == 0:
                     done(i, what)
     finally:
