@@ -34,7 +34,7 @@ _LAZY = {
     "expand_ids": "jobs.local", "job_manifest": "jobs.k8s",
     "serve": "server", "Server": "server", "Stall": "runtime.stall",
     "index_shards": "sinks.index", "IndexedDataset": "sources.indexed", "select_keys": "stages.keys",
-    "read_keys": "stages.keys", "join_samples": "stages.join", "join_shards": "stages.join",
+    "read_keys": "stages.keys", "join_samples": "stages.join", "join_shards": "sinks.joinshards",
 }
 
 

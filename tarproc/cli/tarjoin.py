@@ -84,7 +84,8 @@ def tarjoin_command(
     from ..errors import UsageError
     from ..sinks.output import open_sink
     from ..sources.shardlist import expand_urls
-    from ..stages.join import input_names, join_samples, join_shards, parse_renames
+    from ..sinks.joinshards import join_shards
+    from ..stages.join import input_names, join_samples, parse_renames
     from .guards import refuse_overwriting_inputs
 
     args = Args(locals())
