@@ -185,6 +185,8 @@ def test_tables_add_their_columns_as_fields(sh, tmp_path):
     got = samples_of(sh("tarjoin a.tar --table t.tsv").stdout)
     assert got["k003"]["label"] == b"3"
     (tmp_path / "t.csv").write_text('__key__,text\nk000,"x, y"\nk001,z\\nw\nk002,\nk003,"two\nlines"\nk004,b\n')
+    (tmp_path / "bom.csv").write_bytes("\ufeff__key__,text\r\nk000,a\r\n".encode())  # as spreadsheets save it
+    assert samples_of(sh("tarjoin --how left a.tar --table bom.csv").stdout)["k000"]["text"] == b"a"
     got = samples_of(sh("tarjoin a.tar --table t.csv").stdout)
     assert got["k000"]["text"] == b"x, y" and got["k001"]["text"] == b"z\nw" and "text" not in got["k002"]
     assert got["k003"]["text"] == b"two\nlines"

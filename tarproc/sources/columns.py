@@ -86,6 +86,8 @@ def _lines(f, path):
             text = line.decode("utf-8")
         except UnicodeDecodeError:
             raise BadInput(f"{shorten(path)}: line {number}: not UTF-8") from None
+        if number == 1 and text.startswith("\ufeff"):  # a byte-order mark (tables saved by spreadsheets)
+            text = text[1:]
         yield number, text.rstrip("\r\n") if text.endswith("\n") else text
 
 
