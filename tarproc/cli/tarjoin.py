@@ -16,8 +16,8 @@ tarjoin data.tar --table clip.npy -r B:npy=clip.npy -o with-emb.tar   # a row pe
 tarjoin lr.tar hr.tar -r B:jpg=jpg_hr -o both.tar         # a field in both: rename one
 tarjoin --how left data.tar labels.tar -o out.tar         # keep samples labels.tar lacks
 tarjoin --order key shuffled-a.tar shuffled-b.tar -o by-key.tar   # any order: sort-merge
-tarjoin -p 4 'a-{0000..0099}.tar' 'b-{0000..0099}.tar' -o 'ab-{0000..0099}.tar'   # pair by pair
-kujob -j 8 -s '{0000..0099}' -- tarjoin a-{}.tar b-{}.tar -o ab-{}.tar   # a job per pair (--k8s, --slurm)
+tarjoin -p 4 'a-{0000..0009}.tar' 'b-{0000..0009}.tar' -o 'ab-{0000..0009}.tar'   # pair by pair
+kujob -j 8 -s '{0000..0009}' -- tarjoin a-{}.tar b-{}.tar -o ab-{}.tar   # a job per pair (--k8s, --slurm)
 tarcat -f txt data.tar -o txt.tar && tarproc -c 'tr a-z A-Z < sample.txt > sample.up; rm sample.txt' \
     txt.tar -o up.tar && tarjoin data.tar up.tar -o data-up.tar   # split a column, compute, join back
 """
@@ -80,13 +80,13 @@ def tarjoin_command(
     import os
 
     import tarproc as S
-    from ..core.limits import bounded_list
+    from ..core.limits import bounded_list, shown
     from ..errors import UsageError
     from ..sinks.output import open_sink
     from ..sources.shardlist import expand_urls
     from ..sinks.joinshards import join_shards
     from ..stages.join import input_names, join_samples, parse_renames
-    from .guards import refuse_overwriting_inputs
+    from .guards import refuse_one_stream_twice, refuse_overwriting_inputs
 
     args = Args(locals())
     rep = Reporter("tarjoin", args.verbose, args.quiet, args.progress)
@@ -101,12 +101,13 @@ def tarjoin_command(
     renames = parse_renames(args.rename, names)
     if patterns.count("-") > 1:
         raise UsageError("only one input can be stdin ('-')")
+    refuse_one_stream_twice(patterns, "a join reads its inputs side by side")
     for t in tables:
         if t == "-" or not os.path.isfile(t):
-            raise UsageError(f"--table {t}: not a file (a table is read from a local file)")
+            raise UsageError(f"--table {shown(t)}: not a file (a table is read from a local file)")
     outputs = bounded_list(expand_urls([args.output]), "the outputs") if "{" in args.output else [args.output]
     if not outputs:
-        raise UsageError(f"-o {args.output}: names no output")
+        raise UsageError(f"-o {shown(args.output)}: names no output")
     pairwise = len(outputs) > 1
     output = outputs[0]
     if args.parallel > 1 and not pairwise:
@@ -124,7 +125,7 @@ def tarjoin_command(
 
     if pairwise:
         if len(set(outputs)) != len(outputs):
-            raise UsageError(f"-o {args.output}: names one output twice")
+            raise UsageError(f"-o {shown(args.output)}: names one output twice")
         if args.order == "key" and args.parallel > 1:
             memory = max(1, memory // args.parallel)
 

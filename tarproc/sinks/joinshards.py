@@ -4,11 +4,9 @@ output committed when its own pair succeeds, pairs joined in worker
 processes of the toolkit's pool (:mod:`tarproc.runtime.pool`).  The join of
 one pair is :func:`tarproc.stages.join.join_samples`."""
 
-from ..core.limits import quote, shorten
+from ..core.limits import quote, shown
 from ..errors import BadInput, UsageError
 from ..stages.join import input_names, join_samples
-
-
 
 
 def join_shards(inputs, outputs, tables=(), how="strict", order="input", rename=None, parallel=1,
@@ -42,7 +40,7 @@ def join_shards(inputs, outputs, tables=(), how="strict", order="input", rename=
     opened = [t if isinstance(t, (KeyedTable, RowArray)) else open_table(t, memory) for t in tables or ()]
     for t in opened:
         if t.format == "npy":
-            raise UsageError(f"{shorten(t.path)}: a .npy table's rows follow A's samples in order across all "
+            raise UsageError(f"{shown(t.path)}: a .npy table's rows follow A's samples in order across all "
                              f"shards: join it in one pass, not shard by shard")
         t.partial = True
     spec = dict(how=how, order=order, rename=rename, memory=memory, tmpdir=tmpdir, strict=strict,
@@ -70,7 +68,7 @@ def join_shards(inputs, outputs, tables=(), how="strict", order="input", rename=
         for name, table in zip(names, opened):
             extra = table.unused()
             if extra is not None:
-                raise BadInput(f"key {quote(extra[0])} of {name} ({shorten(table.path)} line {extra[1]}) is not "
+                raise BadInput(f"key {quote(extra[0])} of {name} ({shown(table.path)} line {extra[1]}) is not "
                                f"in A (in any pair)")
     return sum(what for code, what, used in results)
 
@@ -97,7 +95,13 @@ def _join_pair(urls, output, spec):
             writer.close()
         return 0, writer.stats.written, _used(spec["tables"])
     except TarprocError as e:
-        return e.exit_code, f"{shorten(output)}: {e}", _used(spec["tables"])
+        return e.exit_code, _about(output, e), _used(spec["tables"])
+
+
+def _about(output, error):
+    """The message of a pair's error, naming its output once (an error of the output names it already)."""
+    text = str(error)
+    return text if text.startswith((output + ":", shown(output) + ":")) else f"{shown(output)}: {text}"
 
 
 def _used(tables):
@@ -142,7 +146,7 @@ def _join_pool(pairs, outputs, spec, parallel, start_method, results, done):
         def reply_for(i):
             def reply(data, exc):
                 if exc is not None:
-                    results[i] = (getattr(exc, "exit_code", 2), f"{shorten(outputs[i])}: {exc}",
+                    results[i] = (getattr(exc, "exit_code", 2), _about(outputs[i], exc),
                                   [[] for _ in spec["tables"]])
                 else:
                     results[i] = pickle.loads(data)

@@ -23,7 +23,7 @@ number of columns (:data:`MAX_COLUMNS`) and the table's total (the budget).
 
 import os
 
-from ..core.limits import quote, shorten
+from ..core.limits import quote, shown
 from ..core.rules import bad_field_name, bad_key, is_meta
 from ..errors import BadInput, UsageError
 
@@ -81,11 +81,11 @@ def _lines(f, path):
             return
         number += 1
         if len(line) > MAX_LINE and not line.endswith(b"\n"):
-            raise BadInput(f"{shorten(path)}: line {number}: longer than {MAX_LINE} bytes")
+            raise BadInput(f"{shown(path)}: line {number}: longer than {MAX_LINE} bytes")
         try:
             text = line.decode("utf-8")
         except UnicodeDecodeError:
-            raise BadInput(f"{shorten(path)}: line {number}: not UTF-8") from None
+            raise BadInput(f"{shown(path)}: line {number}: not UTF-8") from None
         if number == 1 and text.startswith("\ufeff"):  # a byte-order mark (tables saved by spreadsheets)
             text = text[1:]
         yield number, text.rstrip("\r\n") if text.endswith("\n") else text
@@ -108,18 +108,18 @@ class KeyedTable:
         try:
             f = open(path, "rb")
         except OSError as e:
-            raise BadInput(f"{shorten(path)}: cannot open table: {e.strerror}") from None
+            raise BadInput(f"{shown(path)}: cannot open table: {e.strerror}") from None
         with f:
             for line, key, fields in self._read(f):
                 why = bad_key(key) if isinstance(key, str) else "the key is not text"
                 if why:
-                    raise BadInput(f"{shorten(path)}: line {line}: {why}")
+                    raise BadInput(f"{shown(path)}: line {line}: {why}")
                 if key in self.rows:
-                    raise BadInput(f"{shorten(path)}: line {line}: key {quote(key)} appears twice (first on line "
+                    raise BadInput(f"{shown(path)}: line {line}: key {quote(key)} appears twice (first on line "
                                    f"{self.rows[key][1]}): a key has one row")
                 held += ROW_OVERHEAD + len(key) + sum(len(k) + len(v) for k, v in fields.items())
                 if held > budget:
-                    raise BadInput(f"{shorten(path)}: larger than the memory budget ({budget} bytes) at line "
+                    raise BadInput(f"{shown(path)}: larger than the memory budget ({budget} bytes) at line "
                                    f"{line}; give more --memory, or make the table a shard set "
                                    f"(tarcreate) and join it with --order key")
                 self.rows[key] = [fields, line, False]
@@ -135,14 +135,14 @@ class KeyedTable:
                 try:
                     obj = json_loads(text)
                 except ValueError as e:
-                    raise BadInput(f"{shorten(path)}: line {number}: not JSON: {e}") from None
+                    raise BadInput(f"{shown(path)}: line {number}: not JSON: {e}") from None
                 if not isinstance(obj, dict):
-                    raise BadInput(f"{shorten(path)}: line {number}: not a JSON object")
+                    raise BadInput(f"{shown(path)}: line {number}: not a JSON object")
                 if len(obj) > MAX_COLUMNS:
-                    raise BadInput(f"{shorten(path)}: line {number}: more than {MAX_COLUMNS} columns")
+                    raise BadInput(f"{shown(path)}: line {number}: more than {MAX_COLUMNS} columns")
                 key = obj.pop("__key__", None)
                 if key is None:
-                    raise BadInput(f"{shorten(path)}: line {number}: no __key__")
+                    raise BadInput(f"{shown(path)}: line {number}: no __key__")
                 fields = {}
                 for name, value in obj.items():
                     self._column(name, number)
@@ -158,13 +158,13 @@ class KeyedTable:
             return
         number, names = header
         if len(names) > MAX_COLUMNS:
-            raise BadInput(f"{shorten(path)}: line {number}: more than {MAX_COLUMNS} columns")
+            raise BadInput(f"{shown(path)}: line {number}: more than {MAX_COLUMNS} columns")
         if "__key__" not in names:
-            raise BadInput(f"{shorten(path)}: line {number}: the header has no __key__ column")
+            raise BadInput(f"{shown(path)}: line {number}: the header has no __key__ column")
         seen = set()
         for name in names:
             if name in seen:
-                raise BadInput(f"{shorten(path)}: line {number}: column {quote(name)} appears twice")
+                raise BadInput(f"{shown(path)}: line {number}: column {quote(name)} appears twice")
             seen.add(name)
             if name != "__key__":
                 self._column(name, number)
@@ -173,7 +173,7 @@ class KeyedTable:
             if cells == [""]:
                 continue
             if len(cells) != len(names):
-                raise BadInput(f"{shorten(path)}: line {number}: {len(cells)} cells, the header has {len(names)}")
+                raise BadInput(f"{shown(path)}: line {number}: {len(cells)} cells, the header has {len(names)}")
             fields = {name: _unescape(cell).encode("utf-8", "surrogatepass")
                       for i, (name, cell) in enumerate(zip(names, cells)) if i != at and cell != ""}
             yield number, _unescape(cells[at]), fields
@@ -191,13 +191,19 @@ class KeyedTable:
                 yield text + "\n"  # (a quoted cell may hold a line end)
 
         self._line = 0
+        start = 1  # the line the current row starts on
         old = csv.field_size_limit()
         csv.field_size_limit(MAX_LINE)
         try:
-            for cells in csv.reader(texts()):
+            # strict: a quote left open is an error, not the rest of the table read into one cell
+            for cells in csv.reader(texts(), strict=True):
                 yield self._line, cells
+                start = self._line + 1
         except csv.Error as e:
-            raise BadInput(f"{shorten(self.path)}: line {self._line}: bad CSV: {e}") from None
+            if start >= self._line:
+                raise BadInput(f"{shown(self.path)}: line {self._line}: bad CSV: {e}") from None
+            raise BadInput(f"{shown(self.path)}: the row from line {start} to line {self._line}: bad CSV: {e} "
+                           f"(a quote opened on line {start} and never closed?)") from None
         finally:
             csv.field_size_limit(old)
 
@@ -206,9 +212,9 @@ class KeyedTable:
             return
         why = bad_field_name(name) or (f"column {quote(name)} is a metadata name" if is_meta(name) else None)
         if why:
-            raise BadInput(f"{shorten(self.path)}: line {line}: {why}")
+            raise BadInput(f"{shown(self.path)}: line {line}: {why}")
         if len(self.columns) >= MAX_COLUMNS:
-            raise BadInput(f"{shorten(self.path)}: line {line}: more than {MAX_COLUMNS} columns")
+            raise BadInput(f"{shown(self.path)}: line {line}: more than {MAX_COLUMNS} columns")
         self.columns.add(name)
 
     def __len__(self):
@@ -250,11 +256,11 @@ class RowArray:
         try:
             self.array = np.load(path, mmap_mode="r", allow_pickle=False)
         except FileNotFoundError:
-            raise BadInput(f"{shorten(path)}: cannot open table: no such file") from None
+            raise BadInput(f"{shown(path)}: cannot open table: no such file") from None
         except (OSError, ValueError) as e:
-            raise BadInput(f"{shorten(path)}: not a .npy array without objects: {e}") from None
+            raise BadInput(f"{shown(path)}: not a .npy array without objects: {e}") from None
         if not hasattr(self.array, "shape") or self.array.ndim < 1:
-            raise BadInput(f"{shorten(path)}: a 0-dimensional array has no rows")
+            raise BadInput(f"{shown(path)}: a 0-dimensional array has no rows")
         self.rows = self.array.shape[0]
 
     def __len__(self):

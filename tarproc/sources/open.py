@@ -233,7 +233,9 @@ def open_source(url, decompress=True, stall=None):
         try:
             fd = os.open(url, os.O_RDONLY)
         except OSError as e:
-            raise BadInput(f"{url}: cannot open: {e.strerror}") from None
+            from ..core.limits import shown
+
+            raise BadInput(f"{shown(url)}: cannot open: {e.strerror}") from None
         import stat
 
         st = os.fstat(fd)

@@ -54,7 +54,7 @@ renamed and the fields of each input sort after those of the one before
 other: no member is encoded again.
 """
 
-from ..core.limits import quote, shorten
+from ..core.limits import quote, shown
 from ..core.passthru import RawSample
 from ..core.rules import bad_field_name, is_meta
 from ..errors import BadInput, BadSample, UsageError
@@ -62,6 +62,9 @@ from ..errors import BadInput, BadSample, UsageError
 HOWS = ("strict", "inner", "left")
 ORDERS = ("input", "key")
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+#: Most field names the fast path's cache of sample shapes holds (each
+#: shape: the dict keys of the samples joined), whatever the inputs.
+SHAPE_NAMES = 16384
 
 
 def input_names(n):
@@ -78,10 +81,11 @@ def parse_renames(specs, names):
     for spec in specs or ():
         name, sep, rest = spec.partition(":")
         name = name.strip().upper()
-        if not sep or name not in names:
+        pairs = rest.replace(",", " ").split()
+        if not sep or name not in names or not pairs:
             raise UsageError(f"--rename {spec!r}: write INPUT:FIELD=NEW, INPUT one of {', '.join(names)} "
                              f"(the inputs in order, then the tables)")
-        for pair in rest.replace(",", " ").split():
+        for pair in pairs:
             old, eq, new = pair.partition("=")
             if not eq or not old or not new:
                 raise UsageError(f"--rename {spec!r}: write INPUT:FIELD=NEW")
@@ -103,7 +107,7 @@ def parse_renames(specs, names):
 
 def _where(sample):
     src = sample.get("__source__") if sample is not None else None
-    return f" ({shorten(src)})" if src else ""
+    return f" ({shown(src)})" if src else ""
 
 
 class _Cursor:
@@ -135,6 +139,9 @@ def _add(out, names, sample, who, renames, key):
         if renames:
             field = renames.get(field, field)
         if field in names:
+            if names[field] == who:
+                raise BadSample(key, f"two fields of {who}{_where(sample)} are named {field!r} after --rename "
+                                     f"{who}:...={field}", out.get("__source__"))
             raise BadSample(key, f"field {field!r} is in {names[field]} and in {who}{_where(sample)}: rename "
                                  f"one, e.g. --rename {who}:{field}={field}_{who.lower()}",
                             out.get("__source__"))
@@ -167,6 +174,7 @@ class _Joiner:
         self.joined = 0
         self.raw_ok = not tables and not any(renames.values())
         self._shapes = {}  # the dict keys of the inputs' samples -> _concatenable()
+        self._held = 0  # names held by the keys of _shapes (bounded: see _remember)
 
     def combine(self, a, parts):
         """The joined sample of ``a`` (input A) and ``parts`` (``[(name, sample)]``)."""
@@ -214,7 +222,7 @@ class _Joiner:
             if row is None:
                 if self.how == "strict":
                     raise BadInput(f"key {quote(key)}{_where(a)} has no row in {name} "
-                                   f"({shorten(table.path)})")
+                                   f"({shown(table.path)})")
                 if self.how == "inner":
                     return None
                 continue
@@ -224,8 +232,13 @@ class _Joiner:
 
     def _remember(self, shape):
         ok = _concatenable(shape)
-        if len(self._shapes) < 4096:  # few shapes repeat: the bound keeps odd inputs from growing it
+        # few shapes repeat; the bound is on the names the cache holds, not on its entries: samples
+        # with many fields named anew in each (``k1.f1_0 ... k1.f1_999``) are each a new shape, and
+        # 4096 of them held a million names (140 MB for 4000 samples of 200 fields)
+        size = sum(map(len, shape))
+        if self._held + size <= SHAPE_NAMES:
             self._shapes[shape] = ok
+            self._held += size
         return ok
 
     def finish(self):
@@ -234,7 +247,7 @@ class _Joiner:
         for name, table in self.tables:
             extra = None if table.partial else table.unused()
             if extra is not None:
-                raise BadInput(f"key {quote(extra[0])} of {name} ({shorten(table.path)} line {extra[1]}) is not in A")
+                raise BadInput(f"key {quote(extra[0])} of {name} ({shown(table.path)} line {extra[1]}) is not in A")
 
 
 def _rows(samples, array, name):
@@ -243,7 +256,7 @@ def _rows(samples, array, name):
     total = len(array)
     for sample in samples:
         if n >= total:
-            raise BadInput(f"{name} ({shorten(array.path)}) has {total} rows: none for sample {n + 1} of A, "
+            raise BadInput(f"{name} ({shown(array.path)}) has {total} rows: none for sample {n + 1} of A, "
                            f"key {quote(sample.get('__key__'))}{_where(sample)} (a row per sample of A, in order)")
         sample = dict(sample)
         if "npy" in sample:
@@ -253,12 +266,17 @@ def _rows(samples, array, name):
         n += 1
         yield sample
     if n != total:
-        raise BadInput(f"{name} ({shorten(array.path)}) has {total} rows, A has {n} samples "
+        raise BadInput(f"{name} ({shown(array.path)}) has {total} rows, A has {n} samples "
                        f"(a row per sample of A, in order)")
 
 
-def _rename_npy(samples, new):
+def _rename_npy(samples, new, name):
+    """Stage: field ``npy`` (a row of table ``name``) renamed ``new``; a
+    field ``new`` of A is refused as any field in two inputs is."""
     for s in samples:
+        if new in s:
+            raise BadSample(s.get("__key__"), f"field {new!r} is in A and in {name} (its npy renamed {new!r}): "
+                                              f"rename one", s.get("__source__"))
         s[new] = s.pop("npy")
         yield s
 
@@ -338,8 +356,8 @@ def join_samples(inputs, tables=(), how="strict", order="input", rename=None, me
     for name, array in arrays:  # rows in A's input order, before any sort
         streams[0] = _rows(streams[0], array, name)
         new = rename.get(name, {}).get("npy")
-        if new:
-            streams[0] = _rename_npy(streams[0], new)
+        if new and new != "npy":
+            streams[0] = _rename_npy(streams[0], new, name)
     joiner = _Joiner(names, {k: v for k, v in rename.items() if k not in dict(arrays)}, keyed, how)
     if order == "key":
         return _by_key(streams, names, joiner, how, memory, tmpdir)
