@@ -167,6 +167,9 @@ def test_a_field_in_two_inputs_is_refused_unless_renamed(sh, tmp_path):
     assert got["k002"]["jpg_hr"] == b"HRk002" and got["k002"]["jpg"] == b"Jk002" * 3
     one_line(sh("tarjoin lr.tar hr.tar -r A:jpg=cls -r B:jpg=jpg_hr > /dev/null", ok=False),
              "two fields of A", "'cls'")
+    # a rename that meets no field (a typo) is a warning, once
+    p = sh("tarjoin lr.tar hr.tar -r B:jpg=jpg_hr -r B:jgp=x > /dev/null", stderr_ok=True)
+    assert p.stderr.decode().count("\n") == 1 and "B:jgp=x renamed nothing" in p.stderr.decode()
     got = samples_of(sh("tarjoin lr.tar hr.tar -r 'A:jpg=jpg_lr,cls=label'").stdout)
     assert set(got["k000"]) == {"jpg_lr", "label", "jpg"}
     for bad in ("C:jpg=x", "B:jpg", "B:jpg=a/b", "B:jpg=__key__", "jpg=x", "B:", "B: , "):
@@ -223,6 +226,7 @@ def test_a_npy_table_adds_a_row_per_sample_in_order(sh, tmp_path):
     # renamed onto a field of A: refused as any field in two inputs, not A's field overwritten
     one_line(sh("tarjoin a.tar --table emb.npy -r B:npy=cls -o out.tar", ok=False), "'cls'", "in A and in B")
     assert "npy" in samples_of(sh("tarjoin a.tar --table emb.npy -r B:npy=npy").stdout)["k000"]
+    one_line(sh("tarjoin a.tar --table emb.npy -r B:emb=x > /dev/null", ok=False), "B:emb", ".npy table")
     np.save(tmp_path / "short.npy", np.zeros((4, 2)))
     one_line(sh("tarjoin a.tar --table short.npy -o out.tar", ok=False), "4 rows", "'k004'")
     np.save(tmp_path / "long.npy", np.zeros((9, 2)))

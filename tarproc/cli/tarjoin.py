@@ -148,7 +148,7 @@ def tarjoin_command(
         streams.append(S.iter_samples(urls, S.Stats(), strict=args.strict, warn=rep.warn, stall=rep.stall,
                                       spooler=spooler, raw=raw))
     joined = join_samples(streams, tables, how=args.how, order=args.order, rename=renames, memory=memory,
-                          tmpdir=args.tmpdir)
+                          tmpdir=args.tmpdir, warn=rep.warn)
     import contextlib
 
     with contextlib.closing(joined), open_sink(output, stall=rep.stall) as sink:

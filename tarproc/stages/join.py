@@ -130,14 +130,17 @@ class _Cursor:
             close()
 
 
-def _add(out, names, sample, who, renames, key):
+def _add(out, names, sample, who, renames, key, applied=None):
     """Add the fields of ``sample`` (input ``who``) to ``out``; ``names``
-    maps each output field to the input it came from."""
+    maps each output field to the input it came from; ``applied`` collects
+    ``(who, field)`` of the renames used."""
     for field, value in sample.items():
         if field[:2] == "__" and field[-2:] == "__":
             continue
-        if renames:
-            field = renames.get(field, field)
+        if renames and field in renames:
+            if applied is not None:
+                applied.add((who, field))
+            field = renames[field]
         if field in names:
             if names[field] == who:
                 raise BadSample(key, f"two fields of {who}{_where(sample)} are named {field!r} after --rename "
@@ -166,8 +169,10 @@ def _concatenable(names):
 
 
 class _Joiner:
-    def __init__(self, names, renames, tables, how):
+    def __init__(self, names, renames, tables, how, warn=None):
         self.names = names
+        self.warn = warn
+        self.applied = set()  # (input, field) of the renames used
         self.renames = renames
         self.tables = tables  # [(name, KeyedTable)]
         self.how = how
@@ -214,9 +219,9 @@ class _Joiner:
         ra = self.renames.get("A")
         out = {k: v for k, v in a.items() if is_meta(k)}
         names = {}
-        _add(out, names, a, "A", ra, key)
+        _add(out, names, a, "A", ra, key, self.applied)
         for name, s in parts:
-            _add(out, names, s, name, self.renames.get(name), key)
+            _add(out, names, s, name, self.renames.get(name), key, self.applied)
         for name, table in self.tables:
             row = table.get(key)
             if row is None:
@@ -227,7 +232,7 @@ class _Joiner:
                     return None
                 continue
             fake = dict(row)
-            _add(out, names, fake, name, self.renames.get(name), key)
+            _add(out, names, fake, name, self.renames.get(name), key, self.applied)
         return out
 
     def _remember(self, shape):
@@ -242,6 +247,12 @@ class _Joiner:
         return ok
 
     def finish(self):
+        if self.warn is not None:  # a rename that met no field: a typo (B:jgp=...) or the wrong input
+            for name, mapping in self.renames.items():
+                for old, new in mapping.items():
+                    if (name, old) not in self.applied:
+                        self.warn(f"--rename {name}:{old}={new} renamed nothing: no sample of {name} has "
+                                  f"a field {old!r}")
         if self.how != "strict":
             return
         for name, table in self.tables:
@@ -311,7 +322,8 @@ def join_samples(inputs, tables=(), how="strict", order="input", rename=None, me
     order).  ``rename``: ``{"B": {"jpg": "jpg_hr"}}`` or a list of
     ``"B:jpg=jpg_hr"`` strings.  ``stats``, ``strict``, ``warn``, ``stall``,
     ``spooler`` and ``raw`` are passed to the readers
-    (:func:`~tarproc.sources.samples.iter_samples`).  See the module
+    (:func:`~tarproc.sources.samples.iter_samples`); ``warn`` (a function
+    of one message) also hears of a rename that met no field.  See the module
     documentation for the semantics; errors are
     :class:`~tarproc.errors.BadInput` (a missing or extra key, naming it and
     its shard) and :class:`~tarproc.errors.BadSample` (a field in two inputs).
@@ -354,11 +366,14 @@ def join_samples(inputs, tables=(), how="strict", order="input", rename=None, me
     raw = raw and order == "input"
     streams = [_as_samples(src, stats, strict, warn, stall, spooler, raw) for src in inputs]
     for name, array in arrays:  # rows in A's input order, before any sort
+        other = sorted(set(rename.get(name, ())) - {"npy"})
+        if other:
+            raise UsageError(f"rename {name}:{other[0]}: {name} is a .npy table, whose one field is npy")
         streams[0] = _rows(streams[0], array, name)
         new = rename.get(name, {}).get("npy")
         if new and new != "npy":
             streams[0] = _rename_npy(streams[0], new, name)
-    joiner = _Joiner(names, {k: v for k, v in rename.items() if k not in dict(arrays)}, keyed, how)
+    joiner = _Joiner(names, {k: v for k, v in rename.items() if k not in dict(arrays)}, keyed, how, warn)
     if order == "key":
         return _by_key(streams, names, joiner, how, memory, tmpdir)
     return _in_order(streams, names, joiner, how)
