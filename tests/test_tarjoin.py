@@ -589,3 +589,29 @@ def test_a_quote_left_open_in_a_csv_table_is_an_error(sh, tmp_path):
     (tmp_path / "t.csv").write_text('__key__,c\nk000,"open\nk001,x\nk002,y\n')
     one_line(sh("tarjoin --how left a.tar --table t.csv > /dev/null", ok=False), "t.csv", "from line 2 to line 4",
              "never closed")
+
+
+def test_a_keyed_table_stays_within_its_memory_budget(tmp_path):
+    """What a table holds in memory is counted with what Python's objects
+    cost (a row of two short cells takes about 500 bytes): one it accepts
+    fits in the budget (counting only the bytes let it take 2.4 times as much)."""
+    import tracemalloc
+
+    import tarproc
+    from tarproc.sources.columns import KeyedTable
+
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps({"__key__": f"k{i:06d}", "c": "short", "n": i % 10}) + "\n"
+                                              for i in range(10000)))
+    budget = 3 << 20
+    tracemalloc.start()
+    try:
+        table = KeyedTable(str(tmp_path / "t.jsonl"), budget)
+        held = tracemalloc.get_traced_memory()[0]
+    except tarproc.BadInput as e:
+        assert "memory budget" in str(e)
+        held = 0
+    finally:
+        tracemalloc.stop()
+    assert held <= budget, held
+    table = KeyedTable(str(tmp_path / "t.jsonl"), 64 << 20)
+    assert len(table) == 10000 and table.get("k000007") == {"c": b"short", "n": b"7"}
