@@ -295,6 +295,7 @@ def test_shard_by_shard_in_parallel(sh, tmp_path):
     one_line(sh("tarjoin -p 2 a-0.tar b-0.tar > /dev/null", ok=False), "-p")
     one_line(sh("tarjoin 'a-{0..2}.tar' b-0.tar -o 'ab-{0..2}.tar'", ok=False), "as many shards")
     one_line(sh("tarjoin 'a-{0..2}.tar' 'b-{0..2}.tar' -o 'ab-{0..3}.tar'", ok=False), "as many shards")
+    one_line(sh("tarjoin 'a-{0..2}.tar' 'b-{0..2}.tar' -o '{x,./x,y}.tar'", ok=False), "one output twice")
     # an output directory that is missing: exit 1, the output named once
     p = sh("tarjoin --how left 'a-{0..2}.tar' 'b-{0..2}.tar' -o 'nodir/ab-{0..2}.tar' -p 2", ok=False)
     err = p.stderr.decode()

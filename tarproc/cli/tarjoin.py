@@ -124,7 +124,10 @@ def tarjoin_command(
     refuse_terminal("tarjoin", patterns)
 
     if pairwise:
-        if len(set(outputs)) != len(outputs):
+        from ..sources.open import scheme_of
+
+        same = [os.path.realpath(o) if scheme_of(o) == "file" else o for o in outputs]  # (x.tar, ./x.tar)
+        if len(set(same)) != len(same):
             raise UsageError(f"-o {shown(args.output)}: names one output twice")
         if args.order == "key" and args.parallel > 1:
             memory = max(1, memory // args.parallel)
