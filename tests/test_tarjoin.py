@@ -232,7 +232,9 @@ def test_a_npy_table_adds_a_row_per_sample_in_order(sh, tmp_path):
     np.save(tmp_path / "long.npy", np.zeros((9, 2)))
     one_line(sh("tarjoin a.tar --table long.npy -o out.tar", ok=False), "9 rows", "A has 6")
     np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
-    one_line(sh("tarjoin a.tar --table obj.npy -o out.tar", ok=False), "obj.npy")
+    one_line(sh("tarjoin a.tar --table obj.npy -o out.tar", ok=False), "obj.npy", "Python objects")
+    (tmp_path / "junk.npy").write_bytes(bytes(range(256)) * 4)  # (numpy would call it a pickle)
+    one_line(sh("tarjoin a.tar --table junk.npy -o out.tar", ok=False), "junk.npy", "not a .npy file")
     assert not (tmp_path / "out.tar").exists()
 
 

@@ -260,11 +260,18 @@ class RowArray:
 
         self.path = path
         try:
+            with open(path, "rb") as f:
+                magic = f.read(6)
+        except OSError as e:
+            raise BadInput(f"{shown(path)}: cannot open table: {e.strerror}") from None
+        if magic != b"\x93NUMPY":  # (np.load would take it for a pickle and suggest allow_pickle)
+            raise BadInput(f"{shown(path)}: not a .npy file (it does not start with \\x93NUMPY)")
+        try:
             self.array = np.load(path, mmap_mode="r", allow_pickle=False)
-        except FileNotFoundError:
-            raise BadInput(f"{shown(path)}: cannot open table: no such file") from None
         except (OSError, ValueError) as e:
-            raise BadInput(f"{shown(path)}: not a .npy array without objects: {e}") from None
+            why = "an array of Python objects (refused: reading it would run pickle)" \
+                if "allow_pickle" in str(e) or "Python objects" in str(e) else str(e)
+            raise BadInput(f"{shown(path)}: not a .npy array that can be read: {why}") from None
         if not hasattr(self.array, "shape") or self.array.ndim < 1:
             raise BadInput(f"{shown(path)}: a 0-dimensional array has no rows")
         self.rows = self.array.shape[0]
