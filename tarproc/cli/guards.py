@@ -37,8 +37,8 @@ def refuse_one_stream_twice(urls, why):
     """Inputs read at the same time (a join's A and B) must not be one
     stream: ``-`` and ``/dev/stdin`` on a pipe, or a FIFO named twice,
     would each get part of the bytes (a hang, or a misleading error).  Two
-    names of the same pipe, FIFO, socket or terminal are a usage error;
-    regular files (and ``-`` redirected from one) may be read twice.
+    names of the same pipe, FIFO or socket are a usage error; regular files
+    (and ``-`` redirected from one) and devices may be read twice.
     Brace patterns and remote URLs are not looked at."""
     import stat
 
@@ -55,8 +55,8 @@ def refuse_one_stream_twice(urls, why):
             st = os.fstat(0) if scheme == "-" else os.stat(url)
         except OSError:
             continue  # (opening it says what is wrong)
-        if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
-            continue
+        if not (stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
+            continue  # (a file, /dev/null: each open reads it from the start)
         ident = (st.st_dev, st.st_ino)
         if ident in seen:
             raise UsageError(f"{shown(seen[ident])} and {shown(url)} are the same stream, read once: "

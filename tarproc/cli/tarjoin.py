@@ -94,7 +94,7 @@ def tarjoin_command(
     if memory < 1:
         raise UsageError("--memory must be positive")
     if args.tmpdir is not None and not os.path.isdir(args.tmpdir):
-        raise UsageError(f"--tmpdir {args.tmpdir}: no such directory")
+        raise UsageError(f"--tmpdir {shown(args.tmpdir)}: no such directory")
     patterns = list(args.inputs or ["-"])
     tables = list(args.table or [])
     names = input_names(len(patterns) + len(tables))
