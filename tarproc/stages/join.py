@@ -113,15 +113,17 @@ def _where(sample):
 class _Cursor:
     """One shard input read in turn, with its next sample in hand."""
 
-    __slots__ = ("name", "it", "head", "renames")
+    __slots__ = ("name", "it", "head", "renames", "last")
 
     def __init__(self, name, samples, renames):
         self.name = name
         self.it = iter(samples)
         self.renames = renames
+        self.last = None  # the shard of the sample before head (to say where an input ended)
         self.head = next(self.it, None)
 
     def advance(self):
+        self.last = self.head.get("__source__")
         self.head = next(self.it, None)
 
     def close(self):
@@ -396,7 +398,7 @@ def _in_order(streams, names, joiner, how):
                     continue
                 if how == "strict":
                     here = (f"{c.name} has key {quote(b['__key__'])}{_where(b)} in its place" if b is not None
-                            else f"{c.name} has ended")
+                            else f"{c.name} has ended" + (f" (its last shard: {shown(c.last)})" if c.last else ""))
                     raise BadInput(f"key {quote(key)}{_where(a)} is missing from {c.name}: {here} (inputs joined "
                                    f"in input order have the same keys in the same order; --order key joins "
                                    f"any order, --how left/inner allow missing keys)")
