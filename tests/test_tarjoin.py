@@ -384,6 +384,8 @@ def test_hostile_inputs(sh, tmp_path):
     one_line(sh("tarjoin a.tar link.tar -o ./b.tar", ok=False), "link.tar", "also the output")
     assert (tmp_path / "b.tar").read_bytes() == data
     one_line(sh("tarjoin - - < a.tar > /dev/null", ok=False), "stdin")
+    p = sh("tarjoin a.tar b.tar -o nodir/out.tar", ok=False)
+    assert p.returncode == 1 and p.stderr.decode().count("\n") == 1 and b"nodir" in p.stderr, p.stderr
     one_line(sh("tarjoin a.tar nosuch.tar > /dev/null", ok=False), "nosuch.tar")
     p = sh("tarjoin a.tar b.tar --how outer > /dev/null", ok=False)  # click's usage line, then the error
     assert p.returncode == 2 and p.stderr.decode().splitlines()[-1].startswith("tarjoin: error: ") \
@@ -415,6 +417,17 @@ def test_api_join_samples(tmp_path):
         list(tarproc.join_samples([a, b]))
     with pytest.raises(tarproc.UsageError):
         tarproc.join_samples([a, b], how="outer")
+    # metadata of either input (__url__, __local_path__, ...) travels, and is never written as a member
+    ma = [{"__key__": "x", "__url__": "http://a", "__local_path__": "/a", "cls": b"1"}]
+    mb = [{"__key__": "x", "__url__": "http://b", "__source__": "b.tar", "__index__": 7, "txt": b"t"}]
+    joined = list(tarproc.join_samples([ma, mb]))
+    assert joined[0]["__url__"] == "http://a" and joined[0]["txt"] == b"t"
+    buf = io.BytesIO()
+    w = tarproc.SampleWriter(buf)
+    for s in joined:
+        w.write(s)
+    w.close()
+    assert [n for n, _ in read_tar(buf.getvalue())] == ["x.cls", "x.txt"]
     # from a thread, over URLs
     import threading
 
