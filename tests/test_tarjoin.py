@@ -382,6 +382,8 @@ def test_hostile_inputs(sh, tmp_path):
     one_line(sh("tarjoin a.tar b.tar -o b.tar", ok=False), "b.tar", "also the output")
     os.symlink("b.tar", tmp_path / "link.tar")
     one_line(sh("tarjoin a.tar link.tar -o ./b.tar", ok=False), "link.tar", "also the output")
+    sh("tarjoin a.tar b.tar -o link.tar")  # a link as the output is replaced, never written through
+    assert not os.path.islink(tmp_path / "link.tar") and (tmp_path / "b.tar").read_bytes() == data
     assert (tmp_path / "b.tar").read_bytes() == data
     one_line(sh("tarjoin - - < a.tar > /dev/null", ok=False), "stdin")
     p = sh("tarjoin a.tar b.tar -o nodir/out.tar", ok=False)
