@@ -285,7 +285,9 @@ def test_shard_by_shard_in_parallel(sh, tmp_path):
     # a keyed table, read once and looked up by every pair; strict: a row no pair used is named at the end
     rows = [{"__key__": f"s{s}/{i:03d}", "c": f"{s}.{i}"} for s in range(3) for i in range(30)]
     (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    sh("tarjoin -p 2 --how left 'a-{0..2}.tar' 'b-{0..2}.tar' --table t.jsonl -o 'abt-{0..2}.tar'")
+    p = sh("tarjoin -p 2 --how left 'a-{0..2}.tar' 'b-{0..2}.tar' --table t.jsonl -o 'abt-{0..2}.tar' "
+           "-r C:zz=y", stderr_ok=True)  # (a rename no pair used: one warning, not one per pair)
+    assert p.stderr.decode().count("\n") == 1 and "C:zz=y renamed nothing" in p.stderr.decode(), p.stderr
     assert samples_of((tmp_path / "abt-2.tar").read_bytes())["s2/017"]["c"] == b"2.17"
     (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows + [{"__key__": "zz"}]))
     one_line(sh("tarjoin -p 2 'a-{0..2}.tar' --table t.jsonl -o 'at-{0..2}.tar'", ok=False),

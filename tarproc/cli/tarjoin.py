@@ -138,7 +138,7 @@ def tarjoin_command(
         written = join_shards(shard_lists, outputs, tables, how=args.how, order=args.order, rename=renames,
                               parallel=args.parallel, memory=memory, tmpdir=args.tmpdir, strict=args.strict,
                               blob_threshold=parse_size(args.blob_threshold) if args.blob_threshold else None,
-                              spool_dir=args.tmpdir, start_method=args.start_method, done=done)
+                              spool_dir=args.tmpdir, start_method=args.start_method, done=done, warn=rep.warn)
         rep.info(f"{len(outputs)} outputs, {written} samples")
         return 0
 

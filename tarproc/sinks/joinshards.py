@@ -11,7 +11,7 @@ from ..stages.join import input_names, join_samples
 
 def join_shards(inputs, outputs, tables=(), how="strict", order="input", rename=None, parallel=1,
                 memory=512 << 20, tmpdir=None, strict=False, blob_threshold=None, spool_dir=None, start_method=None,
-                done=None):
+                done=None, warn=None):
     """Join shard by shard: ``inputs`` is a list of shard lists of one length
     (``[[a0, a1], [b0, b1]]``), ``outputs`` a list of that length; pair ``i``
     (``a_i`` with ``b_i`` ...) is joined by :func:`join_samples` into
@@ -26,7 +26,8 @@ def join_shards(inputs, outputs, tables=(), how="strict", order="input", rename=
     whose rows follow A's order across all pairs), read once here (and
     shared with the workers as the processes fork); with ``how="strict"``
     a row no pair used is an error once every pair has ended (the outputs
-    of the pairs are then already committed)."""
+    of the pairs are then already committed).  ``warn`` hears once of a
+    rename that met no field in any pair."""
     from ..sources.columns import KeyedTable, RowArray, open_table
 
     inputs = [list(x) for x in inputs]
@@ -54,11 +55,16 @@ def join_shards(inputs, outputs, tables=(), how="strict", order="input", rename=
                 done(i, results[i][1])
     else:
         _join_pool(pairs, outputs, spec, parallel, start_method, results, done)
-    for code, what, used in results:
+    if warn is not None:  # a warning every pair that ended gave (a rename no pair used), once
+        ended = [r[3] for r in results if r[0] == 0]
+        for message in (ended[0] if ended else ()):
+            if all(message in w for w in ended[1:]):
+                warn(message)
+    for code, what, used, _ in results:
         for table, keys in zip(opened, used):
             for key in keys:  # (rows the workers used, marked in this process's copy)
                 table.get(key)
-    for code, what, used in results:
+    for code, what, used, _ in results:
         if code != 0:
             error = BadInput(what)
             error.exit_code = code
@@ -70,32 +76,33 @@ def join_shards(inputs, outputs, tables=(), how="strict", order="input", rename=
             if extra is not None:
                 raise BadInput(f"key {quote(extra[0])} of {name} ({shown(table.path)} line {extra[1]}) is not "
                                f"in A (in any pair)")
-    return sum(what for code, what, used in results)
+    return sum(r[1] for r in results)
 
 
 def _join_pair(urls, output, spec):
-    """Join one pair into ``output``: ``(0, samples written, keys of table rows used)`` or
-    ``(exit code, message, keys...)``."""
+    """Join one pair into ``output``: ``(0, samples written, keys of table rows used, warnings)``
+    or ``(exit code, message, keys..., warnings)``."""
     from ..core.blob import Spooler
     from ..core.grouping import SampleWriter
     from ..errors import TarprocError
     from ..sinks.output import open_sink
 
+    warnings = []
     try:
         # in input order large members of plain files pass as regions of them (as tarcat's: 64 KiB on)
         region = (64 << 10) if spec["order"] == "input" else None
         spooler = Spooler(spec["blob_threshold"], spec["spool_dir"], region)
         samples = join_samples([[u] for u in urls], spec["tables"], how=spec["how"], order=spec["order"],
                                rename=spec["rename"], memory=spec["memory"], tmpdir=spec["tmpdir"],
-                               strict=spec["strict"], spooler=spooler, raw=True)
+                               strict=spec["strict"], spooler=spooler, raw=True, warn=warnings.append)
         with open_sink(output, defer=False) as sink:
             writer = SampleWriter(sink)
             for sample in samples:
                 writer.write(sample)
             writer.close()
-        return 0, writer.stats.written, _used(spec["tables"])
+        return 0, writer.stats.written, _used(spec["tables"]), warnings
     except TarprocError as e:
-        return e.exit_code, _about(output, e), _used(spec["tables"])
+        return e.exit_code, _about(output, e), _used(spec["tables"]), warnings
 
 
 def _about(output, error):
@@ -147,7 +154,7 @@ def _join_pool(pairs, outputs, spec, parallel, start_method, results, done):
             def reply(data, exc):
                 if exc is not None:
                     results[i] = (getattr(exc, "exit_code", 2), _about(outputs[i], exc),
-                                  [[] for _ in spec["tables"]])
+                                  [[] for _ in spec["tables"]], [])
                 else:
                     results[i] = pickle.loads(data)
                 left.release()
@@ -158,7 +165,7 @@ def _join_pool(pairs, outputs, spec, parallel, start_method, results, done):
         for _ in range(len(pairs)):
             left.acquire()
         if done is not None:
-            for i, (code, what, used) in enumerate(results):
+            for i, (code, what, used, _) in enumerate(results):
                 if code == 0:
                     done(i, what)
     finally:
