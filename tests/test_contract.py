@@ -68,6 +68,7 @@ CONTRACT = {
     "tar2json": dict(input="tar", output="text", empty={0}, bulky=True, cmd="tar2json -k cls"),
     "tarmix": dict(input=None, output=None, cmd="tarmix"),
     "tarindex": dict(input="tar", output="text", empty={0}, bulky=False, cmd="tarindex -q"),
+    "tarjoin": dict(TAR_FILTER, cmd="tarjoin"),
 }
 
 

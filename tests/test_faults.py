@@ -144,9 +144,10 @@ WRITERS = {
     "tarsplit": f"tarsplit -n {PER_PART} -o part",
     "tarproc": "tarproc -p 2 -c true -o out.tar",
     "tarpcat": "tarpcat -w 2 - -o out.tar",
+    "tarjoin": "tarjoin - -o out.tar",
 }
 WRITER_MODULES = {"tarcat": "tarcat", "tarsort": "tarsort", "tarsplit": "tarsplit", "tarproc": "tarproc",
-                  "tarpcat": "tarpcat"}
+                  "tarpcat": "tarpcat", "tarjoin": "tarjoin"}
 PRESENT_WRITERS = [w for w in WRITERS if _exists(WRITER_MODULES[w])]
 
 
@@ -382,6 +383,7 @@ SIGNALLED = {
     "tarsplit -n 1000000 -o part": "tarsplit",
     "tarproc -p 2 -c 'sleep 0.05' -o out.tar": "tarproc",
     "tarpcat - -o out.tar": "tarpcat",
+    "tarjoin --order key --memory 200KB -o out.tar": "tarjoin",
     "tarcheck": "tarcheck",
     "tar2tsv": "tar2tsv",
     "tarshow": "tarshow",

@@ -33,6 +33,37 @@ def refuse_overwriting_inputs(outputs, urls, why):
     return map(check, urls)
 
 
+def refuse_one_stream_twice(urls, why):
+    """Inputs read at the same time (a join's A and B) must not be one
+    stream: ``-`` and ``/dev/stdin`` on a pipe, or a FIFO named twice,
+    would each get part of the bytes (a hang, or a misleading error).  Two
+    names of the same pipe, FIFO or socket are a usage error; regular files
+    (and ``-`` redirected from one) and devices may be read twice.
+    Brace patterns and remote URLs are not looked at."""
+    import stat
+
+    from ..core.limits import shown
+    from ..errors import UsageError
+    from ..sources.open import scheme_of
+
+    seen = {}
+    for url in urls:
+        scheme = scheme_of(url)
+        if scheme not in ("-", "file") or "{" in url:
+            continue
+        try:
+            st = os.fstat(0) if scheme == "-" else os.stat(url)
+        except OSError:
+            continue  # (opening it says what is wrong)
+        if not (stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode)):
+            continue  # (a file, /dev/null: each open reads it from the start)
+        ident = (st.st_dev, st.st_ino)
+        if ident in seen:
+            raise UsageError(f"{shown(seen[ident])} and {shown(url)} are the same stream, read once: "
+                             f"give each input its own file or pipe ({why})")
+        seen[ident] = url
+
+
 def hold_closed_std_fds():
     """A closed stdin, stdout or stderr gets /dev/null opened the wrong way
     round (writes to fd 1, reads from fd 0 fail with EBADF, as when closed),

@@ -281,13 +281,48 @@ def hide_credentials(text):
     return _SECRET_PARAMS.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
 
 
+#: Characters a message must not carry to a terminal or a log as they are:
+#: C0 controls but tab and newline (ESC starts terminal sequences, CR
+#: overwrites a line), DEL, C1 controls (U+009B is an 8-bit CSI), the line
+#: separators U+2028/U+2029 and the bidirectional overrides and isolates.
+_CONTROLS = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+
+
+def _escape_control(m):
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def safe_text(text, newlines=False):
+    """``text`` with control characters written as ``\\xHH``/``\\uHHHH``
+    escapes (tab and newline as ``\\t`` ``\\n``), so that a name from an
+    input (a path, a URL, a key) shows as what it is and cannot move the
+    cursor, recolour a terminal or forge a line of a log.  ``newlines``:
+    keep newlines (a message of several lines)."""
+    import re
+
+    if text.isprintable():
+        return text
+    if not newlines:
+        text = text.replace("\t", "\\t").replace("\n", "\\n")
+    return re.sub(_CONTROLS, _escape_control, text)
+
+
+def shown(name, limit=None):
+    """A name (path, URL, key) as a message shows it on one line:
+    :func:`hide_credentials`, :func:`shorten` and :func:`safe_text`."""
+    return safe_text(shorten(hide_credentials(name), limit))
+
+
 def clip_lines(text, limit=None):
     """Every line of a message cut to at most about ``limit`` characters
     (default four times :data:`NAME_CHARS`), credentials in URLs hidden
-    (:func:`hide_credentials`): the last fence, used where the CLI prints a
-    message, for names that reached it unshortened."""
+    (:func:`hide_credentials`), control characters escaped (:func:`safe_text`,
+    newlines kept): the last fence, used where the CLI prints a message, for
+    names that reached it unshortened or unescaped."""
     text = hide_credentials(text)
     limit = 4 * NAME_CHARS if limit is None else limit
+    text = safe_text(text, newlines=True)
     if len(text) <= limit:
         return text
     return "\n".join(shorten(line, limit) for line in text.split("\n"))

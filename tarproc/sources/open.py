@@ -56,7 +56,9 @@ def cannot_open(url, error):
     quoted or unmatched ``shard-*.tar`` as it was)."""
     import errno
 
-    message = f"{url}: cannot open: {error.strerror}"
+    from ..core.limits import shown
+
+    message = f"{shown(url)}: cannot open: {error.strerror}"
     if error.errno == errno.ENOENT and any(c in url for c in "*?["):
         message += (" (tarproc does not expand * ? [ ] in names: leave the pattern unquoted for the shell, "
                     "or use a brace pattern such as 'shard-{0000..0146}.tar')")
