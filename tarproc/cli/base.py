@@ -493,13 +493,16 @@ def open_inputs(args, prog=None, tar=True):
 
     from ..sources.shardlist import expand_urls
 
+    from .guards import refuse_reading_stdout
+
     lazy = expand_urls(args.inputs or [], getattr(args, "filelist", None))
     urls = list(itertools.islice(lazy, URLS_AHEAD + 1))
     if tar:
         refuse_terminal(prog or _PROG[0], urls)
     else:
         note_terminal(prog or _PROG[0], urls)
-    return urls if len(urls) <= URLS_AHEAD else itertools.chain(urls, lazy)
+    # the one place every command's inputs pass: `cmd in.tar > in.tar` is refused here
+    return refuse_reading_stdout(urls if len(urls) <= URLS_AHEAD else itertools.chain(urls, lazy))
 
 
 def note_terminal(prog, urls, what="text"):

@@ -132,6 +132,14 @@ def main(args, prog="tarproc"):
         if fitted < parallel:
             rep.warn(f"-p {parallel} needs more open files than the limit of {limit} (ulimit -n) allows: "
                      f"running {fitted} command{'s' if fitted > 1 else ''} at once")
+            parallel = fitted
+    else:
+        from ..runtime.procs import fit_workers
+
+        fitted, why = fit_workers(parallel)
+        if fitted < parallel:
+            rep.warn(f"-p {parallel} worker processes are more than {why} allows: starting {fitted}")
+            parallel = fitted
     stats = S.Stats()
     allowance = parse_allowance(args.max_failures)
     if args.error_handling == "ignore" and args.max_failures == "0":
@@ -140,7 +148,8 @@ def main(args, prog="tarproc"):
         raise UsageError("-e abort stops at the first failure; it does not go with --max-failures")
 
     if args.mode == "tar":
-        inputs = read_inputs(args, rep, stats)
+        # the inputs are named now, while fd 1 is still stdout (see _stdout_to_stderr)
+        inputs = read_inputs(args, rep, stats, urls=open_inputs(args))
     else:
         inputs = iter_text_samples(open_inputs(args, tar=False), args.mode, stats, stall=rep.stall)
     if args.count is not None:
@@ -174,14 +183,22 @@ def main(args, prog="tarproc"):
                     writer.write(sample)
             finally:
                 results.close()
-            writer.close()
+            failed = bool(stats.failed) and allowance.exceeded(stats.failed, stats.read)
+            if failed:
+                # decided before the end-of-archive marker: the output is discarded (a file is
+                # never published; a stream is left unterminated, so its readers see a cut archive)
+                sink.abort()
+            else:
+                writer.close()
     except SampleFailed:
         rep.done(stats)  # the failure is the one line (the summary with -v)
         raise
     rep.done(stats, force=stats.failed > 0)
-    if stats.failed and allowance.exceeded(stats.failed, stats.read):
+    if failed:
+        where = ("on stdout, the archive is left without its end-of-archive marker"
+                 if args.output == "-" else "no output written")
         rep.say(f"{stats.failed} of {stats.read} samples failed, more than --max-failures {args.max_failures}: "
-                f"no output written")
+                f"{where}")
         return 1
     return 0
 

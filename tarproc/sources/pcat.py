@@ -286,7 +286,9 @@ def _parallel(urls, workers, mode, strict=False, ignore_errors=False, warn=None,
     urls = list(url_list(urls))
     if not urls:
         return iter(())
-    workers = max(1, min(workers or os.cpu_count() or 1, len(urls)))
+    from ..runtime.procs import fit_workers
+
+    workers = fit_workers(max(1, min(workers or os.cpu_count() or 1, len(urls))))[0]
     stats = stats if stats is not None else Stats()
     ctx = get_context(start_method)
     procs = []
