@@ -66,6 +66,19 @@ class _Counting:
         return data
 
 
+def _size_of(stream, read):
+    """The size of the file ``stream`` reads (what the reader checks against
+    the index: bytes after the end-of-archive marker, which reading stops
+    at, are part of it), or the bytes ``read`` when it is not a file."""
+    import stat
+
+    try:
+        st = os.fstat(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return read
+    return st.st_size if stat.S_ISREG(st.st_mode) and st.st_size >= read else read
+
+
 def scan_shard(url, stats=None, strict=False, warn=None):
     """Read one shard and return its :class:`ShardIndex`.
 
@@ -112,7 +125,7 @@ def scan_shard(url, stats=None, strict=False, warn=None):
             info.starts = starts
             info.keys = keys
             info.end = last[1]
-            info.filesize = counting.count
+            info.filesize = _size_of(stream, counting.count)
     finally:
         stream.close()
     return info
@@ -162,7 +175,7 @@ def build_index(infos, index_dir=None, sidecar=None, name=None):
         index["name"] = name
     index["shardlist"] = shardlist
     blob = None
-    if sidecar is not None and total:
+    if sidecar is not None and any(e["offsets"] for e in shardlist):  # (also for shards with no samples)
         keys = b"".join(key_parts)
         blob = _HEAD.pack(MAGIC, total, len(keys)) + b"".join(starts_parts) + keys
         index["tarproc_offsets"] = {"file": sidecar, "samples": total, "bytes": len(blob)}

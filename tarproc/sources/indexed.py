@@ -213,8 +213,20 @@ class IndexedDataset:
     def __setstate__(self, state):
         self.__init__(state["_source"], state["_base"], state["_positions"])
 
-    def __del__(self):
-        self.close()
+    def __del__(self, _close=os.close):
+        # may run at interpreter shutdown, after this module's globals are set
+        # to None: only attributes and the bound default are used, no global
+        files = getattr(self, "_fds", None)
+        if not files:
+            return
+        self._fds = {}
+        for f in files.values():
+            f.closed = True
+            if not f.users:
+                try:
+                    _close(f.fd)
+                except OSError:
+                    pass
 
     def close(self):
         """Close the shard files held open (reopened on the next access); a
