@@ -72,9 +72,12 @@ def _size_of(stream, read):
     at, are part of it), or the bytes ``read`` when it is not a file."""
     import stat
 
+    region = getattr(stream, "region_source", None)  # (fd, path) of a plain file (open_source)
+    if region is None:
+        return read
     try:
-        st = os.fstat(stream.fileno())
-    except (AttributeError, OSError, ValueError):
+        st = os.fstat(region[0])
+    except OSError:
         return read
     return st.st_size if stat.S_ISREG(st.st_mode) and st.st_size >= read else read
 
