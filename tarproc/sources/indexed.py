@@ -45,7 +45,13 @@ def _resolve(url, base):
         return url
     if scheme_of(base) == "file":
         return os.path.normpath(os.path.join(base, url))
-    return base.rstrip("/") + "/" + url
+    # a URL: dot segments resolved here (RFC 3986), so __source__ is the URL
+    # read (curl would squash them; s3 and gs would take them as a key)
+    import posixpath
+
+    head, sep, path = base.partition("://")
+    host, _, path = path.partition("/")
+    return head + sep + host + posixpath.normpath(posixpath.join("/" + path, url))
 
 
 def _base_of(location):
