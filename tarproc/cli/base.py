@@ -557,10 +557,15 @@ def read_inputs(args, rep, stats, urls=None, pass_through=False, spooler=None, r
     read (each: a 512-byte header and its data rounded up to 512).  ``raw``:
     samples carry the bytes they were read from, for a writer to copy
     (only for commands that write samples unchanged, in order)."""
+    # the inputs are named (and checked: open_inputs) now, before the command writes anything
+    urls = open_inputs(args) if urls is None else urls
+    return _read_inputs(args, rep, stats, urls, pass_through, spooler, raw)
+
+
+def _read_inputs(args, rep, stats, urls, pass_through, spooler, raw):
     from ..core.rules import is_meta
     from ..sources.samples import iter_samples
 
-    urls = open_inputs(args) if urls is None else urls
     sizes = _sizes(urls) if rep.progress else None
     if sizes is not None:
         rep.bar.total, rep.bar.unit, rep.position = sum(sizes), "B", 0

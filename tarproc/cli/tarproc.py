@@ -147,6 +147,10 @@ def main(args, prog="tarproc"):
     if args.error_handling == "abort" and args.max_failures not in ("0", "0%"):
         raise UsageError("-e abort stops at the first failure; it does not go with --max-failures")
 
+    if args.script is not None:
+        from .guards import refuse_reading_stdout
+
+        refuse_reading_stdout([args.script])  # `tarproc -s x.sh in.tar > x.sh`
     if args.mode == "tar":
         # the inputs are named now, while fd 1 is still stdout (see _stdout_to_stderr)
         inputs = read_inputs(args, rep, stats, urls=open_inputs(args))
