@@ -42,6 +42,8 @@ MORE = [
     ("v.tar", "tarcat other.tar v.tar"),  # not the first input
     ("v.tar", "tarmix shards.json"),  # a shard named by the mix
     ("a.txt", "tarcreate plan.txt"),  # a file named by the plan
+    ("v.tar", "tarcat < v.tar"),  # stdin is the file (`>>` would read its own output forever)
+    ("v.tar", "tarproc -c true < v.tar"),
 ]
 # commands that do not write what they read to stdout
 NOT_READERS = {
@@ -81,7 +83,8 @@ def test_reading_its_own_stdout_is_refused(sh, tmp_path, victim, cmd):
     before = (tmp_path / victim).read_bytes()
     p = sh(f"{cmd} >> {victim}", ok=False)
     err = p.stderr.decode().splitlines()
-    assert p.returncode == 2 and len(err) == 1 and "input file is output file" in err[0] and victim in err[0], \
+    named = "stdin" if "<" in cmd else victim
+    assert p.returncode == 2 and len(err) == 1 and "input file is output file" in err[0] and named in err[0], \
         (cmd, p.returncode, err)
     assert (tmp_path / victim).read_bytes() == before  # nothing was appended
 

@@ -56,13 +56,14 @@ def refuse_reading_stdout(urls):
     target = (out.st_dev, out.st_ino)
 
     def check(url):
-        if scheme_of(url) == "file":
+        scheme = scheme_of(url)
+        if scheme in ("file", "-"):
             try:
-                st = os.stat(url)
+                st = os.stat(url) if scheme == "file" else os.fstat(0)  # `cmd < in.tar >> in.tar` too
             except OSError:
                 return url  # opening it says what is wrong
-            if (st.st_dev, st.st_ino) == target:
-                raise BadInput(f"{url}: input file is output file (standard output)")
+            if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == target:
+                raise BadInput(f"{'stdin' if url == '-' else url}: input file is output file (standard output)")
         return url
 
     if isinstance(urls, list):
