@@ -286,7 +286,7 @@ def fit_workers(parallel):
     :func:`fit_parallel` for commands) and as the available memory holds at
     :data:`MEMORY_PER_WORKER` each.  ``why`` says what cut ``n`` below
     ``parallel`` (None when nothing did)."""
-    fds, limit = fit_parallel(max(1, parallel * FDS_PER_WORKER // FDS_PER_COMMAND))
+    limit = fit_parallel(max(1, parallel * FDS_PER_WORKER // FDS_PER_COMMAND))[1]  # (raises the soft limit)
     n, why = parallel, None
     if limit is not None:
         by_fds = max(1, (limit - FDS_RESERVED) // FDS_PER_WORKER)
