@@ -557,7 +557,8 @@ def test_rekey_map_text_and_command_outputs_are_checked(sh, tmp_path):
     p = sh("tarproc --mode keys -c true keys.txt -o out.tar", ok=False)
     assert p.returncode == 2 and b"control characters" in p.stderr, p.stderr
     # files made by tarproc -c with a tab or an ESC in their names: the sample fails
-    p = sh("tarproc -c 'echo x > \"sample.a\tb\"; echo y > sample.ok' in.tar | tar t", ok=False)
+    p = sh("tarproc -c 'echo x > \"sample.a\tb\"; echo y > sample.ok' in.tar | tar t; exit ${PIPESTATUS[0]}",
+           ok=False)
     assert p.returncode == 1 and b"control characters" in p.stderr, p.stderr
     assert p.stdout == b""
     # --map results

@@ -336,8 +336,8 @@ def _pax_sparse(records, data, name=b"GNUSparseFile.0/k.bin"):
     ("pax-bad-map", _pax_sparse([("GNU.sparse.map", b"1,2,x"), ("GNU.sparse.size", b"9")], b"ab"),
      "bad GNU.sparse.map"),
     ("pax-no-size", _pax_sparse([("GNU.sparse.map", b"0,2")], b"ab"), "realsize"),
-    ("pax-0.0", _pax_sparse([("GNU.sparse.size", b"9"), ("GNU.sparse.offset", b"0"),
-                             ("GNU.sparse.numbytes", b"2")], b"ab"), "format 0.0"),
+    ("pax-0.0-past-size", _pax_sparse([("GNU.sparse.size", b"9"), ("GNU.sparse.offset", b"8"),
+                                       ("GNU.sparse.numbytes", b"2")], b"ab"), "runs past its size"),
     ("pax-1.0-bad-map", _pax_sparse([("GNU.sparse.major", b"1"), ("GNU.sparse.minor", b"0"),
                                      ("GNU.sparse.realsize", b"9")], mc.pad(b"1\nzz\n2\n") + b"ab"),
      "bad number in its map"),
@@ -366,13 +366,18 @@ def test_valid_sparse_members_from_generated_maps(sh, tmp_path):
                      ("GNU.sparse.name", b"p.bin")], b"abcd"),
         _pax_sparse([("GNU.sparse.major", b"1"), ("GNU.sparse.minor", b"0"), ("GNU.sparse.name", b"q.bin"),
                      ("GNU.sparse.realsize", b"16")], mc.pad(b"2\n5\n2\n10\n2\n") + b"abcd"),
+        # pax 0.0 (GNU tar 1.14/1.15): offset/numbytes pairs repeated, the name in the header
+        _pax_sparse([("GNU.sparse.size", b"16"), ("GNU.sparse.numblocks", b"2"), ("GNU.sparse.offset", b"5"),
+                     ("GNU.sparse.numbytes", b"2"), ("GNU.sparse.offset", b"10"), ("GNU.sparse.numbytes", b"2")],
+                    b"abcd", name=b"r.bin"),
     ]
     (tmp_path / "in.tar").write_bytes(b"".join(parts) + mc.member(b"z.txt", b"end") + mc.EOA)
     p = sh("tarcat in.tar")
-    assert members_of(p.stdout) == [(b"o.bin", want), (b"p.bin", want), (b"q.bin", want), (b"z.txt", b"end")]
+    assert members_of(p.stdout) == [(b"o.bin", want), (b"p.bin", want), (b"q.bin", want), (b"r.bin", want),
+                                    (b"z.txt", b"end")]
     # the big path: spooled to disk, same bytes
     p = sh("tarcat in.tar", env={"TARPROC_BLOB_THRESHOLD": "8"})
-    assert members_of(p.stdout)[:3] == [(b"o.bin", want), (b"p.bin", want), (b"q.bin", want)]
+    assert members_of(p.stdout)[:4] == [(b"o.bin", want), (b"p.bin", want), (b"q.bin", want), (b"r.bin", want)]
 
 
 # ---------------------------------------------------------------- names

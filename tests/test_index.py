@@ -406,7 +406,7 @@ def test_tarsplit_exact_shards_from_files_stdin_total_and_index(sh, shards, tmp_
 def test_tarsplit_fractions_are_stable_per_key(sh, shards, tmp_path):
     sh("mkdir out sub && tarcat data/a.tar data/b.tar --rekey '{index:05d}' -o all.tar")
     p = sh("tarsplit --fractions 'train=0.6,val=0.2,test=0.2' --seed 3 -n 20 -o 'out/{split}-%03d.tar' "
-           "--index out/index.json all.tar", stderr_ok=True)
+           "--index 'out/{split}.json' all.tar", stderr_ok=True)
     lines = p.stderr.decode().splitlines()
     where = {}
     sizes = {}
@@ -425,8 +425,10 @@ def test_tarsplit_fractions_are_stable_per_key(sh, shards, tmp_path):
     for f in os.listdir(tmp_path / "sub"):
         for k in samples_of((tmp_path / "sub" / f).read_bytes()):
             assert where[k] == f.split("-")[0]
-    ds = tarproc.IndexedDataset(str(tmp_path / "out" / "index.json"))
-    assert len(ds) == 65 and list(ds) == list(tarproc.iter_samples(ds.urls))
+    for name in ("train", "val", "test"):  # one index per split, naming only that split's shards
+        ds = tarproc.IndexedDataset(str(tmp_path / "out" / f"{name}.json"))
+        assert len(ds) == list(where.values()).count(name) and list(ds) == list(tarproc.iter_samples(ds.urls))
+        assert {where[s["__key__"]] for s in ds} == {name}
     p = sh("tarsplit --fractions 'train=0.6,val=0.3' -o 'o-%d.tar' all.tar", ok=False)
     assert p.returncode == 2 and "add up to 0.9" in p.stderr.decode()
     p = sh("tarsplit --fractions 'train=0.5,val=0.5' -o 'o-%d.tar' all.tar", ok=False)

@@ -149,7 +149,7 @@ def test_worker_killed_on_every_sample_never_hangs(tmp_path):
                        env=env, capture_output=True, timeout=120)
     assert r.returncode == 1
     assert r.stderr.decode().count("SIGKILL") == 8
-    assert samples_of(r.stdout) == {}
+    assert r.stdout == b""  # a failed run on stdout: not even an end marker
 
 
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])

@@ -578,13 +578,16 @@ def open_inputs(args, prog=None, tar=True):
 
     from ..sources.shardlist import expand_urls
 
+    from .guards import refuse_reading_stdout
+
     lazy = expand_urls(args.inputs or [], getattr(args, "filelist", None))
     urls = list(itertools.islice(lazy, URLS_AHEAD + 1))
     if tar:
         refuse_terminal(prog or _PROG[0], urls)
     else:
         note_terminal(prog or _PROG[0], urls)
-    return urls if len(urls) <= URLS_AHEAD else itertools.chain(urls, lazy)
+    # the one place every command's inputs pass: `cmd in.tar > in.tar` is refused here
+    return refuse_reading_stdout(urls if len(urls) <= URLS_AHEAD else itertools.chain(urls, lazy))
 
 
 def note_terminal(prog, urls, what="text"):
@@ -681,10 +684,15 @@ def read_inputs(args, rep, stats, urls=None, pass_through=False, spooler=None, r
     read (each: a 512-byte header and its data rounded up to 512).  ``raw``:
     samples carry the bytes they were read from, for a writer to copy
     (only for commands that write samples unchanged, in order)."""
+    # the inputs are named (and checked: open_inputs) now, before the command writes anything
+    urls = open_inputs(args) if urls is None else urls
+    return _read_inputs(args, rep, stats, urls, pass_through, spooler, raw)
+
+
+def _read_inputs(args, rep, stats, urls, pass_through, spooler, raw):
     from ..core.rules import is_meta
     from ..sources.samples import iter_samples
 
-    urls = open_inputs(args) if urls is None else urls
     bad = bad_shards_of(args, rep, spooler)
     resume = resume_of(args)
     sizes = _sizes(urls) if rep.progress else None

@@ -64,6 +64,44 @@ def refuse_one_stream_twice(urls, why):
         seen[ident] = url
 
 
+def refuse_reading_stdout(urls):
+    """``urls``, checked as they are used: a local input that is the file
+    standard output writes to (``cmd in.tar > in.tar``, ``>> in.tar``) is
+    refused as GNU cat does ("input file is output file"), exit 2, before it
+    is read (the shell has already emptied it, or the command would read its
+    own output forever).  Standard output is looked at when this is called,
+    so a command that later points fd 1 elsewhere (tarproc) is still
+    guarded.  Every command gets its inputs through
+    :func:`~tarproc.cli.base.open_inputs`, which applies this."""
+    import stat
+
+    from ..errors import BadInput
+    from ..sources.open import scheme_of
+
+    try:
+        out = os.fstat(1)
+    except OSError:
+        return urls
+    if not stat.S_ISREG(out.st_mode):
+        return urls
+    target = (out.st_dev, out.st_ino)
+
+    def check(url):
+        scheme = scheme_of(url)
+        if scheme in ("file", "-"):
+            try:
+                st = os.stat(url) if scheme == "file" else os.fstat(0)  # `cmd < in.tar >> in.tar` too
+            except OSError:
+                return url  # opening it says what is wrong
+            if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == target:
+                raise BadInput(f"{'stdin' if url == '-' else url}: input file is output file (standard output)")
+        return url
+
+    if isinstance(urls, list):
+        return [check(url) for url in urls]
+    return map(check, urls)
+
+
 def hold_closed_std_fds():
     """A closed stdin, stdout or stderr gets /dev/null opened the wrong way
     round (writes to fd 1, reads from fd 0 fail with EBADF, as when closed),

@@ -61,8 +61,9 @@ def main(args, prog="tarcreate"):
 
     note_terminal(prog, [args.plan], "the plan")
     if args.plan != "-":
-        from .guards import refuse_overwriting_inputs
+        from .guards import refuse_overwriting_inputs, refuse_reading_stdout
 
+        refuse_reading_stdout([args.plan])
         refuse_overwriting_inputs([args.output], [args.plan], "the plan")
     items = read_plan(args.plan, args.plan_format, args.delim, args.key, args.dir)
     if not items:

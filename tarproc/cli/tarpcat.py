@@ -82,6 +82,11 @@ def tarpcat_command(
     stats = S.Stats()
     failed = []
     urls = open_inputs(args) if args.count != 0 else []
+    from ..runtime.procs import fit_workers
+
+    fitted, why = fit_workers(args.workers)
+    if fitted < args.workers and (not isinstance(urls, list) or len(urls) > fitted):
+        rep.warn(f"-w {args.workers} worker processes are more than {why} allows: starting {fitted}")
     from ..runtime.stall import Stall
 
     stall = Stall()  # waiting for a worker flushes the output (slow inputs show at once)

@@ -147,6 +147,14 @@ def main(args, prog="tarproc"):
         if fitted < parallel:
             rep.warn(f"-p {parallel} needs more open files than the limit of {limit} (ulimit -n) allows: "
                      f"running {fitted} command{'s' if fitted > 1 else ''} at once")
+            parallel = fitted
+    else:
+        from ..runtime.procs import fit_workers
+
+        fitted, why = fit_workers(parallel)
+        if fitted < parallel:
+            rep.warn(f"-p {parallel} worker processes are more than {why} allows: starting {fitted}")
+            parallel = fitted
     stats = S.Stats()
     allowance = parse_allowance(args.max_failures)
     if args.error_handling == "ignore" and args.max_failures == "0":
@@ -156,8 +164,13 @@ def main(args, prog="tarproc"):
 
     if args.mode != "tar" and (args.on_bad_shard != "fail" or args.max_bad_shards is not None):
         raise UsageError("--on-bad-shard and --max-bad-shards apply to tar shards, not to --mode " + args.mode)
+    if args.script is not None:
+        from .guards import refuse_reading_stdout
+
+        refuse_reading_stdout([args.script])  # `tarproc -s x.sh in.tar > x.sh`
     if args.mode == "tar":
-        inputs = read_inputs(args, rep, stats)
+        # the inputs are named now, while fd 1 is still stdout (see _stdout_to_stderr)
+        inputs = read_inputs(args, rep, stats, urls=open_inputs(args))
     else:
         inputs = iter_text_samples(open_inputs(args, tar=False), args.mode, stats, stall=rep.stall,
                                    **resume_of(args))
@@ -207,7 +220,13 @@ def main(args, prog="tarproc"):
                     writer.write(sample)
             finally:
                 results.close()
-            writer.close()
+            failed = bool(stats.failed) and allowance.exceeded(stats.failed, stats.read)
+            if failed:
+                # decided before the end-of-archive marker: the output is discarded (a file is
+                # never published; a stream is left unterminated, so its readers see a cut archive)
+                sink.abort()
+            else:
+                writer.close()
             if isinstance(report, _Failures):  # all the input was processed: the list is complete
                 report.keys.commit()
                 rep.info(f"{report.keys.count} failed keys written to {args.failed_keys}")
@@ -218,9 +237,11 @@ def main(args, prog="tarproc"):
         if isinstance(report, _Failures):
             report.keys.abort()  # (once committed, nothing) a run that stopped early: its list would be incomplete
     rep.done(stats, force=stats.failed > 0)
-    if stats.failed and allowance.exceeded(stats.failed, stats.read):
+    if failed:
+        where = ("on stdout, the archive is left without its end-of-archive marker"
+                 if args.output == "-" else "no output written")
         rep.say(f"{stats.failed} of {stats.read} samples failed, more than --max-failures {args.max_failures}: "
-                f"no output written")
+                f"{where}")
         return 1
     return 0
 

@@ -17,6 +17,7 @@ tarsplit -n 1000 -o 'train-{shard:06d}.tar' -p 'gsutil cp %s gs://bucket/ && rm 
 tarsplit -n 1000 -o 'gs://bucket/train-%06d.tar' --manifest shards.json data.tar
 tarsplit --shards 8 -o 'rank-{shard:02d}.tar' --index index.json data.tar   # 8 equal shards + index
 tarsplit --fractions 'train=0.8,val=0.1,test=0.1' --seed 1 -o 'out/{split}-%06d.tar' data.tar
+tarsplit --fractions 'train=0.9,val=0.1' -n 500 -o 'fx/{split}-%06d.tar' --index 'fx/{split}.json' data.tar
 """
 
 NOTES = """
@@ -74,7 +75,7 @@ def tarsplit_command(
                     help="seed of the --fractions hash (default: 0)")] = 0,
     index: Annotated[Optional[str], opt("--index", metavar="FILE",
                      help="write a tarindex index (JSON, and offsets for uncompressed shards) of the shards "
-                          "written")] = None,
+                          "written; with --fractions one per split, named with {split}: 'idx/{split}.json'")] = None,
     strict: Strict = False,
     on_bad_shard: OnBadShard = "fail",
     max_bad_shards: MaxBadShards = None,
@@ -140,12 +141,13 @@ def tarsplit_command(
     from .base import URLS_AHEAD
     from .guards import refuse_overwriting_inputs
 
+    index_of = _index_names(args.index, args.fractions)  # split (None without --fractions) -> index file
     urls = open_inputs(args)
     ahead = urls if isinstance(urls, list) else list(itertools.islice(urls, URLS_AHEAD))
     if ahead is not urls:
         urls = itertools.chain(ahead, urls)
     # before anything is written (the manifest is written also when the run fails)
-    refuse_overwriting_inputs([args.manifest, args.index], ahead, "choose another --manifest or --index")
+    refuse_overwriting_inputs([args.manifest, *index_of.values()], ahead, "choose another --manifest or --index")
 
     shards = []
     total_bytes = 0
@@ -192,7 +194,9 @@ def tarsplit_command(
         if args.index:
             from ..sinks.index import write_shard_index
 
-            write_shard_index(infos, args.index, warn=rep.warn)
+            for split, path in index_of.items():  # one index per split: never one that mixes them
+                write_shard_index([i for s, i in zip(shards, infos) if split is None or s.split == split], path,
+                                  warn=rep.warn)
     finally:
         if spooled is not None:
             import os
@@ -210,6 +214,32 @@ def tarsplit_command(
 
 
 # ---- exact shards, splits and indexes (issue 16)
+
+
+def _index_names(index, fractions):
+    """``--index``: the index file of each split (``{split}`` in the name
+    filled in), or ``{None: index}`` without ``--fractions``.  One index for
+    several splits is refused: a dataset over it would read them all."""
+    from ..errors import UsageError
+
+    if not index:
+        return {}
+    if not fractions:
+        if "{split}" in index:
+            raise UsageError(f"--index {index!r}: {{split}} is filled in only with --fractions")
+        return {None: index}
+    from ..sinks.split import parse_fractions
+
+    names = [name for name, _ in parse_fractions(fractions)]
+    if "{split}" not in index:
+        if len(names) > 1:
+            raise UsageError(f"--index {index!r}: one index for the {len(names)} splits would mix them; name one "
+                             f"per split with {{split}}, e.g. --index 'idx/{{split}}.json'")
+        return {names[0]: index}
+    paths = {name: index.replace("{split}", name) for name in names}
+    if len(set(paths.values())) < len(paths):
+        raise UsageError(f"--index {index!r}: the splits' index names collide")
+    return paths
 
 
 def _total_from(value, rep):

@@ -106,18 +106,23 @@ class _File:
         self.path = path
         self.owned = owned
 
-    def close(self):
+    def close(self, _unlink=os.unlink, _close=os.close):
+        # (also run by __del__ at interpreter shutdown, when this module's
+        # globals may be None: os is bound as defaults; _live may be gone,
+        # and the atexit hook has removed the spool files by then)
         fd, self.fd = self.fd, -1
         if self.owned and self.path is not None:
             try:
-                os.unlink(self.path)
+                _unlink(self.path)
             except OSError:
                 pass
-            _live.discard(self.path)
+            live = _live
+            if live is not None:
+                live.discard(self.path)
             self.owned = False
         if fd >= 0:
             try:
-                os.close(fd)
+                _close(fd)
             except OSError:
                 pass
 

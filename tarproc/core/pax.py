@@ -13,6 +13,7 @@ def parse_pax(data, source="-", offset=0):
     ``str`` keyword to ``bytes`` value.  Linear in the size of ``data``; every
     malformation raises :class:`BadArchive`."""
     records = {}
+    sparse = []  # pax sparse 0.0: GNU.sparse.offset/numbytes pairs, repeated
     pos = 0
     end = len(data)
     while pos < end:
@@ -35,8 +36,21 @@ def parse_pax(data, source="-", offset=0):
         eq = body.find(b"=")
         if eq <= 0:
             raise BadArchive(source, offset, f"malformed pax record at byte {pos}: no keyword=value")
-        records[_decode(body[:eq])] = bytes(body[eq + 1 :])
+        key = _decode(body[:eq])
+        value = bytes(body[eq + 1 :])
+        if key in ("GNU.sparse.offset", "GNU.sparse.numbytes"):
+            # the one keyword POSIX lets repeat with meaning: each pair is a
+            # map entry (GNU tar 1.14/1.15), kept in order as GNU.sparse.map
+            if (key == "GNU.sparse.offset") != (len(sparse) % 2 == 0):
+                raise BadArchive(source, offset, f"malformed pax record at byte {pos}: {key} out of turn "
+                                                 f"(GNU.sparse.offset and numbytes come in pairs)")
+            sparse.append(value)
+        records[key] = value
         pos += length
+    if sparse:
+        if len(sparse) % 2:
+            raise BadArchive(source, offset, "pax sparse map: a GNU.sparse.offset without its numbytes")
+        records.setdefault("GNU.sparse.map", b",".join(sparse))
     return records
 
 

@@ -7,12 +7,14 @@ and Python's ``tarfile`` (hence webdataset) extract it.  Formats read:
 
 - old GNU (type flag ``S``, ``--format=gnu``/``oldgnu``): a map of four
   entries in the header, more in extension blocks that follow it;
+- pax 0.0 (GNU tar 1.14/1.15: ``GNU.sparse.offset``/``GNU.sparse.numbytes``
+  records repeated, one pair per map entry, which
+  :func:`~tarproc.core.pax.parse_pax` gathers into ``GNU.sparse.map``);
 - pax 0.1 (``GNU.sparse.map``, ``GNU.sparse.size``, ``GNU.sparse.name``);
 - pax 1.0 (``GNU.sparse.major=1``: the map is a text block in front of the
   data; the real name and size in ``GNU.sparse.name``/``realsize``).
 
-pax 0.0 (repeated ``GNU.sparse.offset``/``numbytes`` records; GNU tar 1.14
-and 1.15 only) is refused with a clear error, as is any map that is out of
+Any map that is out of
 order, overlapping, larger than the data stored, or whose holes add up to
 more than :data:`~tarproc.core.limits.SPARSE_HOLES` (a small shard that
 claims a terabyte of zeros would otherwise fill the disk).
@@ -68,8 +70,7 @@ def read_sparse(reader, buf, records, size, here, name):
             nums = [int(p) for p in parts]
             entries = list(zip(nums[0::2], nums[1::2]))
         else:
-            fail("pax sparse format 0.0 (GNU.sparse.offset records) is not supported; "
-                 "re-create the archive with GNU tar --sparse-version=1.0, or without --sparse")
+            fail("no sparse map (GNU.sparse.map, GNU.sparse.offset/numbytes, or GNU.sparse.major=1)")
     else:  # old GNU: the map in the header, then in extension blocks
         entries = []
 

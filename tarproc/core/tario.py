@@ -37,6 +37,8 @@ _KNOWN_OTHER = {
     b"1": "1", b"2": "2", b"3": "3", b"4": "4", b"5": "5", b"6": "6",
     b"D": "D", b"V": "V", b"M": "M", b"N": "N", b"S": "S",
 }
+#: Type flags whose entries carry no data, whatever their size field says.
+_DATALESS = (b"1", b"2", b"3", b"4", b"5", b"6")
 #: What a member of each type is called in reports (plural, as counted).
 TYPE_NAMES = {
     "0": "regular files", "1": "hard links", "2": "symlinks", "3": "character devices",
@@ -298,6 +300,13 @@ class TarReader:
                 buf = bytes(buf)  # the numeric fields are looked up by value
             if len(buf) < BLOCK:
                 if buf.strip(b"\0"):  # a cut in zero padding loses nothing
+                    if zero_seen and offset == zero_end and pending_at is None:
+                        # a short tail after the end-of-archive marker (GNU tar, bsdtar
+                        # and tarfile stop at the marker and never read it); with
+                        # strict, data after the marker is an error, as a whole block is
+                        self.trailing = offset
+                        return self._stop(offset, f"data after the end-of-archive marker ignored ({len(buf)} "
+                                                  f"bytes, less than a block)")
                     self._fail(offset, f"input ends inside a header ({len(buf)} of 512 bytes)", buf)
                 if pending_at is not None:
                     self._fail(pending_at, "input ends after a long-name or pax header, before its member")
@@ -358,7 +367,9 @@ class TarReader:
                 else:
                     # keep only what is used, so any number of g headers stays small and cheap
                     for k, v in parse_pax(data, source, here).items():
-                        if k in ("path", "linkpath", "size", "mtime"):
+                        if not v and k in ("path", "linkpath", "size", "mtime"):
+                            gpax.pop(k, None)  # POSIX: an empty value deletes the keyword
+                        elif k in ("path", "linkpath", "size", "mtime"):
                             gpax[k] = v
                         elif k.startswith("GNU.sparse."):
                             gpax["GNU.sparse.global"] = v
@@ -383,6 +394,9 @@ class TarReader:
                 records = dict(gpax)
                 if pax:
                     records.update(pax)
+                    for k, v in pax.items():
+                        if not v:  # POSIX: an empty value deletes the keyword (the header's own field holds)
+                            del records[k]
                 if "path" in records:
                     name = _pax_name(records, "path", source, here)
                 if "linkpath" in records:
@@ -422,9 +436,11 @@ class TarReader:
                 offset += extra
                 m = Member(name, data, REGULAR, mode, mtime, linkname, here, start)
             else:
-                if kind in "123456" and flag != b"0" and flag != b"\0":
+                if flag in _DATALESS:
                     # links, devices, directories and FIFOs carry no data,
-                    # whatever their size field says (as tarfile and GNU tar)
+                    # whatever their size field says (as tarfile and GNU tar);
+                    # any other entry (an unknown type named like a directory,
+                    # a pre-POSIX one) is followed by its size in data
                     offset = here + BLOCK
                 elif size:
                     self._skip_data(size, here, name)

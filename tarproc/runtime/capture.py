@@ -135,7 +135,17 @@ class Capture:
             self.fd = None
         self.buf = bytearray()
 
-    __del__ = close
+    def __del__(self, _close=os.close):
+        # may run at interpreter shutdown, after this module's globals are
+        # set to None: only attributes and the bound default are used
+        for name in ("wfd", "rfd", "fd"):
+            fd = getattr(self, name, None)
+            if fd is not None:
+                setattr(self, name, None)
+                try:
+                    _close(fd)
+                except OSError:
+                    pass
 
 
 def _write_all(fd, data):

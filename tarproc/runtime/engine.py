@@ -17,6 +17,10 @@ TAIL_LINES = 10
 #: Failures reported with their output's last lines; later ones get one line
 #: each (key and reason), so a run where most samples fail stays readable.
 DETAILED_FAILURES = 20
+#: Seconds between two calls of ``on_stall`` while the engines wait for
+#: results: a stall hook that finds the output's reader gone raises
+#: BrokenPipeError, and the run stops within about this long.
+ALIVE_GAP = 0.5
 
 
 # ---------------------------------------------------------------- helpers
@@ -144,9 +148,16 @@ def _engine(samples, submit, window, ordered, handle, on_stall=None, finish=None
             try:
                 kind, index, payload = inbox.get_nowait()
             except queue.Empty:
-                if on_stall is not None:
-                    on_stall()
-                kind, index, payload = inbox.get()
+                if on_stall is None:
+                    kind, index, payload = inbox.get()
+                else:
+                    while True:  # a stall every ALIVE_GAP while waiting: it raises once the reader has gone
+                        on_stall()
+                        try:
+                            kind, index, payload = inbox.get(timeout=ALIVE_GAP)
+                            break
+                        except queue.Empty:
+                            pass
             if kind == "done":
                 if ordered:
                     pending[index] = payload

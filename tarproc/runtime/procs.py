@@ -259,3 +259,42 @@ def fit_parallel(parallel):
     if soft == resource.RLIM_INFINITY or soft >= need:
         return parallel, soft
     return max(1, (soft - FDS_RESERVED) // FDS_PER_COMMAND), soft
+
+
+#: Descriptors one worker process holds in the parent (its task and reply
+#: pipes, and a few the start-up uses), and the memory one is reckoned to
+#: take (an interpreter with the function's imports; a forked one shares most
+#: pages at first, but they diverge as it runs).
+FDS_PER_WORKER = 6
+MEMORY_PER_WORKER = 64 << 20
+
+
+def _available_memory():
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def fit_workers(parallel):
+    """``(n, why)``: how many worker processes (``map_function``, tarpcat)
+    may start at once: as many as the open-file limit allows (as
+    :func:`fit_parallel` for commands) and as the available memory holds at
+    :data:`MEMORY_PER_WORKER` each.  ``why`` says what cut ``n`` below
+    ``parallel`` (None when nothing did)."""
+    limit = fit_parallel(max(1, parallel * FDS_PER_WORKER // FDS_PER_COMMAND))[1]  # (raises the soft limit)
+    n, why = parallel, None
+    if limit is not None:
+        by_fds = max(1, (limit - FDS_RESERVED) // FDS_PER_WORKER)
+        if by_fds < n:
+            n, why = by_fds, f"the open-file limit of {limit} (ulimit -n)"
+    memory = _available_memory()
+    if memory is not None:
+        by_memory = max(1, memory // MEMORY_PER_WORKER)
+        if by_memory < n:
+            n, why = by_memory, f"the available memory ({memory >> 20} MiB, {MEMORY_PER_WORKER >> 20} MiB a worker)"
+    return n, why

@@ -21,6 +21,7 @@ import os
 import threading
 import time
 
+from .engine import ALIVE_GAP
 from .procs import _killpg, _wait_nowait
 
 
@@ -386,16 +387,18 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
                 inbox.waiting = False
                 continue
             timeout = None
-            if owed:  # flush what was handed out, at most every STALL_GAP (one write per sample costs)
+            if stalls:
+                # flush what was handed out, at most every STALL_GAP (one write per sample
+                # costs); and every ALIVE_GAP anyway: the hook raises once the reader has gone
                 now = time.monotonic()
-                if now - stalled_at >= STALL_GAP:
+                gap = STALL_GAP if owed else ALIVE_GAP
+                if now - stalled_at >= gap:
                     on_stall()
-                    stalled_at, owed = now, False
-                else:
-                    timeout = stalled_at + STALL_GAP - now
+                    stalled_at, owed, gap = now, False, ALIVE_GAP
+                timeout = max(0.0, stalled_at + gap - now)
             if runner.timeout is not None and inflight:
                 now = time.monotonic()
-                timeout = min(runner.timeout, timeout or runner.timeout)  # one being started has a later deadline
+                timeout = min(runner.timeout, runner.timeout if timeout is None else timeout)  # one being started has a later deadline
                 for job in list(running.values()):
                     if job.timed_out:
                         continue

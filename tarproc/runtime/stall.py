@@ -10,10 +10,11 @@ A pipeline makes one ``Stall`` and passes it to its source (``iter_samples``,
 class Stall:
     """A list of flush hooks; calling the object runs them."""
 
-    __slots__ = ("hooks",)
+    __slots__ = ("hooks", "broken")
 
     def __init__(self):
         self.hooks = []
+        self.broken = False  # a hook met a closed pipe: the output's reader has gone
 
     def add(self, hook, first=False):
         if first:
@@ -29,8 +30,19 @@ class Stall:
         return bool(self.hooks)
 
     def __call__(self):
+        """Run the hooks.  A hook that meets a closed pipe (the reader of
+        the output has gone) raises :class:`BrokenPipeError` to the caller,
+        now and at every later call: the source, the engine or the batcher
+        that stalled stops there, as ``cat`` stops at its next write, rather
+        than work on for nobody.  A hook on an already closed file is
+        skipped."""
+        if self.broken:
+            raise BrokenPipeError("the output's reader has gone")
         for hook in list(self.hooks):
             try:
                 hook()
-            except (BrokenPipeError, ValueError):
+            except BrokenPipeError:
+                self.broken = True
+                raise
+            except ValueError:
                 pass

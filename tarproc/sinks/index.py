@@ -68,6 +68,22 @@ class _Counting:
         return data
 
 
+def _size_of(stream, read):
+    """The size of the file ``stream`` reads (what the reader checks against
+    the index: bytes after the end-of-archive marker, which reading stops
+    at, are part of it), or the bytes ``read`` when it is not a file."""
+    import stat
+
+    region = getattr(stream, "region_source", None)  # (fd, path) of a plain file (open_source)
+    if region is None:
+        return read
+    try:
+        st = os.fstat(region[0])
+    except OSError:
+        return read
+    return st.st_size if stat.S_ISREG(st.st_mode) and st.st_size >= read else read
+
+
 def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_spacing=None, retries=RETRIES,
                stall_timeout=STALL_TIMEOUT):
     """Read one shard and return its :class:`ShardIndex`.
@@ -124,7 +140,7 @@ def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_
             info.starts = starts
             info.keys = keys
             info.end = last[1]
-            info.filesize = counting.count
+            info.filesize = _size_of(stream, counting.count)
         if seekable is not None:
             info.seek, info.filesize = seekable[0](), seekable[1]()
             if info.seek is None:  # no restart points: counts only
@@ -190,7 +206,7 @@ def build_index(infos, index_dir=None, sidecar=None, name=None):
         index["name"] = name
     index["shardlist"] = shardlist
     blob = None
-    if sidecar is not None and total:
+    if sidecar is not None and any(e["offsets"] for e in shardlist):  # (also for shards with no samples)
         keys = b"".join(key_parts)
         blob = _HEAD.pack(MAGIC, total, len(keys)) + b"".join(starts_parts) + keys
         index["tarproc_offsets"] = {"file": sidecar, "samples": total, "bytes": len(blob)}

@@ -311,7 +311,7 @@ class Sink:
         self._hook = None
         self._stall = stall
         if stall is not None and self.compression is None:
-            self._hook = self.flush  # errors become OutputError naming the URL
+            self._hook = self._on_stall  # errors become OutputError naming the URL
             stall.add(self._hook)
 
     def _create_partial(self, path):
@@ -444,6 +444,21 @@ class Sink:
             self._broken_pipe()
         except OSError as e:
             raise OutputError(f"{self.url}: write failed: {e.strerror or e}") from None
+
+    def _on_stall(self):
+        """The stall hook: flush, and on a stream whose reader has gone
+        (the write end of a pipe polls POLLERR) raise BrokenPipeError even
+        when there was nothing to write, so a command waiting on slow work
+        learns at its next stall that nobody reads (``| head``)."""
+        self.flush()
+        if self.kind in ("-", "direct") and not self._raw.closed:
+            import select
+
+            poller = select.poll()
+            poller.register(self._raw.fileno(), select.POLLOUT)
+            for _fd, events in poller.poll(0):
+                if events & select.POLLERR:
+                    raise BrokenPipeError
 
     def _unhook(self):
         if self._hook is not None:

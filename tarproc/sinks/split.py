@@ -95,6 +95,10 @@ def shard_pattern(output, compress=False):
     if "%" in output or "{" in output:
         return output
     base = output.rsplit("/", 1)[-1]
+    if not base or base in (".", ".."):
+        # `-o outdir/` would give outdir/-000000.tar, a name that reads as an option
+        raise UsageError(f"-o {output!r} names a directory, not a prefix: give a prefix inside it, e.g. "
+                         f"{output.rstrip('/') or '.'}/shard (shard-000000.tar, ...)")
     for ending in _TAR_ENDINGS:
         if base.endswith(ending) and len(base) > len(ending):
             if compress and ending == ".tar":

@@ -294,6 +294,10 @@ def _file_blob(where, path):
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise BadInput(f"{where}: {path!r} is not a regular file")
+        from .open import is_stdout
+
+        if is_stdout(st):  # `tarcreate plan > a.jpg`: the shell has emptied it, or it grows as it is read
+            raise BadInput(f"{where}: {path!r}: input file is output file (standard output)")
         os.set_blocking(fd, True)
         if st.st_size <= SMALL_FILE:
             parts = []

@@ -48,7 +48,13 @@ def _resolve(url, base):
         return url
     if scheme_of(base) == "file":
         return os.path.normpath(os.path.join(base, url))
-    return base.rstrip("/") + "/" + url
+    # a URL: dot segments resolved here (RFC 3986), so __source__ is the URL
+    # read (curl would squash them; s3 and gs would take them as a key)
+    import posixpath
+
+    head, sep, path = base.partition("://")
+    host, _, path = path.partition("/")
+    return head + sep + host + posixpath.normpath(posixpath.join("/" + path, url))
 
 
 def _base_of(location):
@@ -234,8 +240,20 @@ class IndexedDataset:
     def __setstate__(self, state):
         self.__init__(state["_source"], state["_base"], state["_positions"])
 
-    def __del__(self):
-        self.close()
+    def __del__(self, _close=os.close):
+        # may run at interpreter shutdown, after this module's globals are set
+        # to None: only attributes and the bound default are used, no global
+        files = getattr(self, "_fds", None)
+        if not files:
+            return
+        self._fds = {}
+        for f in files.values():
+            f.closed = True
+            if not f.users:
+                try:
+                    _close(f.fd)
+                except OSError:
+                    pass
 
     def close(self):
         """Close the shard files held open (reopened on the next access); a

@@ -243,7 +243,9 @@ def _track(proc):
     _LIVE[proc.pid] = os.getpid()
 
 
-def _is_stdout(st):
+def is_stdout(st):
+    """Whether ``st`` (an ``os.stat_result``) is the file standard output
+    writes to: an input that is refused ("input file is output file")."""
     try:
         out = os.fstat(1)
     except OSError:
@@ -282,7 +284,7 @@ def open_source(url, decompress=True, stall=None, retries=RETRIES, stall_timeout
         if stat.S_ISDIR(st.st_mode):
             os.close(fd)
             raise BadInput(f"{url}: is a directory")
-        if stat.S_ISREG(st.st_mode) and _is_stdout(st):
+        if stat.S_ISREG(st.st_mode) and is_stdout(st):
             # `tarcat a.tar >> a.tar` would read its own output forever
             # (and `> a.tar` has already been emptied by the shell), as GNU cat says
             os.close(fd)

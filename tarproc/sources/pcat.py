@@ -303,7 +303,9 @@ def _parallel(urls, workers, mode, strict=False, ignore_errors=False, warn=None,
         return iter(())
     bad = as_bad_shards("partial" if ignore_errors and on_bad_shard in (None, "fail") else on_bad_shard, warn)
     hold = bad is not None and bad.policy == "skip"
-    workers = max(1, min(workers or os.cpu_count() or 1, len(urls)))
+    from ..runtime.procs import fit_workers
+
+    workers = fit_workers(max(1, min(workers or os.cpu_count() or 1, len(urls))))[0]
     stats = stats if stats is not None else Stats()
     ctx = get_context(start_method)
     procs = []

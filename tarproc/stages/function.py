@@ -208,6 +208,9 @@ def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=T
     parallel = parallel or default_parallel()
     if parallel < 1:
         raise UsageError("parallel must be >= 1")
+    from ..runtime.procs import fit_workers
+
+    parallel = fit_workers(parallel)[0]  # bounded by open files and memory (the CLI warns)
     if batch < 1:
         raise UsageError("batch must be >= 1")
     if start_method is not None:
