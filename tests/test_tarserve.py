@@ -318,7 +318,7 @@ def test_failed_sample_cuts_the_response(data, serve):
     t = serve(["root", "--map", "up.py:up", "-p", "1", "--max-failures", "1"], cwd=data)
     ok = curl(t.url + "bad.tar")
     assert ok.returncode == 0
-    assert ok.stdout == subprocess.run("tarproc --map up.py:up -p 1 root/bad.tar", shell=True, cwd=data,
+    assert ok.stdout == subprocess.run("tarproc --max-failures 1 --map up.py:up -p 1 root/bad.tar", shell=True, cwd=data,
                                        capture_output=True).stdout
     assert [n for n, _ in read_tar(ok.stdout)] == ["s00000.cls", "s00000.txt", "s00002.cls", "s00002.txt"]
 
