@@ -35,9 +35,11 @@ class ShardIndex:
     (``None`` or the codec), ``filesize`` (bytes read, for an uncompressed
     shard), and for uncompressed shards ``starts`` (an ``array('Q')`` of
     sample start offsets), ``end`` (where the last sample ends) and ``keys``
-    (a list of ``str``)."""
+    (a list of ``str``); ``stamp`` (a dict, :mod:`tarproc.sources.stamps`)
+    and ``sha256`` (hex, or ``None``) when :func:`~tarproc.sinks.scan.scan_one`
+    made it."""
 
-    __slots__ = ("url", "nsamples", "compression", "filesize", "starts", "end", "keys")
+    __slots__ = ("url", "nsamples", "compression", "filesize", "starts", "end", "keys", "stamp", "sha256")
 
     def __init__(self, url):
         self.url = url
@@ -47,6 +49,8 @@ class ShardIndex:
         self.starts = None
         self.end = None
         self.keys = None
+        self.stamp = None
+        self.sha256 = None
 
     @property
     def has_offsets(self):
@@ -156,6 +160,7 @@ def build_index(infos, index_dir=None, sidecar=None, name=None):
                 if "\n" in key:
                     raise BadInput(f"{info.url}: key {key!r} has a newline: cannot be indexed")
             key_parts.append("".join(k + "\n" for k in info.keys).encode("utf-8", "surrogateescape"))
+        _add_stamp(entry, info)
         shardlist.append(entry)
     index = {"__kind__": KIND, "wids_version": 1}
     if name:
@@ -167,6 +172,16 @@ def build_index(infos, index_dir=None, sidecar=None, name=None):
         blob = _HEAD.pack(MAGIC, total, len(keys)) + b"".join(starts_parts) + keys
         index["tarproc_offsets"] = {"file": sidecar, "samples": total, "bytes": len(blob)}
     return index, blob
+
+
+def _add_stamp(entry, info):
+    """A shard's stamp and checksum (:func:`~tarproc.sinks.scan.scan_one`'s)
+    in its entry: ``filesize`` (when reading gave none), ``mtime_ns``,
+    ``etag``, ``last_modified``, ``sha256``."""
+    for field, value in sorted((info.stamp or {}).items()):
+        entry.setdefault(field, value)
+    if info.sha256:
+        entry["sha256"] = info.sha256
 
 
 def _le(arr):
@@ -191,7 +206,7 @@ def write_index(index, blob, output, sidecar_path=None):
 
 
 def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=False, warn=None,
-                 progress=None):
+                 progress=None, parallel=1, checksum=False):
     """Index shards (a URL, a brace pattern, or a list of URLs) and return the
     index ``dict``.
 
@@ -200,7 +215,13 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
     next to it (``index.json`` -> ``index.offsets``; give ``offsets`` as a
     path to choose).  Compressed shards get their sample count only (their
     entry says ``"offsets": false``); ``warn(message)`` is told about them.
-    ``progress(info)`` is called after each shard."""
+    ``progress(info)`` is called after each shard.
+
+    Each entry records the shard's size and, where the store gives one, its
+    mtime (``mtime_ns``), ETag or Last-Modified, which
+    :class:`~tarproc.IndexedDataset` compares on reading; with ``checksum``
+    also the SHA-256 of its bytes (``sha256``; ``tarcheck --index`` verifies
+    it).  ``parallel`` shards are indexed at once (threads)."""
     from ..sources.open import scheme_of
     from ..sources.shardlist import as_url, as_urls
 
@@ -230,17 +251,21 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
             sidecar = os.path.relpath(os.path.abspath(sidecar_path), index_dir)
         else:
             sidecar = sidecar_path
-    infos = []
-    for url in urls:
-        if url == "-" and sidecar is not None:
-            raise UsageError("stdin cannot be indexed with offsets (it cannot be read again): give shard files")
-        info = scan_shard(url, stats, strict, warn)
+    from .scan import scan_many
+
+    if sidecar is not None and "-" in urls:
+        raise UsageError("stdin cannot be indexed with offsets (it cannot be read again): give shard files")
+    if not isinstance(parallel, int) or parallel < 1:
+        raise UsageError(f"parallel={parallel!r}: a number of shards at once, 1 or more")
+
+    def done(info):
         if info.compression and warn is not None:
-            warn(f"{url}: {info.compression}-compressed: counted only ({info.nsamples} samples), "
+            warn(f"{info.url}: {info.compression}-compressed: counted only ({info.nsamples} samples), "
                  f"no offsets for random access")
-        infos.append(info)
         if progress is not None:
             progress(info)
+
+    infos = scan_many(urls, parallel, done, stats=stats, strict=strict, warn=warn, checksum=checksum)
     index, blob = build_index(infos, index_dir, sidecar, name)
     if output is not None:
         write_index(index, blob, output, sidecar_path)
