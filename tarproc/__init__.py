@@ -35,6 +35,7 @@ _LAZY = {
     "serve": "server", "Server": "server", "Stall": "runtime.stall",
     "index_shards": "sinks.index", "IndexedDataset": "sources.indexed", "select_keys": "stages.keys",
     "read_keys": "stages.keys",
+    "verify_index": "sinks.verify",
 }
 
 

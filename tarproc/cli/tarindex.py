@@ -5,12 +5,13 @@ from typing import Annotated, Optional
 
 from .guards import refuse_overwriting_inputs
 from .base import (Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Verbose, command, open_inputs,
-                   opt, run, Reporter)
+                   opt, positive, run, Reporter)
 
 EXAMPLES = """
 tarindex 'shard-{0000..0146}.tar' -o index.json      # index.json + index.offsets
 tarindex -T shards.txt -o data/index.json --name imagenet-train
-tarindex 'https://host/data/shard-{0000..0009}.tar' -o index.json
+tarindex 'https://host/data/shard-{0000..0009}.tar' -o index.json -p 8   # 8 shards at once
+tarindex --checksum 'shard-*.tar' -o index.json && tarcheck --index index.json
 tarindex shard-*.tar.gz > counts.json               # compressed / stdout: counts only
 python3 -c 'import tarproc; ds = tarproc.IndexedDataset("index.json"); print(len(ds), ds[7]["__key__"])'
 """
@@ -20,7 +21,11 @@ The JSON is a wids index ("__kind__": "wids-shard-index-v1", a shardlist of url/
 shard URLs are written relative to the index's directory when both are local.
 For uncompressed shards the byte range and key of every sample go to a sidecar
 (INDEX.offsets: 8 bytes + the key per sample); compressed shards get counts only
-(a warning says so, and their entry has "offsets": false). See docs/tarindex.md.
+(a warning says so, and their entry has "offsets": false). A local uncompressed
+shard is read as tar -t reads it: headers, seeking over large members.
+Each entry keeps the shard's size and, where the store gives one, its mtime,
+ETag or Last-Modified (IndexedDataset compares them); --checksum adds the
+SHA-256 of every shard (tarcheck --index verifies it). See docs/tarindex.md.
 
 exit status: 0 ok, 1 the index could not be written, 2 bad usage or unreadable input.
 """
@@ -37,6 +42,10 @@ def tarindex_command(
                        help="where the offsets sidecar goes (default: the index's name with .offsets for "
                             ".json)")] = None,
     no_offsets: Annotated[bool, opt("--no-offsets", help="counts only, no sidecar")] = False,
+    parallel: Annotated[int, opt("-p", "--parallel", metavar="N", parser=positive(),
+                        help="index N shards at once (threads; helps remote shards and --checksum)")] = 1,
+    checksum: Annotated[bool, opt("--checksum", help="record the SHA-256 of every shard (reads all its bytes; "
+                                                     "verify with tarcheck --index)")] = False,
     name: Annotated[Optional[str], opt("--name", metavar="NAME",
                     help="the dataset's name (the index's \"name\", as widsindex writes)")] = None,
     strict: Strict = False,
@@ -73,7 +82,7 @@ def tarindex_command(
         rep.bar.update(done[0], text=f"{done[0]}/{len(urls)} shards, {done[1]} samples")
 
     index_shards(urls, args.output, offsets=offsets, name=args.name, stats=stats, strict=args.strict,
-                 warn=rep.warn, progress=progress)
+                 warn=rep.warn, progress=progress, parallel=args.parallel, checksum=args.checksum)
     rep.done(stats)
     rep.info(f"{done[0]} shards, {done[1]} samples")
     return 0
