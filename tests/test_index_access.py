@@ -96,6 +96,7 @@ class ETagHandler(RangeHandler):
     answers with it too), over kept-alive HTTP/1.1 connections."""
 
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # as real servers do: a kept-alive answer does not wait for a delayed ACK
 
     def etag(self):
         st = os.stat(self.translate_path(self.path))
