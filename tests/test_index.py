@@ -112,7 +112,7 @@ def test_wids_reads_our_indexes(sh, shards, tmp_path):
     for d in ("by_tarindex", "by_tarsplit"):
         (tmp_path / d).mkdir()
     sh("tarsplit -n 15 -o 'by_tarindex/w-%d.tar' data/a.tar && cp data/a.tar by_tarindex/")
-    sh("tarindex by_tarindex/a.tar 'by_tarindex/w-{0..2}.tar' -o by_tarindex/index.json")
+    sh("tarindex by_tarindex/a.tar 'by_tarindex/w-{0..2}.tar' -o by_tarindex/index.json --checksum -p 2")  # sha256, mtime_ns
     sh("tarsplit --shards 3 --index by_tarsplit/index.json -o 'by_tarsplit/w-%d.tar' data/a.tar")
     p = subprocess.run([sys.executable, "-c", WIDS_READ, str(tmp_path / "cache"), "by_tarindex", "by_tarsplit"],
                        capture_output=True, cwd=tmp_path, timeout=300)

@@ -255,6 +255,8 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
 
     if sidecar is not None and "-" in urls:
         raise UsageError("stdin cannot be indexed with offsets (it cannot be read again): give shard files")
+    if checksum and "-" in urls:
+        raise UsageError("stdin cannot be checksummed (it cannot be read again): give shard files")
     if not isinstance(parallel, int) or parallel < 1:
         raise UsageError(f"parallel={parallel!r}: a number of shards at once, 1 or more")
 

@@ -414,7 +414,8 @@ class IndexedDataset:
         peek = 512 if isinstance(filesize, int) and end + 512 <= filesize else 0
         return _Span(url, j, key, start, end, end + peek, filesize, shard)
 
-    def _range(self, url, start, end, filesize, shard):
+    def _range(self, url, start, end, filesize, shard=None):
+        shard = _entry(shard, filesize)
         scheme = scheme_of(url)
         template = os.environ.get(f"TARPROC_RANGE_{scheme.upper()}") if scheme not in ("file", "-") else None
         if template is not None:
@@ -433,6 +434,7 @@ class IndexedDataset:
     def _pread(self, url, start, end, shard):
         from .stamps import check_stamp, local_stamp
 
+        shard = _entry(shard)
         with self._lock:
             f = self._fds.get(url)
             if f is None:
@@ -584,6 +586,11 @@ def _range_command(template, url, start, end):
     return _run(cmd, url, cmd.split()[0], shell=True)
 
 
+def _entry(shard, filesize=None):
+    """The index entry a stamp is checked against (a caller may have only the size)."""
+    return shard if isinstance(shard, dict) else {"filesize": shard if isinstance(shard, int) else filesize}
+
+
 def _range_http(url, start, end, shard, verify="stamp"):
     """One range request with curl, reading its headers first: a server that
     answers anything but 206 with exactly this range is an error (and curl is
@@ -630,7 +637,7 @@ def _range_http(url, start, end, shard, verify="stamp"):
                            f"refusing a range it did not honour")
         from .stamps import check_stamp, stamp_of_headers
 
-        check_stamp(url, shard, stamp_of_headers(headers), verify)
+        check_stamp(url, _entry(shard), stamp_of_headers(headers), verify)
         data = proc.stdout.read(end - start)
         proc.stdout.close()
         rc = proc.wait()
@@ -671,7 +678,7 @@ def _range_s3(url, start, end, shard, verify="stamp"):
             span, _, total = str(crange).partition(" ")[2].partition("/")
             if span != f"{start}-{end - 1}":
                 raise BadInput(f"{url}: S3 answered bytes {span} to a request for {start}-{end - 1}")
-        check_stamp(url, shard, stamp_of_s3(out.decode("utf-8", "replace")), verify)
+        check_stamp(url, _entry(shard), stamp_of_s3(out.decode("utf-8", "replace")), verify)
         with open(tmp, "rb") as f:
             return f.read(end - start + 1)
     finally:
