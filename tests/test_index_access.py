@@ -164,6 +164,11 @@ def test_get_many_over_http_and_a_changed_shard(sh, shards, http_server):
         with pytest.raises(tarproc.BadInput, match=r"b\.tar: its etag is .*when it was indexed.*changed since"):
             read()
     assert ds.get_many([1, 2]) == [ds[1], ds[2]]  # a.tar did not change
+    # brackets in a URL are the URL's, not a curl glob (a[1-2].tar would be two downloads)
+    shutil.copy(shards / "a.tar", shards / "x[1-2].tar")
+    sh(f"tarindex '{url}/x[1-2].tar' -o brackets.json")
+    br = tarproc.IndexedDataset(str(shards.parent / "brackets.json"))
+    assert len(br) == 60 and br.get_many([3, 59]) == [br[3], br[59]] and br[3]["__key__"] == "00003"
     # servers that ignore the range, or answer another one
     for bad, message in ((http_server(RangeHandler, honour=False), "ignored the range request"),
                          (http_server(RangeHandler, wrong=True), "refusing a range it did not honour")):

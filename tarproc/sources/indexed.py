@@ -599,7 +599,7 @@ def _range_http(url, start, end, shard, verify="stamp"):
 
     from ..runtime.procs import popen
 
-    cmd = ["curl", "-sS", "-L", "--max-redirs", "10", "-r", f"{start}-{end - 1}", "-D", "-", "--", url]
+    cmd = ["curl", "-g", "-sS", "-L", "--max-redirs", "10", "-r", f"{start}-{end - 1}", "-D", "-", "--", url]
     try:
         proc = popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as e:

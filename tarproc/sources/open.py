@@ -35,8 +35,8 @@ BUFSIZE = 1 << 20
 #: Read-ahead for plain files, whose large members are seeked over.
 REGION_BUFSIZE = 32 << 10
 READ_COMMANDS = {
-    "http": "curl -sSfL --retry 3 {url}",
-    "https": "curl -sSfL --retry 3 {url}",
+    "http": "curl -gsSfL --retry 3 {url}",  # -g: brackets and braces in a URL are its own, not a glob
+    "https": "curl -gsSfL --retry 3 {url}",
     "gs": "gsutil -q cat {url}",
     "s3": "aws s3 cp {endpoint}{url} -",
 }

@@ -74,7 +74,7 @@ def http_ranges(requests, check=None):
         if "\0" in url:
             raise BadInput(f"{url!r}: a URL with a NUL byte")
         config.append(f"url = {_quote(url)}\nrange = \"{start}-{stop - 1}\"\nwrite-out = \"{_WRITE_OUT}\"\n"
-                      f"silent\nlocation\nmax-redirs = 10\nmax-filesize = {stop - start}\nproto-redir = \"=http,https\"\n")
+                      f"silent\ngloboff\nlocation\nmax-redirs = 10\nmax-filesize = {stop - start}\nproto-redir = \"=http,https\"\n")
     cfg = "next\n".join(config).encode("utf-8", "surrogateescape")
     expect = sum(stop - start for _, start, stop in requests)
     try:

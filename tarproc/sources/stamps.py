@@ -46,7 +46,7 @@ def parse_headers(text):
 def http_stamp(url):
     """The stamp of an HTTP(S) resource from a HEAD request (curl); ``{}``
     when the server answers HEAD with anything but 200."""
-    rc, out = _capture(["curl", "-sS", "-I", "-L", "--max-redirs", "10", "--max-time", "60", "--", url], url)
+    rc, out = _capture(["curl", "-g", "-sS", "-I", "-L", "--max-redirs", "10", "--max-time", "60", "--", url], url)
     status, headers = parse_headers(out.decode("latin-1"))
     if rc != 0 or status != 200:
         return {}
