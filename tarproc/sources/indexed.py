@@ -333,15 +333,30 @@ class IndexedDataset:
             else:  # read as ds[i] reads it
                 alone.append(k)
         runs = coalesce([(sp.url, sp.start, sp.stop, k) for k, sp in spans.items()], gap)
-        http = [r for r in runs if scheme_of(r.url) in ("http", "https")
-                and not os.environ.get(f"TARPROC_RANGE_{scheme_of(r.url).upper()}")]
-        tasks = [(self._read_run, (r, spans, indices, out)) for r in runs if r not in http] \
-            + [(self._read_alone, (k, positions, indices, out)) for k in alone]
+        http, local, other = [], [], []
+        for r in runs:
+            scheme = scheme_of(r.url)
+            if scheme in ("http", "https") and not os.environ.get(f"TARPROC_RANGE_{scheme.upper()}"):
+                http.append(r)
+            else:
+                (local if scheme == "file" else other).append(r)
+        # local files: the kernel is told of every range first (it reads them ahead, at once), then
+        # they are read here (from the page cache a thread per read costs more than the read)
+        self._willneed(local)
+        # the threads read bytes (the GIL is free meanwhile); this thread parses them, in order
+        tasks = [(self._read_run, (r, spans, indices)) for r in other]
         if http:
             from .ranges import share
 
-            tasks += [(self._read_http_runs, (part, spans, indices, out)) for part in share(http, workers)]
-        _run_all(tasks, workers)
+            tasks += [(self._read_http_runs, (part, spans, indices)) for part in share(http, workers)]
+        tasks += [(self._read_alone, (k, positions, indices, out)) for k in alone]
+        fetched = _run_all(tasks, workers)
+        fetched.append(self._read_run(r, spans, indices)[0] for r in local)
+        for pairs in fetched:
+            for run, data in pairs:
+                for k in run.tags:
+                    sp = spans[k]
+                    out[k] = _about(indices[k], _sample_of, sp, data[sp.start - run.start : sp.stop - run.start])
         return out
 
     def __getitems__(self, indices):
@@ -349,15 +364,31 @@ class IndexedDataset:
         indices of a batch): :meth:`get_many`, a list."""
         return self.get_many(indices)
 
+    def _willneed(self, runs):
+        """Ask the kernel to read ahead the ranges of ``runs`` in files already open."""
+        advise = getattr(os, "posix_fadvise", None)
+        if advise is None or len(runs) < 2:
+            return
+        with self._lock:
+            fds = {url: f.fd for url, f in self._fds.items()}
+        for r in runs:
+            fd = fds.get(r.url)
+            if fd is not None:
+                try:
+                    advise(fd, r.start, r.stop - r.start, os.POSIX_FADV_WILLNEED)
+                except OSError:  # advice only (a file closed meanwhile)
+                    pass
+
     def _read_alone(self, k, positions, indices, out):
         out[k] = _about(indices[k], self._read, positions[k])
+        return ()
 
-    def _read_run(self, run, spans, indices, out):
+    def _read_run(self, run, spans, indices):
         first = spans[run.tags[0]]
-        data = _about(indices[run.tags[0]], self._range, run.url, run.start, run.stop, first.filesize, first.shard)
-        self._split_run(run, data, spans, indices, out)
+        return [(run, _about(indices[run.tags[0]], self._range, run.url, run.start, run.stop, first.filesize,
+                             first.shard))]
 
-    def _read_http_runs(self, runs, spans, indices, out):
+    def _read_http_runs(self, runs, spans, indices):
         from .ranges import http_ranges
         from .stamps import check_stamp, stamp_of_headers
 
@@ -370,15 +401,7 @@ class IndexedDataset:
         except BadInput as e:
             k = runs[getattr(e, "request", 0)].tags[0]
             raise BadInput(f"index {indices[k]}: {e}") from None
-        for run, data in zip(runs, datas):
-            self._split_run(run, data, spans, indices, out)
-
-    @staticmethod
-    def _split_run(run, data, spans, indices, out):
-        for k in run.tags:
-            sp = spans[k]
-            piece = data[sp.start - run.start : sp.stop - run.start]
-            out[k] = _about(indices[k], _sample_of, sp, piece)
+        return list(zip(runs, datas))
 
     # ------------------------------------------------------------ reading
 
@@ -475,19 +498,16 @@ def _about(i, fn, *args):
 
 
 def _run_all(tasks, workers):
-    """Run ``fn(*args)`` for each ``(fn, args)``, ``workers`` at a time in
-    threads (in this thread when there is one task); the first error (in
-    the order of ``tasks``) is raised once all have ended."""
+    """The results of ``fn(*args)`` for each ``(fn, args)``, run ``workers``
+    at a time in threads (in this thread when there is one task or worker);
+    the first error (in the order of ``tasks``) is raised once all ended."""
     if len(tasks) <= 1 or workers == 1:
-        for fn, args in tasks:
-            fn(*args)
-        return
+        return [fn(*args) for fn, args in tasks]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(min(workers, len(tasks)), thread_name_prefix="tarproc-get-many") as pool:
         futures = [pool.submit(fn, *args) for fn, args in tasks]
-    for f in futures:
-        f.result()
+    return [f.result() for f in futures]
 
 
 class _Span:
