@@ -228,7 +228,7 @@ def index_speed():
                 "sha256sum FILE": f"sha256sum {path} > /dev/null",
                 "tarindex --checksum FILE -o i.json": f"{ti} --checksum {path} -o {out}",
             }
-            res = common.compare(cmds, repeat=3, warm_paths=[path])
+            res = common.compare(cmds, repeat=5, warm_paths=[path])
             size = os.path.getsize(path)
             for name, cmd in cmds.items():
                 common.warm(path)
@@ -237,7 +237,7 @@ def index_speed():
         for f in os.listdir(d):
             os.unlink(os.path.join(d, f))
         os.rmdir(d)
-    print(f"tarindex, medians of 3 in turns, warm cache, load {os.getloadavg()[0]:.1f}")
+    print(f"tarindex, medians of 5 in turns, warm cache, load {os.getloadavg()[0]:.1f}")
     print("| shard | command | median s | bytes read (rchar) | % of the shard | tarindex: beyond its start-up |")
     print("|---|---|---|---|---|---|")
     start = {}
@@ -251,10 +251,10 @@ def index_speed():
 
 
 if __name__ == "__main__":
-    part = sys.argv[1] if len(sys.argv) > 1 else "all"
-    if part in ("all", "latency"):
+    parts = sys.argv[1:] or ["all"]
+    if "all" in parts or "latency" in parts:
         main()
-    if part in ("all", "many"):
+    if "all" in parts or "many" in parts:
         many()
-    if part in ("all", "tarindex"):
+    if "all" in parts or "tarindex" in parts:
         index_speed()
