@@ -23,6 +23,7 @@ import pytest
 import tarproc
 from conftest import require
 from test_index import RangeHandler, make_shard
+from test_urls import s3  # noqa: F401  (the moto S3 fixture)
 
 
 @pytest.fixture
@@ -177,6 +178,26 @@ def test_get_many_over_http_and_a_changed_shard(sh, shards, http_server):
         url = bad
         with pytest.raises(tarproc.BadInput, match=rf"^index 17: {bad}/a\.tar: .*{message}"):
             tarproc.IndexedDataset(index, base=str(shards.parent)).get_many([17, 18, 40])
+
+
+def test_s3_get_many_and_a_replaced_object(sh, shards, s3, monkeypatch):  # noqa: F811
+    sh("aws s3 cp data/a.tar s3://tarproc-test/many/a.tar", env=s3, stderr_ok=True)
+    sh("tarindex s3://tarproc-test/many/a.tar -o s3.json", env=s3)
+    entry = json.loads((shards.parent / "s3.json").read_text())["shardlist"][0]
+    assert entry["etag"] and entry["filesize"] == (shards / "a.tar").stat().st_size
+    for k, v in s3.items():
+        monkeypatch.setenv(k, v)
+    ds = tarproc.IndexedDataset(str(shards.parent / "s3.json"))
+    local = tarproc.IndexedDataset(str(shards / "index.json"))
+    got = ds.get_many([40, 2])
+    assert [s["txt"] for s in got] == [local[40]["txt"], local[2]["txt"]]
+    # the object replaced by other bytes of the same size: its ETag names it
+    data = bytearray((shards / "a.tar").read_bytes())
+    data[600] ^= 1
+    (shards / "z.tar").write_bytes(data)
+    sh("aws s3 cp data/z.tar s3://tarproc-test/many/a.tar", env=s3, stderr_ok=True)
+    with pytest.raises(tarproc.BadInput, match=r"^index 2: s3://tarproc-test/many/a\.tar: its etag is .*changed since"):
+        ds.get_many([2])
 
 
 # ------------------------------------------------------------ changed shards

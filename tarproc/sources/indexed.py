@@ -698,7 +698,7 @@ def _range_s3(url, start, end, shard, verify="stamp"):
             span, _, total = str(crange).partition(" ")[2].partition("/")
             if span != f"{start}-{end - 1}":
                 raise BadInput(f"{url}: S3 answered bytes {span} to a request for {start}-{end - 1}")
-        check_stamp(url, _entry(shard), stamp_of_s3(out.decode("utf-8", "replace")), verify)
+        check_stamp(url, _entry(shard), stamp_of_s3(out.decode("utf-8", "replace"), ranged=True), verify)
         with open(tmp, "rb") as f:
             return f.read(end - start + 1)
     finally:

@@ -94,9 +94,10 @@ def _capture(cmd, url):
     return proc.returncode, out[:1 << 20]
 
 
-def stamp_of_s3(meta):
+def stamp_of_s3(meta, ranged=False):
     """The stamp in the JSON ``aws s3api`` prints for an object (ETag; the
-    size from ContentLength, or the total of a ContentRange)."""
+    size from the total of a ContentRange, or, unless the answer is to a
+    ``ranged`` get, from ContentLength)."""
     try:
         meta = json.loads(meta or "{}")
     except ValueError:
@@ -105,7 +106,7 @@ def stamp_of_s3(meta):
     total = str(meta.get("ContentRange", "")).rpartition("/")[2]
     if total.isdigit():
         out["filesize"] = int(total)
-    elif isinstance(meta.get("ContentLength"), int) and "ContentRange" not in meta:
+    elif isinstance(meta.get("ContentLength"), int) and "ContentRange" not in meta and not ranged:
         out["filesize"] = meta["ContentLength"]
     if isinstance(meta.get("ETag"), str):
         out["etag"] = meta["ETag"][:1024]
