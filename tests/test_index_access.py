@@ -267,6 +267,14 @@ def test_checksum_kept_and_verified_by_tarcheck_index(sh, shards):
     assert p.returncode == 1 and p.stdout.decode().splitlines()[1:] == ["data/index.json: 2 shards, 1 bad (1 by size)"]
     p = sh("tarcheck --index data/index.json data/a.tar", ok=False)
     assert p.returncode == 2 and b"give no shards" in p.stderr
+    # what can be read only once (a pipe, stdin) is indexed, not checksummed
+    p = sh("tarindex --no-offsets <(cat data/b.tar)")
+    assert json.loads(p.stdout)["shardlist"][0]["nsamples"] == 30
+    for cmd in ("tarindex --checksum <(cat data/b.tar)", "tarindex --checksum 'pipe:cat data/b.tar'",
+                "cat data/b.tar | tarindex --checksum"):
+        p = sh(cmd, ok=False)
+        err = p.stderr.decode()
+        assert p.returncode == 2 and p.stdout == b"" and "cannot be" in err.splitlines()[-1], (cmd, err)
 
 
 # ------------------------------------------------------------ indexing at disk speed

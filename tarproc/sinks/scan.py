@@ -153,11 +153,16 @@ def scan_one(url, stats=None, strict=False, warn=None, checksum=False, seek=True
     from .index import scan_shard
 
     stats = stats if stats is not None else Stats()
-    local = scheme_of(url) == "file"
+    scheme = scheme_of(url)
+    local = scheme == "file"
     stamp = stamp_of(url) if url != "-" else {}
-    digest = sha256_of(url) if checksum and url != "-" else None
+    regular = local and "filesize" in stamp  # (a FIFO, /dev/stdin: no stamp, and read only once)
+    if checksum and (scheme in ("-", "pipe") or (local and not regular)):
+        raise BadInput(f"{url}: not a file or a URL: it cannot be read twice, to checksum and to index it "
+                       f"(index it without --checksum, or give a file)")
+    digest = sha256_of(url) if checksum else None
     info = None
-    if local and seek:
+    if regular and seek:
         stream = open_source(url)
         if stream.compression is None and getattr(stream, "region_source", None) is not None:
             info = _scan_plain(stream, url, url, stats, strict, warn)  # (it closes the stream)
@@ -166,12 +171,11 @@ def scan_one(url, stats=None, strict=False, warn=None, checksum=False, seek=True
     if info is None:
         info = scan_shard(url, stats, strict, warn)
     if local:
-        after = stamp_of(url)
-        if after != stamp or (info.filesize is not None and info.filesize != stamp.get("filesize")):
+        if stamp_of(url) != stamp:
             raise BadInput(f"{url}: the shard changed while it was being indexed (index it again)")
     elif info.filesize is not None and stamp.get("filesize") not in (None, info.filesize):
-        raise BadInput(f"{url}: the shard has {info.filesize} bytes, its server says {stamp['filesize']}: it "
-                       f"changed while it was being indexed (index it again)")
+        raise BadInput(f"{url}: {info.filesize} bytes were read, its server says it has {stamp['filesize']}: it "
+                       f"changed while it was being indexed, or has data after its end-of-archive marker")
     info.stamp = stamp
     info.sha256 = digest
     return info

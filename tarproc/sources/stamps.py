@@ -117,10 +117,13 @@ def stamp_of(url):
     """The stamp of the shard at ``url`` (``{}`` where the store gives none)."""
     scheme = scheme_of(url)
     if scheme == "file":
+        import stat
+
         try:
-            return local_stamp(os.stat(url))
+            st = os.stat(url)
         except OSError as e:
             raise BadInput(f"{url}: cannot open: {e.strerror}") from None
+        return local_stamp(st) if stat.S_ISREG(st.st_mode) else {}  # a FIFO, /dev/stdin: nothing to compare
     if scheme in ("http", "https") and not os.environ.get(f"TARPROC_READ_{scheme.upper()}"):
         return http_stamp(url)
     if scheme == "s3" and not os.environ.get("TARPROC_READ_S3"):
