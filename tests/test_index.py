@@ -113,7 +113,7 @@ def test_wids_reads_our_indexes(sh, shards, tmp_path):
     for d in ("by_tarindex", "by_tarsplit"):
         (tmp_path / d).mkdir()
     sh("tarsplit -n 15 -o 'by_tarindex/w-%d.tar' data/a.tar && cp data/a.tar by_tarindex/")
-    sh("tarindex by_tarindex/a.tar 'by_tarindex/w-{0..2}.tar' -o by_tarindex/index.json")
+    sh("tarindex by_tarindex/a.tar 'by_tarindex/w-{0..2}.tar' -o by_tarindex/index.json --checksum -p 2")  # sha256, mtime_ns
     sh("tarsplit --shards 3 --index by_tarsplit/index.json -o 'by_tarsplit/w-%d.tar' data/a.tar")
     p = subprocess.run([sys.executable, "-c", WIDS_READ, str(tmp_path / "cache"), "by_tarindex", "by_tarsplit"],
                        capture_output=True, cwd=tmp_path, timeout=300)
@@ -243,9 +243,12 @@ def test_random_access_reads_a_fraction_of_the_shard(tmp_path):
 def test_changed_shard_or_wrong_index_is_one_clear_error(shards, tmp_path):
     tarproc.index_shards([str(shards / "a.tar")], str(shards / "index.json"))
     good = (shards / "a.tar").read_bytes()
-    # same size, other keys: a different shard under the same name
+    st = (shards / "a.tar").stat()
+    # same size, other keys: a different shard under the same name (and its mtime put back, so that the
+    # key check catches it: tests/test_index_access.py has the mtime check)
     make_shard(shards / "a.tar", 40, 1, prefix="z")
     (shards / "a.tar").write_bytes((shards / "a.tar").read_bytes()[:len(good)].ljust(len(good), b"\0"))
+    os.utime(shards / "a.tar", ns=(st.st_atime_ns, st.st_mtime_ns))
     ds = tarproc.IndexedDataset(str(shards / "index.json"))
     with pytest.raises(tarproc.BadInput, match=r"a.tar: sample 5 \('00005'\) at bytes .*the shard changed"):
         ds[5]

@@ -6,14 +6,15 @@ from typing import Annotated, Optional
 
 from .guards import refuse_overwriting_inputs
 from .base import (Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Retries, Verbose, command, open_inputs, resume_of,
-                   opt, run, Reporter)
+                   opt, positive, run, Reporter)
 
 EXAMPLES = """
 tarindex 'shard-{0000..0146}.tar' -o index.json      # index.json + index.offsets
 tarindex -T shards.txt -o data/index.json --name imagenet-train
-tarindex 'https://host/data/shard-{0000..0009}.tar' -o index.json
+tarindex 'https://host/data/shard-{0000..0009}.tar' -o index.json -p 8   # 8 shards at once
 tarindex 'shard-{0000..0146}.tar.gz' -o index.json   # + index.seek: one group (or checkpoint span) per sample
 tarcat big.tar.xz -o big.tar.zst && tarindex big.tar.zst -o index.json   # xz: rewrite in zstd frames first
+tarindex --checksum 'shard-*.tar' -o index.json && tarcheck --index index.json
 tarindex shard-*.tar > counts.json                  # stdout: counts only
 python3 -c 'import tarproc; ds = tarproc.IndexedDataset("index.json"); print(len(ds), ds[7]["__key__"])'
 """
@@ -28,6 +29,10 @@ tar, and INDEX.seek says where decoding restarts: the groups tarproc writes
 compressed as one stream (gzip, GNU tar -z), checkpoints every --checkpoint-spacing
 bytes. xz, bzip2 and one-frame zstd shards get counts only (a warning says so, and
 their entry has "offsets": false). See docs/tarindex.md.
+A local uncompressed shard is read as tar -t reads it: headers, seeking over
+large members. Each entry keeps the shard's size and, where the store gives one,
+its mtime, ETag or Last-Modified (IndexedDataset compares them); --checksum adds
+the SHA-256 of every shard (tarcheck --index verifies it).
 
 exit status: 0 ok, 1 the index could not be written, 2 bad usage or unreadable input.
 """
@@ -49,6 +54,10 @@ def tarindex_command(
                                   help="a gzip shard compressed as one stream (by gzip, GNU tar) gets a "
                                        "checkpoint every SIZE bytes of tar: smaller reads less per sample, "
                                        "and costs 32 KiB of index per checkpoint (default: 4MiB)")] = None,
+    parallel: Annotated[int, opt("-p", "--parallel", metavar="N", parser=positive(),
+                        help="index N shards at once (threads; helps remote shards and --checksum)")] = 1,
+    checksum: Annotated[bool, opt("--checksum", help="record the SHA-256 of every shard (reads all its bytes; "
+                                                     "verify with tarcheck --index)")] = False,
     name: Annotated[Optional[str], opt("--name", metavar="NAME",
                     help="the dataset's name (the index's \"name\", as widsindex writes)")] = None,
     strict: Strict = False,
@@ -93,8 +102,8 @@ def tarindex_command(
         if not 64 << 10 <= spacing <= 1 << 30:
             raise UsageError(f"--checkpoint-spacing {args.checkpoint_spacing}: give 64KiB to 1GiB")
     index_shards(urls, args.output, offsets=offsets, name=args.name, stats=stats, strict=args.strict,
-                 warn=rep.warn, progress=progress, checkpoint_spacing=spacing,
-                 **resume_of(args))
+                 warn=rep.warn, progress=progress, checkpoint_spacing=spacing, parallel=args.parallel,
+                 checksum=args.checksum, **resume_of(args))
     rep.done(stats)
     rep.info(f"{done[0]} shards, {done[1]} samples")
     return 0

@@ -181,9 +181,15 @@ def _seal(sample, pieces, rchunk, rs, rstop, nmem):
     sample.raw = (pieces, nmem) if pieces else None
 
 
-def fast_group(reader, source="-", stats=None, raw=False):
+def fast_group(reader, source="-", stats=None, raw=False, marks=None):
     """The samples of ``reader`` (a :class:`~tarproc.core.tario.TarReader`),
-    as :func:`~tarproc.core.grouping.group` gives them; see the module doc."""
+    as :func:`~tarproc.core.grouping.group` gives them; see the module doc.
+
+    ``marks`` (for indexes: an object with a list ``starts`` and an int
+    ``end``): each sample's first member's start (its first header block,
+    long-name and pax headers included) is appended to ``marks.starts`` when
+    the sample begins, and ``marks.end`` is where the last regular member
+    read so far ends (data and padding)."""
     if stats is None:
         stats = Stats()
     stream = reader.stream
@@ -213,6 +219,7 @@ def fast_group(reader, source="-", stats=None, raw=False):
     chunk = b""
     pos = end = 0
     base = 0  # the input offset of chunk[0]
+    endpos = 0  # where the last regular member ends (for marks)
     while True:
         if fast and end - pos < 512:
             more = read1(CHUNK)
@@ -257,7 +264,8 @@ def fast_group(reader, source="-", stats=None, raw=False):
                     if stop <= end:
                         data = chunk[p + 512 : p + 512 + size]
                         pos = stop
-                        here = base + p
+                        mstart = here = base + p
+                        endpos = base + stop
                         if misses:
                             misses = 0
                         # padding that is not zeros is not what a writer writes
@@ -295,6 +303,7 @@ def fast_group(reader, source="-", stats=None, raw=False):
                 stats.skip_member(TYPE_NAMES.get(m.type, "special files"))
                 continue
             name, data, here, israw = m.name, m.data, m.offset, False
+            mstart, endpos = m.start, reader.offset
             # ---- what group() in grouping.py does with a name
             if name and name[0] != "/" and ".." not in name and name.isprintable():
                 slash = name.rfind("/")
@@ -324,6 +333,8 @@ def fast_group(reader, source="-", stats=None, raw=False):
                     _seal(current, pieces, rchunk, rs, rstop, nmem)
                 yield current
             current = RawSample(__key__=k, __source__=source) if raw else {"__key__": k, "__source__": source}
+            if marks is not None:
+                marks.starts.append(mstart)
             key = k
             last = ""
             pieces = [] if raw else None
@@ -353,6 +364,8 @@ def fast_group(reader, source="-", stats=None, raw=False):
                     rchunk, rs, rstop = chunk, p, pos
             else:
                 pieces = None
+    if marks is not None:
+        marks.end = endpos
     if current is not None:
         stats.read += 1
         if raw:

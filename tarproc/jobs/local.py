@@ -91,8 +91,8 @@ def check_command(command, ids=()):
 # Exit 0 when the object exists.  Replace with TARPROC_EXISTS_<SCHEME> (a shell
 # command with {url}, {bucket} and {key}, quoted), like urls.py's commands.
 EXISTS_COMMANDS = {
-    "http": "curl -sfIL -o /dev/null {url}",
-    "https": "curl -sfIL -o /dev/null {url}",
+    "http": "curl -gsfIL -o /dev/null {url}",
+    "https": "curl -gsfIL -o /dev/null {url}",
     "gs": "gsutil -q stat {url}",
     "s3": "aws s3api head-object {endpoint}--bucket {bucket} --key {key}",
 }

@@ -36,9 +36,11 @@ class ShardIndex:
     (``None`` or the codec), ``filesize`` (bytes read, for an uncompressed
     shard), and for uncompressed shards ``starts`` (an ``array('Q')`` of
     sample start offsets), ``end`` (where the last sample ends) and ``keys``
-    (a list of ``str``)."""
+    (a list of ``str``); ``stamp`` (a dict, :mod:`tarproc.sources.stamps`)
+    and ``sha256`` (hex, or ``None``) when :func:`~tarproc.sinks.scan.scan_one`
+    made it."""
 
-    __slots__ = ("url", "nsamples", "compression", "filesize", "starts", "end", "keys", "seek")
+    __slots__ = ("url", "nsamples", "compression", "filesize", "starts", "end", "keys", "seek", "stamp", "sha256")
 
     def __init__(self, url):
         self.seek = None  # a compressed shard's seek record (sources/seekable.py), when it has random access
@@ -49,6 +51,8 @@ class ShardIndex:
         self.starts = None
         self.end = None
         self.keys = None
+        self.stamp = None
+        self.sha256 = None
 
     @property
     def has_offsets(self):
@@ -200,6 +204,7 @@ def build_index(infos, index_dir=None, sidecar=None, name=None):
                 if "\n" in key:
                     raise BadInput(f"{info.url}: key {key!r} has a newline: cannot be indexed")
             key_parts.append("".join(k + "\n" for k in info.keys).encode("utf-8", "surrogateescape"))
+        _add_stamp(entry, info)
         shardlist.append(entry)
     index = {"__kind__": KIND, "wids_version": 1}
     if name:
@@ -211,6 +216,16 @@ def build_index(infos, index_dir=None, sidecar=None, name=None):
         blob = _HEAD.pack(MAGIC, total, len(keys)) + b"".join(starts_parts) + keys
         index["tarproc_offsets"] = {"file": sidecar, "samples": total, "bytes": len(blob)}
     return index, blob
+
+
+def _add_stamp(entry, info):
+    """A shard's stamp and checksum (:func:`~tarproc.sinks.scan.scan_one`'s)
+    in its entry: ``filesize`` (when reading gave none), ``mtime_ns``,
+    ``etag``, ``last_modified``, ``sha256``."""
+    for field, value in sorted((info.stamp or {}).items()):
+        entry.setdefault(field, value)
+    if info.sha256:
+        entry["sha256"] = info.sha256
 
 
 def _le(arr):
@@ -237,7 +252,8 @@ def write_index(index, blob, output, sidecar_path=None, more=()):
 
 
 def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=False, warn=None,
-                 progress=None, checkpoint_spacing=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT):
+                 progress=None, checkpoint_spacing=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT,
+                 parallel=1, checksum=False):
     """Index shards (a URL, a brace pattern, or a list of URLs) and return the
     index ``dict``.
 
@@ -252,7 +268,13 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
     ``checkpoint_spacing`` bytes of tar (default 4 MiB).
     ``progress(info)`` is called after each shard.  ``retries``,
     ``stall_timeout``: resuming a broken download (see
-    :func:`~tarproc.sources.open.open_source`)."""
+    :func:`~tarproc.sources.open.open_source`).
+
+    Each entry records the shard's size and, where the store gives one, its
+    mtime (``mtime_ns``), ETag or Last-Modified, which
+    :class:`~tarproc.IndexedDataset` compares on reading; with ``checksum``
+    also the SHA-256 of its bytes (``sha256``; ``tarcheck --index`` verifies
+    it).  ``parallel`` shards are indexed at once (threads)."""
     from ..sources.open import scheme_of
     from ..sources.shardlist import as_url, as_urls
 
@@ -293,9 +315,25 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
                 f"{info.compression}-compressed"
             warn(f"{url}: {why}: counted only ({info.nsamples} samples), no offsets for random access"
                  + (" (gzip and multi-frame zstd shards have them: see docs/tarindex.md)" if offsets else ""))
-        infos.append(info)
+        infos.append(in
+
+    if sidecar is not None and "-" in urls:
+        raise UsageError("stdin cannot be indexed with offsets (it cannot be read again): give shard files")
+    if checksum and "-" in urls:
+        raise UsageError("stdin cannot be checksummed (it cannot be read again): give shard files")
+    if not isinstance(parallel, int) or parallel < 1:
+        raise UsageError(f"parallel={parallel!r}: a number of shards at once, 1 or more")
+
+    def done(info):
+        if info.compression and warn is not None:
+            warn(f"{info.url}: {info.compression}-compressed: counted only ({info.nsamples} samples), "
+                 f"no offsets for random access")
         if progress is not None:
             progress(info)
+
+    infos = scan_many(urls, parallel, done, stats=stats, strict=strict, warn=warn, checksum=checksum,
+                      seek_record=sidecar is not None, checkpoint_spacing=checkpoint_spacing, retries=retries,
+                      stall_timeout=stall_timeout)
     index, blob = build_index(infos, index_dir, sidecar, name)
     more = ()
     if sidecar is not None and any(i.seek is not None for i in infos):

@@ -47,8 +47,8 @@ PARTIAL_SUFFIX = ".tarproc-partial"
 REMOTE_SCHEMES = ("http", "https", "gs", "s3")
 
 WRITE_COMMANDS = {
-    "http": "curl -sSf -T - {url}",
-    "https": "curl -sSf -T - {url}",
+    "http": "curl -gsSf -T - {url}",
+    "https": "curl -gsSf -T - {url}",
     "gs": "gsutil -q cp - {url}",
     "s3": "aws s3 cp {endpoint}- {url}",
 }

@@ -216,16 +216,29 @@ class IndexedDataset:
     ``base`` is the directory relative URLs are resolved against).
     ``ds[i]`` is the same ``dict`` :func:`~tarproc.iter_samples` gives for
     that sample (``__key__``, fields as ``bytes``, ``__source__``); a slice
-    gives another :class:`IndexedDataset` over those positions."""
+    gives another :class:`IndexedDataset` over those positions.
+    :meth:`get_many` (and ``__getitems__``, which PyTorch's ``DataLoader``
+    calls with a batch of indices) reads many samples at once.
 
-    def __init__(self, index, base=None, _positions=None):
+    A shard that changed since it was indexed is one error naming it: its
+    size, and its modification time (local files) or ETag / Last-Modified
+    (HTTP, S3), when the index records them, are compared on every read
+    (``verify="size"``: the size only, for a copy that did not keep times;
+    ``"none"``: neither), and every sample read must carry its indexed key."""
+
+    def __init__(self, index, base=None, _positions=None, verify="stamp"):
+        from .stamps import VERIFY
+
         if isinstance(index, os.PathLike):
             index = os.fspath(index)
         if not isinstance(index, (str, dict)):
             raise UsageError("IndexedDataset needs the location of an index JSON or the index dict")
+        if verify not in VERIFY:
+            raise UsageError(f"verify={verify!r}: one of {', '.join(map(repr, VERIFY))}")
         self._source = index
         self._base = base
         self._positions = _positions
+        self._verify = verify
         self._index = None
         self._lock = threading.Lock()
         self._fds = {}
@@ -235,10 +248,11 @@ class IndexedDataset:
     # ------------------------------------------------------------ pickling
 
     def __getstate__(self):
-        return {"_source": self._source, "_base": self._base, "_positions": self._positions}
+        return {"_source": self._source, "_base": self._base, "_positions": self._positions,
+                "_verify": self._verify}
 
     def __setstate__(self, state):
-        self.__init__(state["_source"], state["_base"], state["_positions"])
+        self.__init__(state["_source"], state["_base"], state["_positions"], state.get("_verify", "stamp"))
 
     def __del__(self, _close=os.close):
         # may run at interpreter shutdown, after this module's globals are set
@@ -304,7 +318,7 @@ class IndexedDataset:
     def __getitem__(self, i):
         if isinstance(i, slice):
             positions = range(self.index.cum[-1]) if self._positions is None else self._positions
-            return IndexedDataset(self._source, self._base, positions[i])
+            return IndexedDataset(self._source, self._base, positions[i], self._verify)
         return self._read(self._position(i))
 
     def __iter__(self):
@@ -328,9 +342,115 @@ class IndexedDataset:
             raise BadInput(f"{idx.urls[s]}: the index has only a sample count for this shard (no keys)")
         return idx.key(shard["first"] + pos - idx.cum[s])
 
+    # ------------------------------------------------------------ many samples at once
+
+    def get_many(self, indices, gap=64 << 10, workers=None):
+        """The samples at ``indices`` (any iterable of ints; repeats and any
+        order allowed), as a list in the order of ``indices``: equal to
+        ``[ds[i] for i in indices]``, read with fewer and concurrent requests.
+
+        Samples of one shard whose byte ranges are less than ``gap`` bytes
+        apart are read with one request (one ``pread``, one HTTP range),
+        and the requests go out at once, ``workers`` at a time (default
+        :data:`~tarproc.sources.ranges.WORKERS`): threads, and for HTTP one
+        curl process per share of the requests, each keeping its connection
+        alive.  An error names the index it was reading, and the shard."""
+        from .ranges import WORKERS, coalesce
+
+        indices = list(indices)
+        workers = WORKERS if workers is None else workers
+        if not isinstance(gap, int) or gap < 0 or not isinstance(workers, int) or workers < 1:
+            raise UsageError(f"get_many: gap {gap!r} and workers {workers!r}: gap >= 0 bytes, workers >= 1")
+        positions = [self._position(i) for i in indices]
+        out = [None] * len(positions)
+        spans, alone = {}, []
+        idx = self.index
+        for k, pos in enumerate(positions):
+            shard = idx.shards[bisect.bisect_right(idx.cum, pos) - 1]
+            if shard.get("offsets") and not shard.get("compression"):
+                spans[k] = _about(indices[k], self._span, pos)
+            else:  # read as ds[i] reads it
+                alone.append(k)
+        runs = coalesce([(sp.url, sp.start, sp.stop, k) for k, sp in spans.items()], gap)
+        http, local, other = [], [], []
+        for r in runs:
+            scheme = scheme_of(r.url)
+            if scheme in ("http", "https") and not os.environ.get(f"TARPROC_RANGE_{scheme.upper()}"):
+                http.append(r)
+            else:
+                (local if scheme == "file" else other).append(r)
+        # local files: the kernel is told of every range first (it reads them ahead, at once), then
+        # they are read here (from the page cache a thread per read costs more than the read)
+        self._willneed(local)
+        # the threads read bytes (the GIL is free meanwhile); this thread parses them, in order
+        tasks = [(self._read_run, (r, spans, indices)) for r in other]
+        if http:
+            from .ranges import share
+
+            tasks += [(self._read_http_runs, (part, spans, indices)) for part in share(http, workers)]
+        tasks += [(self._read_alone, (k, positions, indices, out)) for k in alone]
+        fetched = _run_all(tasks, workers)
+        fetched.append(self._read_run(r, spans, indices)[0] for r in local)
+        for pairs in fetched:
+            for run, data in pairs:
+                for k in run.tags:
+                    sp = spans[k]
+                    out[k] = _about(indices[k], _sample_of, sp, data[sp.start - run.start : sp.stop - run.start])
+        return out
+
+    def __getitems__(self, indices):
+        """PyTorch's batched fetch (its ``DataLoader`` calls it with the
+        indices of a batch): :meth:`get_many`, a list."""
+        return self.get_many(indices)
+
+    def _willneed(self, runs):
+        """Ask the kernel to read ahead the ranges of ``runs`` in files already open."""
+        advise = getattr(os, "posix_fadvise", None)
+        if advise is None or len(runs) < 2:
+            return
+        with self._lock:
+            fds = {url: f.fd for url, f in self._fds.items()}
+        for r in runs:
+            fd = fds.get(r.url)
+            if fd is not None:
+                try:
+                    advise(fd, r.start, r.stop - r.start, os.POSIX_FADV_WILLNEED)
+                except OSError:  # advice only (a file closed meanwhile)
+                    pass
+
+    def _read_alone(self, k, positions, indices, out):
+        out[k] = _about(indices[k], self._read, positions[k])
+        return ()
+
+    def _read_run(self, run, spans, indices):
+        first = spans[run.tags[0]]
+        return [(run, _about(indices[run.tags[0]], self._range, run.url, run.start, run.stop, first.filesize,
+                             first.shard))]
+
+    def _read_http_runs(self, runs, spans, indices):
+        from .ranges import http_ranges
+        from .stamps import check_stamp, stamp_of_headers
+
+        def check(url, headers):
+            check_stamp(url, spans[by_url[url]].shard, stamp_of_headers(headers), self._verify)
+
+        by_url = {r.url: r.tags[0] for r in runs}
+        try:
+            datas = http_ranges([(r.url, r.start, r.stop) for r in runs], check)
+        except BadInput as e:
+            k = runs[getattr(e, "request", 0)].tags[0]
+            raise BadInput(f"index {indices[k]}: {e}") from None
+        return list(zip(runs, datas))
+
     # ------------------------------------------------------------ reading
 
     def _read(self, pos):
+        span = self._span(pos)
+        return _sample_of(span, self._range(span.url, span.start, span.stop, span.filesize, span.shard))
+
+    def _span(self, pos):
+        """The :class:`_Span` of the sample at position ``pos`` of an
+        uncompressed shard with offsets (an error for a shard without)."""
         idx = self.index
         s = bisect.bisect_right(idx.cum, pos) - 1
         shard = idx.shards[s]
@@ -357,27 +477,7 @@ class IndexedDataset:
         # and the header after the sample, when the shard has one: a member of this same sample there
         # means the shard changed (a rewrite of the same size can move a member across the boundary)
         peek = 512 if isinstance(filesize, int) and end + 512 <= filesize else 0
-        data = self._range(url, start, end + peek, filesize)
-        where = f"{url}: sample {j} ({key!r}) at bytes {start}-{end}"
-        if len(data) != end + peek - start:
-            raise BadInput(f"{where}: got {len(data)} bytes instead of {end + peek - start}: the shard is shorter "
-                           f"than when it was indexed (index it again)")
-        if peek:
-            data, after = data[: end - start], data[end - start :]
-            name = _member_of(after, key)
-            if name is not None:
-                raise BadInput(f"{where}: the member after these bytes, {name!r}, belongs to this sample too: the "
-                               f"shard changed since it was indexed (index it again)")
-        try:
-            samples = list(group(TarReader(io.BytesIO(data + bytes(1024)), url, strict=True).members(), url))
-        except TarprocError as e:
-            raise BadInput(f"{where}: these bytes are not the indexed sample ({getattr(e, 'problem', e)}): the shard "
-                           f"changed since it was indexed, or the index is not this shard's (index it again)") from None
-        if len(samples) != 1 or samples[0]["__key__"] != key:
-            found = ", ".join(repr(x["__key__"]) for x in samples[:3]) or "no sample"
-            raise BadInput(f"{where}: found {found} where the index says {key!r}: the shard changed since it was "
-                           f"indexed, or the index is not this shard's (index it again)")
-        return samples[0]
+        return _Span(url, j, key, start, end, end + peek, filesize, shard)
 
     # ------------------------------------------------------------ compressed shards (sources/seekable.py)
 
@@ -400,7 +500,7 @@ class IndexedDataset:
         table = self._seek_table(idx, s, shard)
         filesize = shard.get("filesize")
         where = f"{url}: sample {j} ({key!r}) at decoded bytes {start}-{end}"
-        data = table.read(lambda a, b: self._range(url, a, b, filesize), shard.get("compression"), start, end, where,
+        data = table.read(lambda a, b: self._range(url, a, b, filesize, shard), shard.get("compression"), start, end, where,
                           _env_limit("TARPROC_MAX_SAMPLE", MAX_SAMPLE))
         try:
             samples = list(group(TarReader(io.BytesIO(data + bytes(1024)), url, strict=True).members(), url))
@@ -413,23 +513,27 @@ class IndexedDataset:
                            f"indexed, or the index is not this shard's (index it again)")
         return samples[0]
 
-    def _range(self, url, start, end, filesize):
+        def _range(self, url, start, end, filesize, shard=None):
+        shard = _entry(shard, filesize)
         scheme = scheme_of(url)
         template = os.environ.get(f"TARPROC_RANGE_{scheme.upper()}") if scheme not in ("file", "-") else None
         if template is not None:
             return _range_command(template, url, start, end)
         if scheme == "file":
-            return self._pread(url, start, end, filesize)
+            return self._pread(url, start, end, shard)
         if scheme in ("http", "https"):
-            return _range_http(url, start, end, filesize)
+            return _range_http(url, start, end, shard, self._verify)
         if scheme == "s3":
-            return _range_s3(url, start, end, filesize)
+            return _range_s3(url, start, end, shard, self._verify)
         if scheme == "gs":
             return _range_command("gsutil -q cat -r {start}-{end} {url}", url, start, end)
         raise BadInput(f"{url}: cannot read a byte range of a {scheme}: input (random access needs a file, "
                        f"http(s)://, s3:// or gs:// URL, or TARPROC_RANGE_{scheme.upper()})")
 
-    def _pread(self, url, start, end, filesize):
+    def _pread(self, url, start, end, shard):
+        from .stamps import check_stamp, local_stamp
+
+        shard = _entry(shard)
         with self._lock:
             f = self._fds.get(url)
             if f is None:
@@ -439,14 +543,11 @@ class IndexedDataset:
                     from .open import cannot_open
 
                     raise BadInput(cannot_open(url, e)) from None
-                size = os.fstat(fd).st_size
-                if filesize is not None and size != filesize:
-                    os.close(fd)
-                    raise BadInput(f"{url}: the shard has {size} bytes, {filesize} when it was indexed: it "
-                                   f"changed since (index it again)")
                 f = self._fds[url] = _File(fd)
             f.users += 1  # close() leaves it open until this read ends
         try:
+            # on every read (an fstat is cheap): a shard rewritten in place since it was opened is seen too
+            check_stamp(url, shard, local_stamp(os.fstat(f.fd)), self._verify)
             parts = []
             pos = start
             while pos < end:
@@ -464,6 +565,65 @@ class IndexedDataset:
                 if f.closed and not f.users:
                     _close_quietly(f.fd)
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _about(i, fn, *args):
+    """``fn(*args)``, its error naming the dataset index ``i`` it was for."""
+    try:
+        return fn(*args)
+    except BadInput as e:
+        raise BadInput(f"index {i}: {e}") from None
+
+
+def _run_all(tasks, workers):
+    """The results of ``fn(*args)`` for each ``(fn, args)``, run ``workers``
+    at a time in threads (in this thread when there is one task or worker);
+    the first error (in the order of ``tasks``) is raised once all ended."""
+    if len(tasks) <= 1 or workers == 1:
+        return [fn(*args) for fn, args in tasks]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(workers, len(tasks)), thread_name_prefix="tarproc-get-many") as pool:
+        futures = [pool.submit(fn, *args) for fn, args in tasks]
+    return [f.result() for f in futures]
+
+
+class _Span:
+    """Where one sample of an uncompressed shard is: bytes ``start`` to
+    ``end`` of ``url`` (its ``j``-th sample, ``key``), read up to ``stop``
+    (``end`` plus the next header, when there is one)."""
+
+    __slots__ = ("url", "j", "key", "start", "end", "stop", "filesize", "shard")
+
+    def __init__(self, url, j, key, start, end, stop, filesize, shard):
+        self.url, self.j, self.key, self.start, self.end, self.stop = url, j, key, start, end, stop
+        self.filesize, self.shard = filesize, shard
+
+
+def _sample_of(span, data):
+    """The sample in ``data`` (the bytes of ``span``), checked: exactly one
+    sample with the indexed key, and no member of it after its end."""
+    url, j, key, start, end = span.url, span.j, span.key, span.start, span.end
+    where = f"{url}: sample {j} ({key!r}) at bytes {start}-{end}"
+    if len(data) != span.stop - start:
+        raise BadInput(f"{where}: got {len(data)} bytes instead of {span.stop - start}: the shard is shorter "
+                       f"than when it was indexed (index it again)")
+    if span.stop > end:
+        data, after = data[: end - start], data[end - start :]
+        name = _member_of(after, key)
+        if name is not None:
+            raise BadInput(f"{where}: the member after these bytes, {name!r}, belongs to this sample too: the "
+                           f"shard changed since it was indexed (index it again)")
+    try:
+        samples = list(group(TarReader(io.BytesIO(data + bytes(1024)), url, strict=True).members(), url))
+    except TarprocError as e:
+        raise BadInput(f"{where}: these bytes are not the indexed sample ({getattr(e, 'problem', e)}): the shard "
+                       f"changed since it was indexed, or the index is not this shard's (index it again)") from None
+    if len(samples) != 1 or samples[0]["__key__"] != key:
+        found = ", ".join(repr(x["__key__"]) for x in samples[:3]) or "no sample"
+        raise BadInput(f"{where}: found {found} where the index says {key!r}: the shard changed since it was "
+                       f"indexed, or the index is not this shard's (index it again)")
+    return samples[0]
 
 
 def _member_of(block, key):
@@ -524,13 +684,12 @@ def _range_command(template, url, start, end):
     return _run(cmd, url, cmd.split()[0], shell=True)
 
 
-def _check_total(url, total, filesize):
-    if filesize is not None and total is not None and total != "*" and int(total) != filesize:
-        raise BadInput(f"{url}: the shard has {total} bytes, {filesize} when it was indexed: it changed since "
-                       f"(index it again)")
+def _entry(shard, filesize=None):
+    """The index entry a stamp is checked against (a caller may have only the size)."""
+    return shard if isinstance(shard, dict) else {"filesize": shard if isinstance(shard, int) else filesize}
 
 
-def _range_http(url, start, end, filesize):
+def _range_http(url, start, end, shard, verify="stamp"):
     """One range request with curl, reading its headers first: a server that
     answers anything but 206 with exactly this range is an error (and curl is
     stopped before it downloads a whole shard)."""
@@ -538,7 +697,7 @@ def _range_http(url, start, end, filesize):
 
     from ..runtime.procs import popen
 
-    cmd = ["curl", "-sS", "-L", "--max-redirs", "10", "-r", f"{start}-{end - 1}", "-D", "-", "--", url]
+    cmd = ["curl", "-g", "-sS", "-L", "--max-redirs", "10", "-r", f"{start}-{end - 1}", "-D", "-", "--", url]
     try:
         proc = popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as e:
@@ -574,7 +733,9 @@ def _range_http(url, start, end, filesize):
         if unit != "bytes" or span != f"{start}-{end - 1}":
             raise BadInput(f"{url}: the server answered bytes {span or '?'} to a request for {start}-{end - 1}: "
                            f"refusing a range it did not honour")
-        _check_total(url, total, filesize)
+        from .stamps import check_stamp, stamp_of_headers
+
+        check_stamp(url, _entry(shard), stamp_of_headers(headers), verify)
         data = proc.stdout.read(end - start)
         proc.stdout.close()
         rc = proc.wait()
@@ -590,7 +751,7 @@ def _range_http(url, start, end, filesize):
                 f.close()
 
 
-def _range_s3(url, start, end, filesize):
+def _range_s3(url, start, end, shard, verify="stamp"):
     import tempfile
 
     bucket, _, key = url[len("s3://"):].partition("/")
@@ -604,16 +765,18 @@ def _range_s3(url, start, end, filesize):
         if endpoint:
             cmd += ["--endpoint-url", endpoint]
         out = _run(cmd + [tmp], url, "aws s3api get-object")
+        from .stamps import check_stamp, stamp_of_s3
+
         try:
             meta = json.loads(out.decode("utf-8", "replace") or "{}")
         except ValueError:
             meta = {}
         crange = meta.get("ContentRange")
         if crange:
-            span, _, total = crange.partition(" ")[2].partition("/")
+            span, _, total = str(crange).partition(" ")[2].partition("/")
             if span != f"{start}-{end - 1}":
                 raise BadInput(f"{url}: S3 answered bytes {span} to a request for {start}-{end - 1}")
-            _check_total(url, total, filesize)
+        check_stamp(url, _entry(shard), stamp_of_s3(out.decode("utf-8", "replace"), ranged=True), verify)
         with open(tmp, "rb") as f:
             return f.read(end - start + 1)
     finally:

@@ -43,8 +43,8 @@ REGION_BUFSIZE = 32 << 10
 #: Schemes whose reads resume where they broke (with our own read commands).
 RESUMABLE = ("http", "https", "s3", "gs")
 READ_COMMANDS = {
-    "http": "curl -sSfL --retry 3 {url}",
-    "https": "curl -sSfL --retry 3 {url}",
+    "http": "curl -gsSfL --retry 3 {url}",  # -g: brackets and braces in a URL are its own, not a glob
+    "https": "curl -gsSfL --retry 3 {url}",
     "gs": "gsutil -q cat {url}",
     # one GET: `aws s3 cp URL -` retries a broken part itself, and was seen to splice a
     # replaced object's bytes onto the old one's (aws-cli 1.46, moto)
