@@ -304,18 +304,7 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
             sidecar = os.path.relpath(os.path.abspath(sidecar_path), index_dir)
         else:
             sidecar = sidecar_path
-    infos = []
-    for url in urls:
-        if url == "-" and sidecar is not None:
-            raise UsageError("stdin cannot be indexed with offsets (it cannot be read again): give shard files")
-        info = scan_shard(url, stats, strict, warn, seek=sidecar is not None, checkpoint_spacing=checkpoint_spacing,
-                          retries=retries, stall_timeout=stall_timeout)
-        if info.compression and info.seek is None and warn is not None:
-            why = "zstd-compressed in one frame" if info.compression == "zstd" and offsets else \
-                f"{info.compression}-compressed"
-            warn(f"{url}: {why}: counted only ({info.nsamples} samples), no offsets for random access"
-                 + (" (gzip and multi-frame zstd shards have them: see docs/tarindex.md)" if offsets else ""))
-        infos.append(in
+    from .scan import scan_many
 
     if sidecar is not None and "-" in urls:
         raise UsageError("stdin cannot be indexed with offsets (it cannot be read again): give shard files")
@@ -325,9 +314,11 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
         raise UsageError(f"parallel={parallel!r}: a number of shards at once, 1 or more")
 
     def done(info):
-        if info.compression and warn is not None:
-            warn(f"{info.url}: {info.compression}-compressed: counted only ({info.nsamples} samples), "
-                 f"no offsets for random access")
+        if info.compression and info.seek is None and warn is not None:
+            why = "zstd-compressed in one frame" if info.compression == "zstd" and offsets else \
+                f"{info.compression}-compressed"
+            warn(f"{info.url}: {why}: counted only ({info.nsamples} samples), no offsets for random access"
+                 + (" (gzip and multi-frame zstd shards have them: see docs/tarindex.md)" if offsets else ""))
         if progress is not None:
             progress(info)
 

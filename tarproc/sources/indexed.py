@@ -446,11 +446,15 @@ class IndexedDataset:
 
     def _read(self, pos):
         span = self._span(pos)
+        if isinstance(span, dict):  # a compressed shard's sample, read and decoded by _read_compressed
+            return span
         return _sample_of(span, self._range(span.url, span.start, span.stop, span.filesize, span.shard))
 
     def _span(self, pos):
         """The :class:`_Span` of the sample at position ``pos`` of an
-        uncompressed shard with offsets (an error for a shard without)."""
+        uncompressed shard with offsets (an error for a shard without); for
+        a compressed shard with a seek record, the sample itself (its
+        group, read and decoded: :meth:`_read_compressed`)."""
         idx = self.index
         s = bisect.bisect_right(idx.cum, pos) - 1
         shard = idx.shards[s]
@@ -513,7 +517,7 @@ class IndexedDataset:
                            f"indexed, or the index is not this shard's (index it again)")
         return samples[0]
 
-        def _range(self, url, start, end, filesize, shard=None):
+    def _range(self, url, start, end, filesize, shard=None):
         shard = _entry(shard, filesize)
         scheme = scheme_of(url)
         template = os.environ.get(f"TARPROC_RANGE_{scheme.upper()}") if scheme not in ("file", "-") else None

@@ -8,7 +8,7 @@ client:
 =========  ======================================  =============================================
 scheme     first request                           resumed at byte N
 =========  ======================================  =============================================
-http(s)    ``curl -sSfL -D HEADERS URL``           ``curl -r N- -H 'If-Match: ETAG'`` (or
+http(s)    ``curl -gsSfL -D HEADERS URL``          ``curl -r N- -H 'If-Match: ETAG'`` (or
                                                    ``If-Unmodified-Since``), 206 checked
 s3         ``aws s3api head-object``, then         ``aws s3api get-object --range bytes=N-
            ``aws s3api get-object --if-match``     --if-match ETAG``
@@ -116,7 +116,7 @@ class _Http:
         return None  # the first response's headers tell
 
     def command(self, offset, ident, first, header_fd):
-        cmd = f"exec curl -sSfL -D /dev/fd/{header_fd}"
+        cmd = f"exec curl -gsSfL -D /dev/fd/{header_fd}"  # -g: [] and {} in a URL are not curl globs
         if offset:
             cmd += f" -r {offset}-"
         if ident is not None:
