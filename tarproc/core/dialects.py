@@ -113,7 +113,7 @@ def member_reader():
     checks = {}  # checksum field -> its value (or -1)
     rtail = ptail = b"\1"  # the last tail of a regular header and of a pax header (never at a header's byte 156)
     rsum = psum = 0
-    mode = mtime = b"\1"  # the last mode and time fields that were octal
+    mode = mode2 = mtime = b"\1"  # the last two mode fields and the last time field that were octal
 
     def number(field):
         v = octal(field)
@@ -125,7 +125,7 @@ def member_reader():
 
     def check(p, chunk, tsum):
         """Whether the checksum holds and the mode is octal; the size (or -1)."""
-        nonlocal mode
+        nonlocal mode, mode2
         cf = chunk[p + 148 : p + 156]
         stored = checks.get(cf)
         if stored is None:
@@ -137,12 +137,12 @@ def member_reader():
         # bytes 0..148 sum to at most 37740, below Adler-32's modulus: its low half is their sum + 1
         if (adler32(chunk[p : p + 148]) & 0xFFFF) + 255 + tsum != stored:
             return -1  # (a signed-char checksum: the general parser)
-        if not chunk.startswith(mode, p + 100):
+        if not chunk.startswith(mode, p + 100) and not chunk.startswith(mode2, p + 100):
             f = chunk[p + 100 : p + 108]
             v = numbers.get(f)
             if (number(f) if v is None else v) < 0:
                 return -1
-            mode = f
+            mode, mode2 = f, mode  # (pax headers and members often have two modes)
         f = chunk[p + 124 : p + 136]
         v = numbers.get(f)
         return number(f) if v is None else v

@@ -34,8 +34,8 @@ from .pack import Packer, sample_budget
 from .limits import quote
 from .rules import split_name, unnamed, unsafe_name
 from .stats import Stats
-from .dialects import member_reader
-from .tario import _LARGE_MEMBER, REGULAR, TYPE_NAMES, TarWriter
+from .dialects import member_reader, octal, parse_pax_fast
+from .tario import _LARGE_MEMBER, REGULAR, TYPE_NAMES, Member, TarWriter
 
 #: After this many members in a row that the fast path could not take,
 #: an input is read by the general parser alone (a GNU tar shard).
@@ -453,3 +453,111 @@ def fast_group(reader, source="-", stats=None, raw=False):
         if raw:
             _seal(current, pieces, rchunk, rs, rstop, nmem)
         yield current
+
+
+def fast_members(reader):
+    """The members of ``reader`` (a :class:`~tarproc.core.tario.TarReader`),
+    as ``reader.members()`` gives them (names, data, types, offsets, errors,
+    ``reader.offset`` after each), for readers of members rather than
+    samples (``tarcheck``, ``tarindex``): plain regular members of any writer
+    (:mod:`tarproc.core.dialects`) whose name is a sample name are read from
+    the input buffer, every other member by the general parser at the same
+    offset.  ``leftover(reader)`` tells how many bytes were read from the
+    input and not used when it ends (data after the end-of-archive marker)."""
+    stream = reader.stream
+    read1 = getattr(stream, "read1", None)
+    fast = read1 is not None and reader.offset == 0
+    if fast:
+        rest = reader.stream = _Rest(stream)
+        take = stream.read
+    general = reader.members()
+    limit = min(reader._blob_from, _LARGE_MEMBER)
+    member_at = member_reader()
+    name_of = NAME.fullmatch
+    chunk = b""
+    pos = end = 0
+    base = 0
+    misses = 0
+    while True:
+        if fast and end - pos < 512:
+            more = read1(CHUNK)
+            if pos < end:
+                more = chunk[pos:] + more
+            while 0 < len(more) < 512:
+                piece = read1(CHUNK)
+                if not piece:
+                    break
+                more += piece
+            base += pos
+            chunk, pos, end = more, 0, len(more)
+        p = pos
+        m = None
+        if fast and end - p >= 512:
+            r = member_at(chunk, p, end)
+            if type(r) is int:
+                chunk = chunk[p:] + take(r - (end - p))
+                base += p
+                pos = p = 0
+                end = len(chunk)
+                r = member_at(chunk, p, end) if end >= r else None
+            if r is not None:
+                q, nameb, size = r
+                if nameb is None:
+                    ok = name_of(chunk, q, q + 100) is not None and chunk.find(b"..", q, q + 100) < 0
+                else:
+                    ok = name_of(nameb) is not None and b".." not in nameb
+                if ok and size < limit:
+                    stop = q + 512 + size + (-size % 512)
+                    if stop > end:
+                        chunk = chunk[p:] + take(stop - end)
+                        base += p
+                        q -= p
+                        stop -= p
+                        pos = p = 0
+                        end = len(chunk)
+                    if stop <= end:
+                        if nameb is None:
+                            nameb = chunk[q : q + 100].rstrip(b"\0")
+                        mode = octal(chunk[q + 100 : q + 108])
+                        mtime = _mtime(chunk, p, q)
+                        link = chunk[q + 157 : q + 257].split(b"\0", 1)[0].decode("utf-8", "surrogateescape") \
+                            if chunk[q + 157] else ""
+                        m = Member(nameb.decode("ascii"), chunk[q + 512 : q + 512 + size], REGULAR, mode, mtime, link,
+                                   base + q, base + p)
+                        pos = stop
+                        reader.offset = base + stop
+                        misses = 0
+        if m is None:
+            if fast:
+                if end - p >= 512:
+                    misses += 1
+                    if misses >= GIVE_UP:
+                        fast = False
+                rest.head, rest.pos = chunk, pos
+                reader.offset = base + pos
+            m = next(general, None)
+            if fast:
+                chunk, pos, end = rest.head, rest.pos, len(rest.head)
+                base = reader.offset - pos
+                if reader.gpax:
+                    fast = False
+            if m is None:
+                return
+        yield m
+
+
+def _mtime(chunk, p, q):
+    """The time of a member read by :func:`fast_members`: its pax ``mtime``
+    (whole seconds, as the general parser takes it) or its header's."""
+    if p != q:
+        records = parse_pax_fast(chunk[p + 512 : p + 512 + octal(chunk[p + 124 : p + 136])])
+        if b"mtime" in records:
+            return int(records[b"mtime"].split(b".", 1)[0])
+    return octal(chunk[q + 136 : q + 148])
+
+
+def leftover(reader):
+    """Bytes :func:`fast_members` or :func:`fast_group` read from the input
+    of ``reader`` and did not use (0 when they read nothing ahead)."""
+    stream = reader.stream
+    return len(stream.head) - stream.pos if type(stream) is _Rest else 0

@@ -37,6 +37,7 @@ from ..core import limits
 from ..core.limits import shorten
 from ..core.rules import split_name, unnamed, unsafe_name
 from ..errors import BadInput
+from ..core.passthru import fast_members
 from ..core.tario import TYPE_NAMES, REGULAR, DIRECTORY, TarReader
 
 #: How many example keys or names a problem lists.
@@ -191,7 +192,7 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
         stream = open_source(url)
         # only sizes are needed: large members are read past, never stored
         reader = TarReader(stream, name_of, strict=strict, warn=warnings.append, spooler=SizesOnly())
-        for m in reader.members():
+        for m in fast_members(reader):
             members += 1
             name = m.name
             try:

@@ -21,6 +21,7 @@ import struct
 import sys
 
 from ..core.grouping import group
+from ..core.passthru import fast_members, leftover
 from ..core.stats import Stats
 from ..core.tario import TarReader
 from ..errors import BadInput, UsageError
@@ -65,6 +66,11 @@ class _Counting:
         self.count += len(data)
         return data
 
+    def read_some(self, n=-1):
+        data = self.stream.read1(n)
+        self.count += len(data)
+        return data
+
 
 def scan_shard(url, stats=None, strict=False, warn=None):
     """Read one shard and return its :class:`ShardIndex`.
@@ -85,6 +91,8 @@ def scan_shard(url, stats=None, strict=False, warn=None):
     info.compression = stream.compression
     try:
         counting = _Counting(stream)
+        if hasattr(stream, "read1"):  # the fast path reads what is buffered (and counts it)
+            counting.read1 = counting.read_some
         reader = TarReader(counting, name, strict=strict, warn=warn)
         plain = stream.compression is None
         starts = array("Q")
@@ -95,11 +103,11 @@ def scan_shard(url, stats=None, strict=False, warn=None):
             for m in members:
                 last[0] = m
                 if m.data is not None:  # its data and padding are read: here it ends
-                    last[1] = counting.count  # (not offset + size: a sparse member stores less)
+                    last[1] = reader.offset  # (not offset + size: a sparse member stores less)
                 yield m
 
         n = nxt = 0
-        for sample in group(tracked(reader.members()), name, stats, reader.spooler):
+        for sample in group(tracked(fast_members(reader)), name, stats, reader.spooler):
             if plain:
                 # the sample just completed began where the previous one ended;
                 # the member that completed it (if any) starts the next one
@@ -112,7 +120,7 @@ def scan_shard(url, stats=None, strict=False, warn=None):
             info.starts = starts
             info.keys = keys
             info.end = last[1]
-            info.filesize = counting.count
+            info.filesize = counting.count - leftover(reader)
     finally:
         stream.close()
     return info
