@@ -474,6 +474,7 @@ def fast_members(reader):
     limit = min(reader._blob_from, _LARGE_MEMBER)
     member_at = member_reader()
     name_of = NAME.fullmatch
+    nums = {}  # mode and time fields (checked octal by member_at) -> their values
     chunk = b""
     pos = end = 0
     base = 0
@@ -518,8 +519,17 @@ def fast_members(reader):
                     if stop <= end:
                         if nameb is None:
                             nameb = chunk[q : q + 100].rstrip(b"\0")
-                        mode = octal(chunk[q + 100 : q + 108])
-                        mtime = _mtime(chunk, p, q)
+                        f = chunk[q + 100 : q + 108]
+                        mode = nums.get(f)
+                        if mode is None:
+                            mode = _cached(nums, f)
+                        if p == q:
+                            f = chunk[q + 136 : q + 148]
+                            mtime = nums.get(f)
+                            if mtime is None:
+                                mtime = _cached(nums, f)
+                        else:
+                            mtime = _mtime(chunk, p, q)
                         link = chunk[q + 157 : q + 257].split(b"\0", 1)[0].decode("utf-8", "surrogateescape") \
                             if chunk[q + 157] else ""
                         m = Member(nameb.decode("ascii"), chunk[q + 512 : q + 512 + size], REGULAR, mode, mtime, link,
@@ -544,6 +554,13 @@ def fast_members(reader):
             if m is None:
                 return
         yield m
+
+
+def _cached(nums, field):
+    value = octal(field)
+    if len(nums) < 4096:
+        nums[field] = value
+    return value
 
 
 def _mtime(chunk, p, q):
