@@ -156,8 +156,20 @@ def good(i, n=700):
     return member(b"k%03d.txt" % i, bytes([i]) * (n + i), [(b"mtime", b"1795521706.75"), (b"atime", b"17.5")])
 
 
+def off_by(n, **kw):
+    """A header whose checksum is off by ``n`` (what a wrong cached sum would accept)."""
+    right = int(header(b"a.txt", 1, **kw)[148:154], 8)
+    return member(b"a.txt", b"x", chk=b"%06o\0 " % (right + n), **kw)
+
+
 MTIME = (b"mtime", b"1795521706.756612")
 HOSTILE = {
+    "type 1 checksum off by one": [off_by(-1, flag=b"\x01", magic=bytes(8), uname=b"")],
+    "type 1": [off_by(0, flag=b"\x01", magic=bytes(8), uname=b"")],
+    "type x checksum off": [off_by(-0x78 + 1, flag=b"x", magic=bytes(8), uname=b"")],
+    "mode starting with 1": [member(b"a.txt", b"x", mode=b"\x01000644\0")],
+    "mtime starting with 1": [member(b"a.txt", b"x", mtime=b"\x010000000000\0")],
+    "checksum off by one": [off_by(1), off_by(-1)],
     "plain": [member(b"a.txt", b"x" * 600)],
     "bad checksum": [member(b"a.txt", b"x", chk=b"000001\0 ")],
     "signed checksum": [member(b"a\xe9.txt", b"x", chk=b"%06o\0 " % (sum(header(b"a\xe9.txt", 1)[:148]) + 256

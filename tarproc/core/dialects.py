@@ -111,9 +111,12 @@ def member_reader():
     tails = {}  # bytes 156..512 -> (kind, sum)
     numbers = {}  # a numeric field (mode, size, time) -> its value, or -1: not octal
     checks = {}  # checksum field -> its value (or -1)
-    rtail = ptail = b"\1"  # the last tail of a regular header and of a pax header (never at a header's byte 156)
-    rsum = psum = 0
-    mode = mode2 = mtime = b"\1"  # the last two mode fields and the last time field that were octal
+    # the last tail of a regular header and of a pax header, with their sums, and the last two mode
+    # fields and the last time field that were octal: compared in place.  They start as real ones (a
+    # v7 tail, octal fields), so whatever matches them is what they stand for.
+    rtail, ptail = b"0" + bytes(355), b"x" + bytes(355)
+    rsum, psum = 0x30, 0x78
+    mode, mode2, mtime = b"0000644\0", b"0000664\0", b"00000000000\0"
 
     def number(field):
         v = octal(field)
@@ -164,6 +167,14 @@ def member_reader():
     def member(chunk, p, end):
         nonlocal mtime
         if chunk.startswith(rtail, p + 156):
+            # the common case inline: check() and the time, for a plain member
+            stored = checks.get(chunk[p + 148 : p + 156])
+            if stored is not None and (adler32(chunk[p : p + 148]) & 0xFFFF) + 255 + rsum == stored \
+                    and (chunk.startswith(mode, p + 100) or chunk.startswith(mode2, p + 100)) \
+                    and chunk.startswith(mtime, p + 136):
+                size = numbers.get(chunk[p + 124 : p + 136])
+                if size is not None and size >= 0:
+                    return p, None, size
             kind, tsum = REGULAR, rsum
         elif chunk.startswith(ptail, p + 156):
             kind, tsum = PAX, psum

@@ -246,7 +246,7 @@ def fast_group(reader, source="-", stats=None, raw=False):
             chunk, pos, end = more, 0, len(more)
         p = pos
         k = None
-        built = None  # a member of another writer: its bytes as a writer writes them
+        built = None  # a member of another writer: the parts of its bytes as a writer writes them
         if fast and foreign and end - p >= 512:
             # ---- a header of another writer (GNU tar, bsdtar, tarfile, webdataset), maybe after a pax header
             r = member_at(chunk, p, end)
@@ -314,8 +314,8 @@ def fast_group(reader, source="-", stats=None, raw=False):
                                 if cs is None:
                                     cs = _canonical_size(canon, size)
                                 total = (adler32(namef) & 0xFFFF) + cs[1]
-                                built = b"".join((namef, cs[0], sums.get(total) or _checksum(sums, total),
-                                                  data, ZEROS[-size % 512]))
+                                built = (namef, cs[0], sums.get(total) or _checksum(sums, total), data,
+                                         ZEROS[-size % 512])
         elif fast and end - p >= 512:
             mid = chunk[p + 100 : p + 148]  # mode, owner, group, size and time
             sz = sizes.get(mid)
@@ -439,7 +439,7 @@ def fast_group(reader, source="-", stats=None, raw=False):
                     if rchunk is not None:
                         pieces.append(rchunk[rs:rstop])
                         rchunk = None
-                    pieces.append(built)
+                    pieces += built  # (joined into one piece when the sample is done)
                 elif rchunk is chunk and rstop == p:
                     rstop = pos
                 else:
