@@ -118,7 +118,7 @@ def main():
         results[name] = r
         tarcat = r["tarcat"]["median"]
         ratio = {"tarcat / tar -xOf": tarcat / r["tar -xOf"]["median"],
-                 "CPU: tarcat / tar -xOf": r["tarcat"]["cpu"] / r["tar -xOf"]["cpu"]}
+                 "CPU: tarcat / tar -xOf": r["tarcat"]["cpu"] / max(r["tar -xOf"]["cpu"], 0.01)}  # (clock ticks)
         for c in ("tarsplit", "tarpcat -w 1", "tarindex", "tarcheck"):
             ratio[f"{c} / tarcat"] = r[c]["median"] / tarcat
         if name == "webdataset":
