@@ -262,6 +262,10 @@ def main():
     ], ["target", "measured", "goal", ""])
     print("## bench_core: tarcat and the tar codec" + (" (--quick: smoke run, not a measurement)" if args.quick else ""))
     print()
+    print(f"Shards: `{os.path.basename(small)}` ({n_small:,} samples x 3 small members) and `{os.path.basename(large)}` "
+          f"({n_large:,} x 1 MiB), both written by tarproc's own writer (canonical ustar headers); the shards "
+          f"other tools write are measured by `bench_foreign.py`. Load average {os.getloadavg()[0]:.1f}.")
+    print()
     print(table)
     print()
     print(targets)

@@ -42,6 +42,32 @@ if __name__ == "__main__":
 
 RICH = "import rich.progress"
 
+# Where tarcat's start-up goes beyond typer, in one process: import typer, the
+# tarproc modules tarcat imports, building the click command, and the run.
+PHASES = '''import time; t0 = time.perf_counter()
+import typer
+t1 = time.perf_counter()
+from tarproc.cli.tarcat import tarcat_command
+t2 = time.perf_counter()
+from typer.main import get_command
+c = get_command(tarcat_command.app)
+t3 = time.perf_counter()
+c.main([], prog_name="tarcat", standalone_mode=False)
+t4 = time.perf_counter()
+import sys; print(t1 - t0, t2 - t1, t3 - t2, t4 - t3, file=sys.stderr)
+'''
+
+
+def phases(py, repeat):
+    """Median ms of each phase of PHASES (stdin: /dev/null)."""
+    import statistics
+
+    runs = []
+    for _ in range(repeat):
+        out = subprocess.run([py, "-c", PHASES], stdin=subprocess.DEVNULL, capture_output=True, text=True, check=True)
+        runs.append([float(x) * 1000 for x in out.stderr.split()[-4:]])
+    return [statistics.median(r[i] for r in runs) for i in range(4)]
+
 
 def typer_venv(d):
     """A throwaway venv with typer; returns (python, typer version)."""
@@ -83,6 +109,7 @@ def main():
         "tarsplit --help": "tarsplit --help > /dev/null",
         "kujob --help": "kujob --help > /dev/null",
         "python -c pass (project venv)": f"{py} -c pass",
+        "python -c 'import typer' (project venv)": f"{py} -c 'import typer'",
         "argparse one-option script (project venv)": f"{py} {d}/argparse_one.py --name a",
         "typer 0.27 one-option script (project venv)": f"{py} {d}/typer_one.py --name a",
         "python -c 'import rich.progress' (project venv)": f"{py} -c '{RICH}'",
@@ -98,6 +125,18 @@ def main():
     print("## startup: median start-up of a command" + (" (--quick: smoke run)" if args.quick else ""))
     print()
     print(common.table(rows, ["command", "median ms", "over a bare interpreter (ms)"]))
+    over = (res["tarcat < /dev/null"]["median"] - res["python -c 'import typer' (project venv)"]["median"]) * 1000
+    print()
+    print(common.table([["`tarcat < /dev/null` - `python -c 'import typer'`", f"{over:.0f} ms", "<= 30 ms",
+                         "met" if over <= 30 else "**missed**"]], ["target", "measured", "goal", ""]))
+    ph = phases(py, repeat)
+    print()
+    print(f"Where it goes, in one process (median of {repeat}, ms; load average {os.getloadavg()[0]:.1f}):")
+    print()
+    print(common.table([["import typer", f"{ph[0]:.1f}"],
+                        ["import tarproc.cli.tarcat (the tarproc modules beyond typer)", f"{ph[1]:.1f}"],
+                        ["build the click command (typer.main.get_command)", f"{ph[2]:.1f}"],
+                        ["parse and run on empty input", f"{ph[3]:.1f}"]], ["phase", "ms"]))
     common.save("startup" + ("_quick" if args.quick else ""), res)
 
 

@@ -34,7 +34,8 @@ from .pack import Packer, sample_budget
 from .limits import quote
 from .rules import split_name, unnamed, unsafe_name
 from .stats import Stats
-from .tario import _LARGE_MEMBER, REGULAR, TYPE_NAMES, TarWriter
+from .dialects import member_reader, octal, parse_pax_fast
+from .tario import _LARGE_MEMBER, REGULAR, TYPE_NAMES, Member, TarWriter
 
 #: After this many members in a row that the fast path could not take,
 #: an input is read by the general parser alone (a GNU tar shard).
@@ -75,6 +76,16 @@ def _size_of(sizes, mid):
     if len(sizes) < 4096:
         sizes[mid] = sz
     return sz
+
+
+def _canonical_size(canon, size):
+    """Bytes 100..148 of the header a writer writes for a member of ``size``
+    bytes, and the byte sum of its size field (cached: few values repeat)."""
+    sizef = b"%011o\0" % size
+    cs = (PRE + sizef + MTIME, sum(sizef))
+    if len(canon) < 4096:
+        canon[size] = cs
+    return cs
 
 
 def _checksum(sums, total):
@@ -178,6 +189,8 @@ def _seal(sample, pieces, rchunk, rs, rstop, nmem):
     as read; otherwise it is written by the encoder."""
     if pieces is not None and rchunk is not None:
         pieces.append(rchunk[rs:rstop])
+    if pieces and len(pieces) > 1:
+        pieces = [b"".join(pieces)]  # one write (members of other writers come one piece each)
     sample.raw = (pieces, nmem) if pieces else None
 
 
@@ -216,6 +229,9 @@ def fast_group(reader, source="-", stats=None, raw=False, marks=None):
     rs = rstop = 0
     nmem = 0
     misses = 0
+    foreign = False  # headers are read as another writer's (dialects.py)
+    member_at = member_reader()
+    canon = {}  # size -> bytes 100..148 of our header for it, and the sum of its size field
     chunk = b""
     pos = end = 0
     base = 0  # the input offset of chunk[0]
@@ -237,14 +253,87 @@ def fast_group(reader, source="-", stats=None, raw=False, marks=None):
             chunk, pos, end = more, 0, len(more)
         p = pos
         k = None
-        if fast and end - p >= 512:
+        built = None  # a member of another writer: the parts of its bytes as a writer writes them
+        if fast and foreign and end - p >= 512:
+            # ---- a header of another writer (GNU tar, bsdtar, tarfile, webdataset), maybe after a pax header
+            r = member_at(chunk, p, end)
+            if type(r) is int:  # the pax header and its member's header cross the buffer: get the rest
+                if rchunk is chunk and pieces is not None:
+                    pieces.append(chunk[rs:rstop])
+                    rchunk = None
+                more = take(r - (end - p))
+                chunk = chunk[p:] + more
+                base += p
+                pos = p = 0
+                end = len(chunk)
+                r = member_at(chunk, p, end) if end >= r else None
+            if r is not None:
+                q, nameb, size = r
+                if nameb is None:
+                    h = name_of(chunk, q, q + 100)
+                    bad = h is None or chunk.find(b"..", q, q + 100) >= 0
+                else:
+                    h = name_of(nameb)
+                    bad = h is None or b".." in nameb
+                if not bad and size < limit:
+                    stop = q + 512 + size + (-size % 512)
+                    if stop > end:
+                        # the member goes on past the buffer: get the rest
+                        more = take(stop - end)
+                        if rchunk is chunk and pieces is not None:
+                            pieces.append(chunk[rs:rstop])
+                            rchunk = None
+                        chunk = chunk[p:] + more
+                        base += p
+                        q -= p
+                        stop -= p
+                        pos = p = 0
+                        end = len(chunk)
+                    if stop <= end:
+                        data = chunk[q + 512 : q + 512 + size]
+                        pos = stop
+                        here = base + q
+                        if misses:
+                            misses = 0
+                        kb, fb = h.groups()
+                        if kb == keyb:
+                            k = key
+                        else:
+                            k = kb.decode("ascii")
+                            keyb = kb
+                        field = fields.get(fb)
+                        if field is None:
+                            field = fb.decode("ascii")
+                            if len(fields) < 4096:
+                                fields[fb] = field
+                        israw = raw
+                        if israw:
+                            # the member as a writer writes it: the name field, the size and the checksum
+                            if nameb is None:
+                                namef = chunk[q : q + 100]
+                            elif len(nameb) <= 100:
+                                namef = nameb + ZEROS[100 - len(nameb)]
+                            else:
+                                namef = None  # a writer writes a pax path: it is encoded again
+                                israw = False
+                            if namef is not None:
+                                cs = canon.get(size)
+                                if cs is None:
+                                    cs = _canonical_size(canon, size)
+                                total = (adler32(namef) & 0xFFFF) + cs[1]
+                                built = (namef, cs[0], sums.get(total) or _checksum(sums, total), data,
+                                         ZEROS[-size % 512])
+        elif fast and end - p >= 512:
             mid = chunk[p + 100 : p + 148]  # mode, owner, group, size and time
             sz = sizes.get(mid)
             if sz is None:
                 sz = _size_of(sizes, mid)
             size, ssum, padded, padding = sz
+            if size < 0:  # not our writer's header: another writer's, or not a plain member at all
+                foreign = True
+                continue
             h = name_of(chunk, p, p + 100)
-            if h is not None and 0 <= size < limit:
+            if h is not None and size < limit:
                 total = (adler32(chunk[p : p + 100]) & 0xFFFF) + ssum
                 if chunk.startswith(sums.get(total) or _checksum(sums, total), p + 148) \
                         and chunk.find(b"..", p, p + 100) < 0:
@@ -290,6 +379,7 @@ def fast_group(reader, source="-", stats=None, raw=False, marks=None):
                 rest.head, rest.pos = chunk, pos
                 reader.offset = base + pos
             m = next(general, None)
+            foreign = False
             if fast:
                 chunk, pos, end = rest.head, rest.pos, len(rest.head)
                 base = reader.offset - pos
@@ -356,7 +446,12 @@ def fast_group(reader, source="-", stats=None, raw=False, marks=None):
             if israw and field > last:
                 last = field
                 nmem += 1
-                if rchunk is chunk and rstop == p:
+                if built is not None:
+                    if rchunk is not None:
+                        pieces.append(rchunk[rs:rstop])
+                        rchunk = None
+                    pieces += built  # (joined into one piece when the sample is done)
+                elif rchunk is chunk and rstop == p:
                     rstop = pos
                 else:
                     if rchunk is not None:
@@ -371,3 +466,128 @@ def fast_group(reader, source="-", stats=None, raw=False, marks=None):
         if raw:
             _seal(current, pieces, rchunk, rs, rstop, nmem)
         yield current
+
+
+def fast_members(reader):
+    """The members of ``reader`` (a :class:`~tarproc.core.tario.TarReader`),
+    as ``reader.members()`` gives them (names, data, types, offsets, errors,
+    ``reader.offset`` after each), for readers of members rather than
+    samples (``tarcheck``, ``tarindex``): plain regular members of any writer
+    (:mod:`tarproc.core.dialects`) whose name is a sample name are read from
+    the input buffer, every other member by the general parser at the same
+    offset.  ``leftover(reader)`` tells how many bytes were read from the
+    input and not used when it ends (data after the end-of-archive marker)."""
+    stream = reader.stream
+    read1 = getattr(stream, "read1", None)
+    fast = read1 is not None and reader.offset == 0
+    if fast:
+        rest = reader.stream = _Rest(stream)
+        take = stream.read
+    general = reader.members()
+    limit = min(reader._blob_from, _LARGE_MEMBER)
+    member_at = member_reader()
+    name_of = NAME.fullmatch
+    nums = {}  # mode and time fields (checked octal by member_at) -> their values
+    chunk = b""
+    pos = end = 0
+    base = 0
+    misses = 0
+    while True:
+        if fast and end - pos < 512:
+            more = read1(CHUNK)
+            if pos < end:
+                more = chunk[pos:] + more
+            while 0 < len(more) < 512:
+                piece = read1(CHUNK)
+                if not piece:
+                    break
+                more += piece
+            base += pos
+            chunk, pos, end = more, 0, len(more)
+        p = pos
+        m = None
+        if fast and end - p >= 512:
+            r = member_at(chunk, p, end)
+            if type(r) is int:
+                chunk = chunk[p:] + take(r - (end - p))
+                base += p
+                pos = p = 0
+                end = len(chunk)
+                r = member_at(chunk, p, end) if end >= r else None
+            if r is not None:
+                q, nameb, size = r
+                if nameb is None:
+                    ok = name_of(chunk, q, q + 100) is not None and chunk.find(b"..", q, q + 100) < 0
+                else:
+                    ok = name_of(nameb) is not None and b".." not in nameb
+                if ok and size < limit:
+                    stop = q + 512 + size + (-size % 512)
+                    if stop > end:
+                        chunk = chunk[p:] + take(stop - end)
+                        base += p
+                        q -= p
+                        stop -= p
+                        pos = p = 0
+                        end = len(chunk)
+                    if stop <= end:
+                        if nameb is None:
+                            nameb = chunk[q : q + 100].rstrip(b"\0")
+                        f = chunk[q + 100 : q + 108]
+                        mode = nums.get(f)
+                        if mode is None:
+                            mode = _cached(nums, f)
+                        if p == q:
+                            f = chunk[q + 136 : q + 148]
+                            mtime = nums.get(f)
+                            if mtime is None:
+                                mtime = _cached(nums, f)
+                        else:
+                            mtime = _mtime(chunk, p, q)
+                        link = chunk[q + 157 : q + 257].split(b"\0", 1)[0].decode("utf-8", "surrogateescape") \
+                            if chunk[q + 157] else ""
+                        m = Member(nameb.decode("ascii"), chunk[q + 512 : q + 512 + size], REGULAR, mode, mtime, link,
+                                   base + q, base + p)
+                        pos = stop
+                        reader.offset = base + stop
+                        misses = 0
+        if m is None:
+            if fast:
+                if end - p >= 512:
+                    misses += 1
+                    if misses >= GIVE_UP:
+                        fast = False
+                rest.head, rest.pos = chunk, pos
+                reader.offset = base + pos
+            m = next(general, None)
+            if fast:
+                chunk, pos, end = rest.head, rest.pos, len(rest.head)
+                base = reader.offset - pos
+                if reader.gpax:
+                    fast = False
+            if m is None:
+                return
+        yield m
+
+
+def _cached(nums, field):
+    value = octal(field)
+    if len(nums) < 4096:
+        nums[field] = value
+    return value
+
+
+def _mtime(chunk, p, q):
+    """The time of a member read by :func:`fast_members`: its pax ``mtime``
+    (whole seconds, as the general parser takes it) or its header's."""
+    if p != q:
+        records = parse_pax_fast(chunk[p + 512 : p + 512 + octal(chunk[p + 124 : p + 136])])
+        if b"mtime" in records:
+            return int(records[b"mtime"].split(b".", 1)[0])
+    return octal(chunk[q + 136 : q + 148])
+
+
+def leftover(reader):
+    """Bytes :func:`fast_members` or :func:`fast_group` read from the input
+    of ``reader`` and did not use (0 when they read nothing ahead)."""
+    stream = reader.stream
+    return len(stream.head) - stream.pos if type(stream) is _Rest else 0

@@ -14,6 +14,8 @@ reports some damage as a silent end of archive.  The header layout is small
 and fixed, so a direct codec is short and several times faster.
 """
 
+from zlib import adler32
+
 from ..errors import BadArchive
 from .blob import Blob, Spooler, region
 from .pax import _pax_int, _pax_name, parse_pax  # noqa: F401 (parse_pax: part of this module's API)
@@ -123,6 +125,14 @@ def _parse_number(field, what, source, offset):
     if digits.translate(None, b"01234567"):
         raise BadArchive(source, offset, f"non-octal {what} field {bytes(field)!r}")
     return int(digits, 8)
+
+
+def _header_sum(buf):
+    """The checksum of a header block (bytes summed, the checksum field as
+    spaces), 6x faster than ``sum()``: the low half of an Adler-32 is the
+    byte sum + 1 while the sum stays below 65521 (256 bytes at most)."""
+    return ((adler32(buf[:148]) & 0xFFFF) + (adler32(buf[156:412]) & 0xFFFF)
+            + (adler32(buf[412:512]) & 0xFFFF) + 253)
 
 
 def _checksum_ok(buf, stored):
@@ -325,7 +335,7 @@ class TarReader:
             here = offset
             try:
                 stored = _number(buf[148:156], "checksum", source, here)
-                bad = sum(buf) - sum(buf[148:156]) + 256 != stored and not _checksum_ok(buf, stored)
+                bad = _header_sum(buf) != stored and not _checksum_ok(buf, stored)
             except BadArchive as e:
                 bad = e.problem
             if bad:  # not a header: after an end-of-archive marker, ignored (as GNU tar, tarfile do)

@@ -38,6 +38,7 @@ from ..core.limits import shorten
 from ..core.rules import split_name, unnamed, unsafe_name
 from ..errors import BadInput
 from ..sources.resume import RETRIES, STALL_TIMEOUT
+from ..core.passthru import fast_members
 from ..core.tario import TYPE_NAMES, REGULAR, DIRECTORY, TarReader
 
 #: How many example keys or names a problem lists.
@@ -194,7 +195,7 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False, retries=RETRIES
         stream = open_source(url, retries=retries, stall_timeout=stall_timeout)
         # only sizes are needed: large members are read past, never stored
         reader = TarReader(stream, name_of, strict=strict, warn=warnings.append, spooler=SizesOnly())
-        for m in reader.members():
+        for m in fast_members(reader):
             members += 1
             name = m.name
             try:

@@ -21,6 +21,7 @@ import struct
 import sys
 
 from ..core.grouping import group
+from ..core.passthru import fast_members, leftover
 from ..core.stats import Stats
 from ..core.tario import TarReader
 from ..errors import BadInput, UsageError
@@ -71,6 +72,11 @@ class _Counting:
         self.count += len(data)
         return data
 
+    def read_some(self, n=-1):
+        data = self.stream.read1(n)
+        self.count += len(data)
+        return data
+
 
 def _size_of(stream, read):
     """The size of the file ``stream`` reads (what the reader checks against
@@ -117,6 +123,8 @@ def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_
         stream, *seekable = _open_seekable(url, stream.compression, checkpoint_spacing)
     try:
         counting = _Counting(stream)
+        if hasattr(stream, "read1"):  # the fast path reads what is buffered (and counts it)
+            counting.read1 = counting.read_some
         reader = TarReader(counting, name, strict=strict, warn=warn)
         plain = info.compression is None or seekable is not None
         starts = array("Q")
@@ -127,11 +135,11 @@ def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_
             for m in members:
                 last[0] = m
                 if m.data is not None:  # its data and padding are read: here it ends
-                    last[1] = counting.count  # (not offset + size: a sparse member stores less)
+                    last[1] = reader.offset  # (not offset + size: a sparse member stores less)
                 yield m
 
         n = nxt = 0
-        for sample in group(tracked(reader.members()), name, stats, reader.spooler):
+        for sample in group(tracked(fast_members(reader)), name, stats, reader.spooler):
             if plain:
                 # the sample just completed began where the previous one ended;
                 # the member that completed it (if any) starts the next one
@@ -144,7 +152,7 @@ def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_
             info.starts = starts
             info.keys = keys
             info.end = last[1]
-            info.filesize = _size_of(stream, counting.count)
+            info.filesize = _size_of(stream, counting.count - leftover(reader))
         if seekable is not None:
             info.seek, info.filesize = seekable[0](), seekable[1]()
             if info.seek is None:  # no restart points: counts only
