@@ -293,6 +293,8 @@ def fast_group(reader, source="-", stats=None, raw=False, marks=None):
                         data = chunk[q + 512 : q + 512 + size]
                         pos = stop
                         here = base + q
+                        mstart = base + p  # (its pax header, if any, included)
+                        endpos = base + stop
                         if misses:
                             misses = 0
                         kb, fb = h.groups()
