@@ -8,6 +8,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
+from ..core.limits import safe_text
 from .base import Args, ProgressFlag, Quiet, Verbose, command, opt, run
 
 EXAMPLES = """
@@ -153,7 +154,7 @@ def slurm(args, command, prog):
 
     def status(message):
         clear()
-        print(f"{prog}: {message}", file=sys.stderr, flush=True)
+        print(f"{prog}: {safe_text(message, lines=True)}", file=sys.stderr, flush=True)
 
     def progress(c):
         if sys.stderr.isatty() if args.progress is None else args.progress:
@@ -299,7 +300,7 @@ def main(args, command, prog="kujob"):
 
     def status(message):
         progress.clear()
-        print(f"{prog}: {message}", file=sys.stderr, flush=True)
+        print(f"{prog}: {safe_text(message, lines=True)}", file=sys.stderr, flush=True)
 
     runner = jobs.Runner(command, ids, jobs=njobs, retries=args.retries, done_if=args.done_if,
                          log=sys.stderr.buffer, status=status, progress=progress,
@@ -312,7 +313,8 @@ def main(args, command, prog="kujob"):
         print(f"{prog}: {summary.line()}", file=sys.stderr, flush=True)
     failed = summary.failed
     if failed:
-        print(f"{prog}: {len(failed)} of {len(ids)} shards failed: {' '.join(failed)}", file=sys.stderr, flush=True)
+        print(f"{prog}: {len(failed)} of {len(ids)} shards failed: {safe_text(' '.join(failed), lines=True)}",
+              file=sys.stderr, flush=True)
         return 1
     return 0
 

@@ -112,9 +112,13 @@ class SeenKeys:
 
 
 def printable(name):
-    """A name as text that can always be printed: bytes that are not UTF-8
-    become ``\\xNN`` escapes."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    """A name as text that can always be printed (in a report, JSON or
+    not): credentials of a URL removed, controls and lone surrogates escaped
+    as :func:`~tarproc.core.limits.safe_text` does, bytes that are not UTF-8
+    as ``\\xNN`` escapes; not shortened (a report keeps whole names)."""
+    from ..core.limits import escape_unsafe, hide_credentials
+
+    return escape_unsafe(hide_credentials(name)).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 class _Problems:
