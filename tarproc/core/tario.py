@@ -184,6 +184,7 @@ class TarReader:
         self.offset = 0
         self.truncated = False
         self.trailing = None  # offset of data ignored after the end-of-archive marker
+        self.after_end = None  # offset of the first header read after a zero block (tarfile stops there)
         self.gpax = {}  # global pax records in force (members() fills it)
         self.spooler = spooler if spooler is not None else Spooler()
         self._region = getattr(stream, "region_source", None)
@@ -312,8 +313,12 @@ class TarReader:
                 zero_seen = True
                 eoa_end = offset + BLOCK if zero_end == offset else eoa_end
                 zero_end = offset = offset + BLOCK
+                gpax.clear()  # no pax header survives an end marker (cat a.tar b.tar: b's names are b's)
+                continued = False
                 continue
             here = offset
+            if zero_end == here and self.after_end is None:
+                self.after_end = here
             try:
                 stored = _number(buf[148:156], "checksum", source, here)
                 bad = sum(buf) - sum(buf[148:156]) + 256 != stored and not _checksum_ok(buf, stored)

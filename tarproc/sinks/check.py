@@ -18,7 +18,9 @@ most samples have), ``skipped_members`` (no extension, links, special files),
 (more distinct field names than ``TARPROC_CHECK_FIELDS``, 10,000: the rest are
 counted together as ``(other fields)``), ``metadata_fields``
 (``KEY.__x__``: a field named like metadata), ``empty_files``,
-``truncated`` (no end-of-archive marker), ``trailing_data`` (bytes after
+``truncated`` (no end-of-archive marker), ``after_end_marker`` (members after a zero
+block or the end-of-archive marker: read here, never seen by tarfile or webdataset),
+``trailing_data`` (bytes after
 it that are not tar: ignored by readers), ``no_samples``, ``unreadable``
 (the shard cannot be opened, or is damaged: a bad checksum, input ending
 inside a member; its example is the error line, its counts are those read
@@ -257,6 +259,10 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False):
         close_sample()
         tar_bytes = reader.offset
         truncated = reader.truncated
+        if reader.after_end is not None and reader.trailing != reader.after_end:
+            probs.add("after_end_marker", "members after a zero block or an end-of-archive marker (tarfile, "
+                      "webdataset and tar without -i stop there and never see them)",
+                      f"offset {reader.after_end}")
         if reader.trailing is not None:
             probs.add("trailing_data", "data after the end-of-archive marker (readers ignore it)",
                       f"offset {reader.trailing}")

@@ -192,7 +192,7 @@ def format_row(values, fmt, names=None):
         # JSON escapes C0 controls itself; the others are only found inside
         # strings, where \\uHHHH is the same character.
         line = limits.json_dumps(dict(zip(names, values)), finite=True, ensure_ascii=False)
-        return (_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", line) if _UNSAFE.search(line) else line) + "\n"
+        return (limits.UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", line) if limits.UNSAFE.search(line) else line) + "\n"
     raise UsageError(f"unknown format {fmt!r} (tsv, csv or jsonl)")
 
 
