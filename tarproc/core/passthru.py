@@ -29,7 +29,7 @@ import io
 import re
 from zlib import adler32
 
-from ..errors import BadArchive, BadSample
+from ..errors import BadArchive, BadSample, TarprocError
 from .pack import Packer, sample_budget
 from .limits import quote
 from .rules import split_name, unnamed, unsafe_name
@@ -281,7 +281,20 @@ def fast_group(reader, source="-", stats=None, raw=False):
                         fast = False
                 rest.head, rest.pos = chunk, pos
                 reader.offset = base + pos
-            m = next(general, None)
+            try:
+                m = next(general, None)
+            except TarprocError:
+                # the data of the next member could not be read (damage, a compression bomb): when it
+                # starts another sample, the current one is whole and is given first, so a consumer
+                # that wants no more (tarshow -c 1) ends before the error
+                parts = split_name(reader.reading) if reader.reading else None
+                if current is not None and parts is not None and parts[0] != key:
+                    stats.read += 1
+                    if raw:
+                        _seal(current, pieces, rchunk, rs, rstop, nmem)
+                    done, current = current, None
+                    yield done
+                raise
             if fast:
                 chunk, pos, end = rest.head, rest.pos, len(rest.head)
                 base = reader.offset - pos

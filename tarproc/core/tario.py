@@ -185,6 +185,7 @@ class TarReader:
         self.truncated = False
         self.trailing = None  # offset of data ignored after the end-of-archive marker
         self.after_end = None  # offset of the first header read after a zero block (tarfile stops there)
+        self.reading = None  # the name of the member whose data is being read (an error there: see fast_group)
         self.gpax = {}  # global pax records in force (members() fills it)
         self.spooler = spooler if spooler is not None else Spooler()
         self._region = getattr(stream, "region_source", None)
@@ -421,7 +422,9 @@ class TarReader:
                 self.warn(f"{source}: offset {here}: {quote(name)}: skipped, the rest of a file begun in another "
                           f"volume of a multi-volume archive")
             if kind == REGULAR:  # flags are regular files
+                self.reading = name
                 m = Member(name, self._read_data(size, here, name), REGULAR, mode, mtime, linkname, here, start)
+                self.reading = None
             elif kind == "S":  # GNU sparse: the file it stands for (core/sparse.py)
                 name, data, extra = read_sparse(self, buf, records, size, here, name)
                 offset += extra

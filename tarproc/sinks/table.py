@@ -11,7 +11,6 @@ indices); a missing field is an empty cell (``null`` in JSON lines).
 """
 
 
-import re
 
 from ..core.blob import Blob
 
