@@ -106,8 +106,14 @@ def _lines(filelist):
 
     stream = open_source(filelist, decompress=False)
     try:
-        for raw in stream:
+        for number, raw in enumerate(stream, 1):
             line = raw.decode("utf-8", "surrogateescape").strip()
+            if "\0" in line:
+                from ..core.limits import safe_text
+                from ..errors import BadInput
+
+                raise BadInput(f"{safe_text(filelist)}: line {number} has a NUL byte: not a list of URLs "
+                               f"(a tar file given as the list?)")
             if line and not line.startswith("#"):
                 yield url_from_data(line, filelist)
     finally:
