@@ -32,7 +32,7 @@ from zlib import adler32
 from ..errors import BadArchive, BadSample, TarprocError
 from .pack import Packer, sample_budget
 from .limits import quote
-from .rules import split_name, unnamed, unsafe_name
+from .rules import split_name, starts_another, unnamed, unsafe_name
 from .stats import Stats
 from .tario import _LARGE_MEMBER, REGULAR, TYPE_NAMES, TarWriter
 
@@ -283,12 +283,11 @@ def fast_group(reader, source="-", stats=None, raw=False):
                 reader.offset = base + pos
             try:
                 m = next(general, None)
-            except TarprocError:
+            except TarprocError as e:
                 # the data of the next member could not be read (damage, a compression bomb): when it
                 # starts another sample, the current one is whole and is given first, so a consumer
-                # that wants no more (tarshow -c 1) ends before the error
-                parts = split_name(reader.reading) if reader.reading else None
-                if current is not None and parts is not None and parts[0] != key:
+                # that wants no more (tarshow -c 1) ends before the error (as group() does)
+                if current is not None and starts_another(e, key):
                     stats.read += 1
                     if raw:
                         _seal(current, pieces, rchunk, rs, rstop, nmem)

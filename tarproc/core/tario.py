@@ -14,7 +14,7 @@ reports some damage as a silent end of archive.  The header layout is small
 and fixed, so a direct codec is short and several times faster.
 """
 
-from ..errors import BadArchive
+from ..errors import BadArchive, TarprocError
 from .blob import Blob, Spooler, region
 from .pax import _pax_int, _pax_name, parse_pax  # noqa: F401 (parse_pax: part of this module's API)
 from .sparse import read_sparse
@@ -185,7 +185,6 @@ class TarReader:
         self.truncated = False
         self.trailing = None  # offset of data ignored after the end-of-archive marker
         self.after_end = None  # offset of the first header read after a zero block (tarfile stops there)
-        self.reading = None  # the name of the member whose data is being read (an error there: see fast_group)
         self.gpax = {}  # global pax records in force (members() fills it)
         self.spooler = spooler if spooler is not None else Spooler()
         self._region = getattr(stream, "region_source", None)
@@ -422,9 +421,12 @@ class TarReader:
                 self.warn(f"{source}: offset {here}: {quote(name)}: skipped, the rest of a file begun in another "
                           f"volume of a multi-volume archive")
             if kind == REGULAR:  # flags are regular files
-                self.reading = name
-                m = Member(name, self._read_data(size, here, name), REGULAR, mode, mtime, linkname, here, start)
-                self.reading = None
+                try:
+                    data = self._read_data(size, here, name)
+                except TarprocError as e:
+                    e.member = name  # its data failed: the samples before it are whole (grouping gives them)
+                    raise
+                m = Member(name, data, REGULAR, mode, mtime, linkname, here, start)
             elif kind == "S":  # GNU sparse: the file it stands for (core/sparse.py)
                 name, data, extra = read_sparse(self, buf, records, size, here, name)
                 offset += extra
