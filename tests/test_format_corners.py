@@ -92,6 +92,7 @@ def test_bomb_after_the_samples_asked_for(sh, tmp_path):
     assert b"first" in p.stdout
     out = sh("tarcat -c 1 bomb.tar.gz", env=env).stdout
     assert tarfile.open(fileobj=io.BytesIO(out)).getnames() == ["a.cls", "a.txt"]
+    assert sh("tarfirst -f txt bomb.tar.gz", env=env).stdout == b"first"
     out = sh("tar2json -f jsonlines -c 1 bomb.tar.gz", env=env).stdout
     assert json.loads(out)["txt"] == "first"
     # asked for more: the bomb is still refused, after the sample before it
