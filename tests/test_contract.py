@@ -174,7 +174,7 @@ def test_empty_input(name, tmp_path):
 def test_truncated_input(name, tmp_path):
     spec = CONTRACT[name]
     if spec["input"] == "tar":
-        data = shard(5)[:3000]  # inside a header
+        data = shard(5)[:2348]  # inside a header (a cut in member data after a whole sample gives that sample first)
     elif spec["input"] == "lines":
         data = lines(5)[:40]  # the second line cut off inside its fields
     else:

@@ -195,7 +195,8 @@ def test_missing_input_and_bad_usage(sh):
     assert p.returncode == 2 and p.stderr.decode() == "tarcat: nothere.tar: cannot open: No such file or directory\n"
     p = sh("tarcat --slice 1:x < /dev/null", ok=False)
     assert p.returncode == 2 and "bad slice" in p.stderr.decode()
-    p = sh("tarcat --rekey '{nope}' < /dev/null", ok=True)  # no samples: the format is never used
+    p = sh("tarcat --rekey '{nope}' < /dev/null", ok=False)  # checked when parsed, samples or not
+    assert p.returncode == 2 and "unknown name {nope}" in p.stderr.decode()
     p = sh("tarcat --no-such-flag", ok=False)
     assert p.returncode == 2
 

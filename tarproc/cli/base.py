@@ -366,7 +366,7 @@ class Reporter:
         self.bar.clear()
         end_bad_shards(self.bad_shards, self)  # (no "N of M shards": not all were read)
         if self.verbose or force:
-            print(f"{self.prog}: {stats.summary()}", file=sys.stderr, flush=True)
+            print(f"{self.prog}: {_clip(stats.summary())}", file=sys.stderr, flush=True)
 
 
 def progress_stage(reporter, stats):
@@ -396,7 +396,7 @@ def _usage_error(prog, e):
     if usage:
         print(usage.splitlines()[0], file=sys.stderr)
     message = e.format_message() if hasattr(e, "format_message") else str(e)
-    print(f"{prog}: error: {message}", file=sys.stderr)
+    print(f"{prog}: error: {_clip(message)}", file=sys.stderr)
 
 
 def run(prog, cmd, argv=None):
@@ -418,6 +418,10 @@ def run(prog, cmd, argv=None):
     from .guards import hold_closed_std_fds
 
     hold_closed_std_fds()
+    _std_streams()
+    from ..runtime.procs import default_sigchld
+
+    default_sigchld()  # started with SIGCHLD ignored: exit statuses would be lost
     debug = "--debug" in argv or os.environ.get("TARPROC_DEBUG") == "1"
     signal.signal(signal.SIGTERM, _on_sigterm)
     if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:  # not under nohup
@@ -442,7 +446,7 @@ def run(prog, cmd, argv=None):
         if isinstance(e, ClickUsageError):
             _usage_error(prog, e)
         else:
-            print(f"{prog}: error: {e.format_message()}", file=sys.stderr)
+            print(f"{prog}: error: {_clip(e.format_message())}", file=sys.stderr)
         code = EXIT_USAGE
     except typer.Abort:  # Ctrl-C, as click reports it
         _drop_stdout()
@@ -515,6 +519,23 @@ def _once(click_cmd):
     return click_cmd
 
 
+def _std_streams():
+    """After :func:`~tarproc.cli.guards.hold_closed_std_fds`: a stderr that was
+    closed at start (Python then leaves ``sys.stderr`` as None, and ``print``
+    to None writes to stdout, the data) goes to /dev/null; stdout and stderr
+    escape what their encoding cannot hold (a non-UTF-8 name on a strict
+    ``PYTHONIOENCODING=utf-8``) instead of failing."""
+    import io
+
+    from ..core.limits import escaping_stream
+
+    if sys.stderr is None:
+        sys.stderr = io.TextIOWrapper(open(2, "wb", buffering=0, closefd=False), encoding="utf-8",
+                                      errors="backslashreplace", write_through=True)
+    escaping_stream(sys.stdout)
+    escaping_stream(sys.stderr)
+
+
 def _flush_stdout():
     if sys.stdout is not None:  # None: started with stdout closed
         sys.stdout.flush()
@@ -533,9 +554,11 @@ def _drop_stdout():
 
 
 def _clip(message):
-    from ..core.limits import clip_lines
+    """Every message line goes through the one function that makes text
+    safe to show (credentials removed, controls escaped, lines bounded)."""
+    from ..core.limits import safe_text
 
-    return clip_lines(message)
+    return safe_text(message, lines=True)
 
 
 def _quiet_sigpipe():
@@ -610,12 +633,13 @@ def _sizes(urls):
             return None
         try:
             with open(url, "rb") as f:
-                magic = f.read(6)
+                magic = f.read(4096)
                 size = os.fstat(f.fileno()).st_size
         except OSError:
             return None
-        if magic[:2] == b"\x1f\x8b" or magic[:3] == b"BZh" or magic[:6] == b"\xfd7zXZ\x00" \
-                or magic[:4] == b"\x28\xb5\x2f\xfd":
+        from ..sources.compression import codec_of
+
+        if codec_of(magic) is not None:
             return None
         sizes.append(size)
         total += size

@@ -8,6 +8,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
+from ..core.limits import safe_text
 from .base import Args, ProgressFlag, Quiet, Verbose, command, opt, replaced, run
 
 EXAMPLES = """
@@ -156,7 +157,7 @@ def slurm(args, command, prog):
 
     def status(message):
         clear()
-        print(f"{prog}: {message}", file=sys.stderr, flush=True)
+        print(f"{prog}: {safe_text(message, lines=True)}", file=sys.stderr, flush=True)
 
     def progress(c):
         if sys.stderr.isatty() if args.progress is None else args.progress:
@@ -306,7 +307,7 @@ def main(args, command, prog="kujob"):
 
     def status(message):
         progress.clear()
-        print(f"{prog}: {message}", file=sys.stderr, flush=True)
+        print(f"{prog}: {safe_text(message, lines=True)}", file=sys.stderr, flush=True)
 
     runner = jobs.Runner(command, ids, jobs=njobs, retries=args.retries, retry_all=args.retry_all,
                          done_if=args.done_if,
@@ -322,7 +323,8 @@ def main(args, command, prog="kujob"):
         print(f"{prog}: {line}", file=sys.stderr, flush=True)
     failed = summary.failed
     if failed:
-        print(f"{prog}: {len(failed)} of {len(ids)} shards failed: {' '.join(failed)}", file=sys.stderr, flush=True)
+        print(f"{prog}: {len(failed)} of {len(ids)} shards failed: {safe_text(' '.join(failed), lines=True)}",
+              file=sys.stderr, flush=True)
         # one shard (a pod, a Slurm task) whose command exited 2: exit 2, so a
         # Kubernetes podFailurePolicy does not retry what cannot change
         return 2 if first_only and runner.results[0].returncode == 2 else 1

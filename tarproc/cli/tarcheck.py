@@ -2,6 +2,7 @@
 
 from typing import Annotated, Optional
 
+from ..core.limits import safe_text
 from .base import Args, BraceExpand, FileList, Inputs, Retries, command, open_inputs, opt, positive, resume_of, run
 
 EXAMPLES = """
@@ -75,7 +76,7 @@ def main(args, prog="tarcheck"):
         for p in rep["problems"]:
             if p["kind"] == "unreadable":  # the error line on stderr too, as for any unreadable input
                 unreadable.append(rep["url"])
-                print(f"{prog}: {p['examples'][0]}", file=sys.stderr, flush=True)
+                print(f"{prog}: {safe_text(p['examples'][0], lines=True)}", file=sys.stderr, flush=True)
         if args.json:  # streamed: the shards' reports are not kept
             out.write(("" if first[0] else ",\n") + _indent(json.dumps(rep, indent=2, ensure_ascii=False), 4))
             first[0] = False

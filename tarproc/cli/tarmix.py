@@ -97,7 +97,7 @@ def main(args, prog="tarmix"):
 
         raise UsageError(f"{args.spec}: a mix spec larger than 1 MiB")
     name = "stdin" if args.spec == "-" else args.spec
-    spec = load_spec(data.decode("utf-8", "replace"), name)
+    spec = load_spec(data.decode("utf-8", "replace"), name, origin=args.spec)
     _refuse_output_among_shards(args.output, spec)
     stats = S.Stats()
     stages = []

@@ -4,12 +4,13 @@ A sample is a ``dict`` of field name to ``bytes`` plus ``__key__`` (``str``);
 see :mod:`tarproc.core.rules` for keys, fields and metadata.  Consecutive
 members with the same key form one sample (the WebDataset convention)."""
 
-from ..errors import BadArchive, BadSample
+from ..errors import BadArchive, BadSample, TarprocError
 from .blob import Blob
 from .pack import Packer, sample_budget
 from .limits import quote
 from .passthru import RawSample, is_canonical_writer
-from .rules import MAX_NAME_BYTES, bad_field_name, bad_key, is_meta, split_name, unnamed, unsafe_name
+from .rules import (MAX_NAME_BYTES, bad_field_name, bad_key, is_meta, split_name, starts_another, unnamed,
+                    unsafe_name)
 from .stats import Stats
 from .tario import REGULAR, TYPE_NAMES, TarWriter
 
@@ -29,7 +30,18 @@ def group(members, source="-", stats=None, spooler=None):
     budget = sample_budget(spooler)
     held = 0
     pack = None
-    for m in members:
+    members = iter(members)
+    while True:
+        try:
+            m = next(members, None)
+        except TarprocError as e:
+            if current is not None and starts_another(e, key):  # the sample before it is whole: give it first
+                stats.read += 1
+                done, current = current, None
+                yield done
+            raise
+        if m is None:
+            break
         name = m.name
         if m.type != REGULAR:
             stats.skip_member(TYPE_NAMES.get(m.type, "special files"))

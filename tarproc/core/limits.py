@@ -281,48 +281,22 @@ def hide_credentials(text):
     return _SECRET_PARAMS.sub(r"\1***", _USERINFO.sub(r"\1***@", text))
 
 
-#: Characters a message must not carry to a terminal or a log as they are:
-#: C0 controls but tab and newline (ESC starts terminal sequences, CR
-#: overwrites a line), DEL, C1 controls (U+009B is an 8-bit CSI), the line
-#: separators U+2028/U+2029 and the bidirectional overrides and isolates.
-_CONTROLS = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
-
-
-def _escape_control(m):
-    c = ord(m.group())
-    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-
-
-def safe_text(text, newlines=False):
-    """``text`` with control characters written as ``\\xHH``/``\\uHHHH``
-    escapes (tab and newline as ``\\t`` ``\\n``), so that a name from an
-    input (a path, a URL, a key) shows as what it is and cannot move the
-    cursor, recolour a terminal or forge a line of a log.  ``newlines``:
-    keep newlines (a message of several lines)."""
-    import re
-
-    if text.isprintable():
-        return text
-    if not newlines:
-        text = text.replace("\t", "\\t").replace("\n", "\\n")
-    return re.sub(_CONTROLS, _escape_control, text)
-
-
 def shown(name, limit=None):
     """A name (path, URL, key) as a message shows it on one line:
-    :func:`hide_credentials`, :func:`shorten` and :func:`safe_text`."""
-    return safe_text(shorten(hide_credentials(name), limit))
+    :func:`safe_text`."""
+    return safe_text(name, limit)
 
 
 def clip_lines(text, limit=None):
     """Every line of a message cut to at most about ``limit`` characters
     (default four times :data:`NAME_CHARS`), credentials in URLs hidden
-    (:func:`hide_credentials`), control characters escaped (:func:`safe_text`,
-    newlines kept): the last fence, used where the CLI prints a message, for
+    (:func:`hide_credentials`), control characters escaped (tab and
+    newline kept): the last fence, used where the CLI prints a message, for
     names that reached it unshortened or unescaped."""
     text = hide_credentials(text)
     limit = 4 * NAME_CHARS if limit is None else limit
-    text = safe_text(text, newlines=True)
+    if _UNSAFE_LINES.search(text):
+        text = _UNSAFE_LINES.sub(_escape_match, text)
     if len(text) <= limit:
         return text
     return "\n".join(shorten(line, limit) for line in text.split("\n"))
@@ -398,7 +372,11 @@ MAX_WIDTH = 4096
 
 
 def check_widths(pattern, what):
-    """Refuse a name pattern (``str.format`` or ``%`` style) whose placeholder
+    """THE check of every format-string option (``--rekey``, ``--keyformat``,
+    tarsplit ``-o``, tarcreate ``-k``), run when the option is parsed: refuse
+    a ``str.format`` pattern that does not parse, or whose field reaches into
+    a value (``{key.x}``, ``{key[0]}``: an internal error when filled), and a
+    name pattern (``str.format`` or ``%`` style) whose placeholder
     asks for a huge width or precision, or nests fields in its spec:
     ``{shard:0999999999}`` made gigabyte names until memory ran out.  The
     message starts with ``what`` (e.g. ``--rekey '{key:>9999999}'``)."""
@@ -410,9 +388,15 @@ def check_widths(pattern, what):
         import string
 
         try:
-            specs = [spec for _, _, spec, _ in string.Formatter().parse(pattern) if spec]
-        except ValueError:
-            return  # the caller's own formatting gives the usual message
+            parsed = [(field, spec) for _, field, spec, _ in string.Formatter().parse(pattern) if field is not None]
+        except ValueError as e:
+            raise UsageError(f"{what} {pattern!r}: {e}") from None
+        for field, _ in parsed:
+            # {key.x} or {key[0]} reaches into the value (an attribute, an item): names only
+            if "." in field or "[" in field:
+                raise UsageError(f"{what} {pattern!r}: {{{field}}} refers to a part of a value; only plain names "
+                                 f"(such as {{{field.split('.')[0].split('[')[0]}}}) are allowed")
+        specs = [spec for _, spec in parsed if spec]
         if any("{" in spec for spec in specs):
             raise UsageError(f"{what} {pattern!r}: nested fields in a format spec")
     else:
@@ -422,3 +406,92 @@ def check_widths(pattern, what):
             if len(number) > 4 or int(number) > MAX_WIDTH:
                 raise UsageError(f"{what} {pattern!r}: a width of {number[:12]} is more than a name can hold "
                                  f"({MAX_WIDTH})")
+
+
+# ---------------------------------------------------------------- text shown to people
+
+#: Characters a terminal acts on or a Unicode-aware reader takes as a line
+#: end, besides tab, newline and CR: the other C0 controls (ESC starts the
+#: escape sequences, OSC 52 among them writes the clipboard), DEL, the C1
+#: controls (U+009B is an 8-bit CSI, U+0085 a line end), U+2028/U+2029, the
+#: bidirectional overrides and isolates that reorder what is shown, and lone
+#: surrogates other than ``\udc80``-``\udcff`` (a JSON ``"\ud800"``: no
+#: encoder writes them).
+UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+                    "\ud800-\udc7f\udd00-\udfff]")
+_UNSAFE_ALL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_UNSAFE_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def escape_char(c):
+    """One unsafe character as an escape: ``\\xHH`` (a byte of a name that
+    is not UTF-8, ``\\udcHH``, as the byte ``\\xHH``) or ``\\uHHHH``."""
+    o = ord(c)
+    if 0xDC80 <= o <= 0xDCFF:
+        return f"\\x{o - 0xDC00:02x}"
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
+
+
+def _escape_match(m):
+    return escape_char(m.group())
+
+
+def escape_unsafe(text):
+    """``text`` with the characters of :data:`UNSAFE` escaped (tab, newline,
+    CR and the ``\\udcHH`` of non-UTF-8 bytes kept: for tables and previews,
+    which escape those their own way or write the bytes as they are)."""
+    return UNSAFE.sub(_escape_match, text) if UNSAFE.search(text) else text
+
+
+def safe_text(value, limit=None, lines=False):
+    """THE function that makes text safe to show to a person (a message on
+    stderr, a ``-v`` line, a report, a preview): any value (``str``;
+    ``bytes`` as UTF-8; others by ``str``) with
+
+    - credentials of URLs removed (:func:`hide_credentials`),
+    - control characters (escape sequences, clipboard writes), lone
+      surrogates and non-UTF-8 bytes escaped (``\\x1b``, ``\\xe9``,
+      ``\\ud800``), so the result prints on any terminal and encodes as
+      strict UTF-8,
+    - its length bounded: at most about ``limit`` characters (default
+      :data:`NAME_CHARS`) per line, the middle left out (:func:`shorten`).
+
+    ``lines=True`` (whole messages) keeps newlines and tabs and bounds each
+    line to ``limit`` (default four times :data:`NAME_CHARS`); otherwise
+    (a name, a key, a value) they are escaped too and the text is one line."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        value = bytes(value).decode("utf-8", "surrogateescape")
+    elif not isinstance(value, str):
+        value = str(value)
+    text = hide_credentials(value)
+    pattern = _UNSAFE_LINES if lines else _UNSAFE_ALL
+    if pattern.search(text):
+        text = pattern.sub(_escape_match, text)
+    if lines:
+        return clip_lines(text, limit)
+    return shorten(text, limit)
+
+
+def _encode_escaping(e):
+    """Codec error handler ``tarproc.escape``: what the output encoding
+    cannot hold, escaped as :func:`escape_char` does (a non-UTF-8 name on a
+    strict UTF-8 stdout, ``PYTHONIOENCODING=utf-8``)."""
+    if not isinstance(e, UnicodeEncodeError):
+        raise e
+    return "".join(escape_char(c) for c in e.object[e.start:e.end]), e.end
+
+
+def escaping_stream(stream):
+    """Make a text stream (``sys.stdout``) escape what its encoding cannot
+    hold instead of failing, when its error handler is ``strict``."""
+    import codecs
+
+    try:
+        codecs.lookup_error("tarproc.escape")
+    except LookupError:
+        codecs.register_error("tarproc.escape", _encode_escaping)
+    if stream is not None and getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+        try:
+            stream.reconfigure(errors="tarproc.escape")
+        except (ValueError, OSError):
+            pass

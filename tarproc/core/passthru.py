@@ -29,10 +29,10 @@ import io
 import re
 from zlib import adler32
 
-from ..errors import BadArchive, BadSample
+from ..errors import BadArchive, BadSample, TarprocError
 from .pack import Packer, sample_budget
 from .limits import quote
-from .rules import split_name, unnamed, unsafe_name
+from .rules import split_name, starts_another, unnamed, unsafe_name
 from .stats import Stats
 from .dialects import member_reader, octal, parse_pax_fast
 from .tario import _LARGE_MEMBER, REGULAR, TYPE_NAMES, Member, TarWriter
@@ -380,7 +380,19 @@ def fast_group(reader, source="-", stats=None, raw=False, marks=None):
                         fast = False
                 rest.head, rest.pos = chunk, pos
                 reader.offset = base + pos
-            m = next(general, None)
+            try:
+                m = next(general, None)
+            except TarprocError as e:
+                # the data of the next member could not be read (damage, a compression bomb): when it
+                # starts another sample, the current one is whole and is given first, so a consumer
+                # that wants no more (tarshow -c 1) ends before the error (as group() does)
+                if current is not None and starts_another(e, key):
+                    stats.read += 1
+                    if raw:
+                        _seal(current, pieces, rchunk, rs, rstop, nmem)
+                    done, current = current, None
+                    yield done
+                raise
             foreign = False
             if fast:
                 chunk, pos, end = rest.head, rest.pos, len(rest.head)

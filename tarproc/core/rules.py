@@ -136,3 +136,13 @@ def bad_member(key, field):
     """Why the member ``KEY.FIELD`` cannot be written (``None`` if it can):
     the check of every writer."""
     return bad_key(key) or bad_field_name(field)
+
+
+def starts_another(error, key):
+    """Whether ``error`` (raised by the tar reader) came while reading the
+    data of a member (its name in ``error.member``) that starts a sample
+    other than ``key``: the sample ``key`` is then whole, and grouping gives
+    it before the error."""
+    name = getattr(error, "member", None)
+    parts = split_name(name) if isinstance(name, str) else None
+    return parts is not None and parts[0] != key

@@ -16,7 +16,7 @@ and fixed, so a direct codec is short and several times faster.
 
 from zlib import adler32
 
-from ..errors import BadArchive
+from ..errors import BadArchive, TarprocError
 from .blob import Blob, Spooler, region
 from .pax import _pax_int, _pax_name, parse_pax  # noqa: F401 (parse_pax: part of this module's API)
 from .sparse import read_sparse
@@ -196,6 +196,7 @@ class TarReader:
         self.offset = 0
         self.truncated = False
         self.trailing = None  # offset of data ignored after the end-of-archive marker
+        self.after_end = None  # offset of the first header read after a zero block (tarfile stops there)
         self.gpax = {}  # global pax records in force (members() fills it)
         self.spooler = spooler if spooler is not None else Spooler()
         self._region = getattr(stream, "region_source", None)
@@ -331,8 +332,12 @@ class TarReader:
                 zero_seen = True
                 eoa_end = offset + BLOCK if zero_end == offset else eoa_end
                 zero_end = offset = offset + BLOCK
+                gpax.clear()  # no pax header survives an end marker (cat a.tar b.tar: b's names are b's)
+                continued = False
                 continue
             here = offset
+            if zero_end == here and self.after_end is None:
+                self.after_end = here
             try:
                 stored = _number(buf[148:156], "checksum", source, here)
                 bad = _header_sum(buf) != stored and not _checksum_ok(buf, stored)
@@ -440,7 +445,12 @@ class TarReader:
                 self.warn(f"{source}: offset {here}: {quote(name)}: skipped, the rest of a file begun in another "
                           f"volume of a multi-volume archive")
             if kind == REGULAR:  # flags are regular files
-                m = Member(name, self._read_data(size, here, name), REGULAR, mode, mtime, linkname, here, start)
+                try:
+                    data = self._read_data(size, here, name)
+                except TarprocError as e:
+                    e.member = name  # its data failed: the samples before it are whole (grouping gives them)
+                    raise
+                m = Member(name, data, REGULAR, mode, mtime, linkname, here, start)
             elif kind == "S":  # GNU sparse: the file it stands for (core/sparse.py)
                 name, data, extra = read_sparse(self, buf, records, size, here, name)
                 offset += extra

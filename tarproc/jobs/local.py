@@ -237,6 +237,10 @@ class Runner:
         self.results = [Result(i, first_index + n) for n, i in enumerate(self.ids)]
         self._lock = threading.Lock()  # guards log writes and the result table
         self._procs = set()
+        from ..runtime.procs import Watchdog, default_sigchld
+
+        default_sigchld()  # an inherited SIG_IGN would make every exit status 0
+        self._watchdog = Watchdog()  # kills the shards' process groups if this process is killed
         self._stop = threading.Event()
         self._next = 0
         self.started = time.monotonic()
@@ -334,6 +338,7 @@ class Runner:
                                     stderr=subprocess.PIPE, env=env, start_new_session=True)
         except OSError as e:
             return None, f"cannot run {argv[0]}: {e.strerror or e}"
+        self._watchdog.add(proc.pid)
         with self._lock:
             self._procs.add(proc)
             if self._stop.is_set():  # stop() ran while this one was starting
@@ -344,6 +349,7 @@ class Runner:
         finally:
             with self._lock:
                 self._procs.discard(proc)
+            self._watchdog.discard(proc.pid)
         return code, describe_exit(code)
 
     def _relay(self, proc, prefix):
@@ -466,6 +472,8 @@ class Runner:
             for t in threads:
                 t.join(10)
             raise
+        finally:
+            self._watchdog.close()
         return Summary(self.results)
 
     def stop(self):

@@ -75,6 +75,124 @@ def _pdeathsig():
         pass
 
 
+def default_sigchld():
+    """Put ``SIGCHLD`` back to its default when this process was started
+    with it ignored (an inherited ``SIG_IGN``, as some daemons and shells
+    leave it): then the kernel reaps children at once, ``waitpid`` finds no
+    status, and a command that failed would look like one that succeeded.
+    Only the main thread may change a disposition; elsewhere nothing is done
+    (the CLI does it at start)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        try:
+            if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+
+
+_WATCHDOG = (
+    "import os,signal\n"
+    "groups=set()\n"
+    "buf=b''\n"
+    "while True:\n"
+    "    try:\n"
+    "        b=os.read(0,4096)\n"
+    "    except InterruptedError:\n"
+    "        continue\n"
+    "    except OSError:\n"
+    "        b=b''\n"
+    "    if not b:\n"
+    "        break\n"
+    "    buf+=b\n"
+    "    *lines,buf=buf.split(b'\\n')\n"
+    "    for line in lines:\n"
+    "        n=int(line)\n"
+    "        groups.add(n) if n>0 else groups.discard(-n)\n"
+    "for g in groups:\n"
+    "    try:\n"
+    "        os.killpg(g,signal.SIGKILL)\n"
+    "    except OSError:\n"
+    "        pass\n"
+)
+
+
+class Watchdog:
+    """A small helper process that kills the process groups registered with
+    it (:meth:`add`, :meth:`discard`) once this process is gone, however it
+    ended (``SIGKILL``, the OOM killer): it reads a pipe whose only writer is
+    this process and, at end of file, kills every group still registered.
+    For children that cannot get a parent-death signal (``posix_spawn`` has
+    no hook to run ``prctl`` in the child) and for whole pipelines a shell
+    runs (the signal reaches only the shell, not its own children).
+
+    The helper starts on first :meth:`add`; when it cannot start, children
+    simply run without it.  Registering is one short ``write``."""
+
+    def __init__(self):
+        self.fd = None
+        self.proc = None
+        self.pid = None
+        self.failed = False
+        import threading
+
+        self.lock = threading.Lock()
+
+    def _start(self):
+        import subprocess
+        import sys
+
+        r, w = os.pipe2(os.O_CLOEXEC)
+        try:
+            # its own session: a Ctrl-C to our terminal group does not end it early;
+            # no parent-death signal: it must outlive us to do its work
+            self.proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _WATCHDOG], stdin=r,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                         close_fds=True, start_new_session=True)
+        except OSError:
+            os.close(w)
+            self.failed = True
+            return
+        finally:
+            os.close(r)
+        self.fd = w
+        self.pid = os.getpid()
+
+    def _send(self, n):
+        with self.lock:
+            if self.fd is None or self.pid != os.getpid():
+                if self.failed or n < 0:
+                    return
+                self._start()
+                if self.fd is None:
+                    return
+            try:
+                os.write(self.fd, b"%d\n" % n)
+            except OSError:
+                pass
+
+    def add(self, pgid):
+        """Kill process group ``pgid`` if this process dies before :meth:`discard`."""
+        self._send(int(pgid))
+
+    def discard(self, pgid):
+        """``pgid`` has ended (call before reaping its leader: its number is then still taken)."""
+        self._send(-int(pgid))
+
+    def close(self):
+        """Stop the helper (the groups still registered are killed)."""
+        with self.lock:
+            if self.fd is not None and self.pid == os.getpid():
+                os.close(self.fd)
+                self.fd = None
+                try:
+                    self.proc.wait(timeout=5)
+                except Exception:
+                    pass
+
+
 # ---------------------------------------------------------------- reading
 
 

@@ -22,7 +22,7 @@ import threading
 import time
 
 from .engine import ALIVE_GAP
-from .procs import _killpg, _wait_nowait
+from .procs import Watchdog, _killpg, _wait_nowait, default_sigchld
 
 
 class Spawner:
@@ -33,6 +33,10 @@ class Spawner:
     def __init__(self, argv):
         self.argv = list(argv)
         self.libc = None
+        default_sigchld()  # an inherited SIG_IGN would make every exit status 0
+        # posix_spawn has no hook to set a parent-death signal in the child:
+        # the watchdog kills the command's group (its session) if we die
+        self.watchdog = Watchdog()
         try:
             self._setup_libc()
         except (OSError, AttributeError, ImportError, ValueError):
@@ -83,8 +87,10 @@ class Spawner:
         if libc is None:
             import subprocess
 
-            return subprocess.Popen(self.argv, cwd=cwd, stdin=stdin, stdout=out, stderr=out, close_fds=True,
+            proc = subprocess.Popen(self.argv, cwd=cwd, stdin=stdin, stdout=out, stderr=out, close_fds=True,
                                     start_new_session=True)
+            self.watchdog.add(proc.pid)
+            return proc
         fa = self._fa
         init, dup2, fchdir, closefrom, destroy = self._actions
         if init(fa) != 0:
@@ -98,15 +104,16 @@ class Spawner:
             destroy(fa)
         if err:
             raise OSError(err, os.strerror(err))
+        self.watchdog.add(self._pid.value)
         return self._pid.value
 
     @staticmethod
     def pid(handle):
         return handle if isinstance(handle, int) else handle.pid
 
-    @staticmethod
-    def reap(handle):
+    def reap(self, handle):
         """Wait for the (exited) process; its exit code (``-N``: signal N)."""
+        self.watchdog.discard(self.pid(handle))  # before the wait: its number stays taken until then
         if not isinstance(handle, int):
             return handle.wait()
         while True:

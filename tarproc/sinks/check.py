@@ -18,7 +18,9 @@ most samples have), ``skipped_members`` (no extension, links, special files),
 (more distinct field names than ``TARPROC_CHECK_FIELDS``, 10,000: the rest are
 counted together as ``(other fields)``), ``metadata_fields``
 (``KEY.__x__``: a field named like metadata), ``empty_files``,
-``truncated`` (no end-of-archive marker), ``trailing_data`` (bytes after
+``truncated`` (no end-of-archive marker), ``after_end_marker`` (members after a zero
+block or the end-of-archive marker: read here, never seen by tarfile or webdataset),
+``trailing_data`` (bytes after
 it that are not tar: ignored by readers), ``no_samples``, ``unreadable``
 (the shard cannot be opened, or is damaged: a bad checksum, input ending
 inside a member; its example is the error line, its counts are those read
@@ -114,9 +116,13 @@ class SeenKeys:
 
 
 def printable(name):
-    """A name as text that can always be printed: bytes that are not UTF-8
-    become ``\\xNN`` escapes."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    """A name as text that can always be printed (in a report, JSON or
+    not): credentials of a URL removed, controls and lone surrogates escaped
+    as :func:`~tarproc.core.limits.safe_text` does, bytes that are not UTF-8
+    as ``\\xNN`` escapes; not shortened (a report keeps whole names)."""
+    from ..core.limits import escape_unsafe, hide_credentials
+
+    return escape_unsafe(hide_credentials(name)).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 class _Problems:
@@ -257,6 +263,10 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False, retries=RETRIES
         close_sample()
         tar_bytes = reader.offset
         truncated = reader.truncated
+        if reader.after_end is not None and reader.trailing != reader.after_end:
+            probs.add("after_end_marker", "members after a zero block or an end-of-archive marker (tarfile, "
+                      "webdataset and tar without -i stop there and never see them)",
+                      f"offset {reader.after_end}")
         if reader.trailing is not None:
             probs.add("trailing_data", "data after the end-of-archive marker (readers ignore it)",
                       f"offset {reader.trailing}")

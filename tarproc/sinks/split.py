@@ -112,7 +112,7 @@ def _fill(pattern, index):
         if "{" in pattern:
             return pattern.format(shard=index, index=index)
         return pattern % index
-    except (KeyError, IndexError, ValueError, TypeError) as e:
+    except (KeyError, IndexError, ValueError, TypeError, AttributeError) as e:
         raise UsageError(f"bad shard name pattern {pattern!r}: {e} (use e.g. out-%06d.tar or out-{{shard:06d}}.tar)") from None
 
 

@@ -11,7 +11,6 @@ indices); a missing field is an empty cell (``null`` in JSON lines).
 """
 
 
-import re
 
 from ..core.blob import Blob
 
@@ -156,23 +155,12 @@ def default_columns(sample):
     return [Column(k, [k]) for k in sorted(sample) if not is_meta(k)]
 
 
-#: Characters a terminal acts on or a Unicode-aware reader takes as a line
-#: end, besides tab, newline and CR: the other C0 controls, DEL, the C1
-#: controls (U+009B is an 8-bit CSI, U+0085 a line end), U+2028/U+2029, and
-#: the bidirectional overrides and isolates that reorder what is shown.
-_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def _escape_unsafe(m):
-    c = ord(m.group())
-    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-
-
 def escape_controls(text):
-    """``text`` with the characters of :data:`_UNSAFE` written as ``\\xHH`` or
-    ``\\uHHHH``, so no escape sequence from a sample reaches a terminal and
-    a row stays one line for any reader."""
-    return _UNSAFE.sub(_escape_unsafe, text) if _UNSAFE.search(text) else text
+    """``text`` with the characters a terminal acts on written as ``\\xHH`` or
+    ``\\uHHHH`` (:func:`~tarproc.core.limits.escape_unsafe`, the rule of
+    :func:`~tarproc.core.limits.safe_text`), so no escape sequence from a
+    sample reaches a terminal and a row stays one line for any reader."""
+    return limits.escape_unsafe(text)
 
 
 def escape_tsv(text):
@@ -208,7 +196,7 @@ def format_row(values, fmt, names=None):
         # JSON escapes C0 controls itself; the others are only found inside
         # strings, where \\uHHHH is the same character.
         line = limits.json_dumps(dict(zip(names, values)), finite=True, ensure_ascii=False)
-        return (_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", line) if _UNSAFE.search(line) else line) + "\n"
+        return (limits.UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", line) if limits.UNSAFE.search(line) else line) + "\n"
     raise UsageError(f"unknown format {fmt!r} (tsv, csv or jsonl)")
 
 

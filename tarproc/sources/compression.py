@@ -38,6 +38,31 @@ _MAGIC = (
     (b"\x28\xb5\x2f\xfd", "zstd"),
 )
 
+#: Bytes of an input looked at to tell its compression.
+SNIFF_BYTES = 16
+
+
+def codec_of(head):
+    """The compression of a stream from its first bytes (at least
+    :data:`SNIFF_BYTES` of them, fewer at end of input), or ``None``.
+
+    A zstd stream may start with skippable frames (magic ``0x184D2A50`` to
+    ``0x184D2A5F``, little-endian, then a 4-byte length): ``pzstd`` writes
+    one first, and ``zstd -dc`` reads it.  lz4 frames use the same magic
+    range, so what follows the skippable frame decides when it is in ``head``."""
+    head = bytes(head)
+    for magic, name in _MAGIC:
+        if head.startswith(magic):
+            return name
+    pos = 0
+    while len(head) >= pos + 8 and head[pos] & 0xF0 == 0x50 and head[pos + 1 : pos + 4] == b"\x2a\x4d\x18":
+        pos += 8 + int.from_bytes(head[pos + 4 : pos + 8], "little")
+        if len(head) < pos + 4:
+            return "zstd"  # the next frame is beyond what was looked at: zstd decides
+    if pos and head[pos : pos + 4] in (b"\x28\xb5\x2f\xfd", b""):
+        return "zstd"
+    return None
+
 #: Programs that decode a codec to stdout (the first one on PATH is used);
 #: codecs not listed here are decoded in-process, in a thread.  Measured on
 #: a 300 MB shard of small members (``bench/README.md``): ``gzip -dc`` spends
@@ -405,18 +430,19 @@ class _ThreadDecompressed(io.RawIOBase):
 
 
 def _sniff(buffered):
-    """The first 6 bytes, and the bytes read to get them when they had to
-    be consumed (``None`` when they are still in the buffer)."""
-    head = buffered.peek(6)
-    if len(head) >= 6:
-        return head[:6], None
-    got = b""  # a slow pipe gave fewer: wait for 6 or EOF
-    while len(got) < 6:
+    """The first :data:`SNIFF_BYTES` bytes (more when already buffered), and
+    the bytes read to get them when they had to be consumed (``None`` when
+    they are still in the buffer)."""
+    head = buffered.peek(SNIFF_BYTES)
+    if len(head) >= SNIFF_BYTES:
+        return head[:4096], None
+    got = b""  # a slow pipe gave fewer: wait for them or EOF
+    while len(got) < SNIFF_BYTES:
         piece = buffered.read1(BUFSIZE)  # what is buffered, else one read
         if not piece:
             break
         got += piece
-    return got[:6], got
+    return got[:4096], got
 
 
 def _wrap_compression(raw, url, programs=None):
@@ -425,9 +451,7 @@ def _wrap_compression(raw, url, programs=None):
     :data:`PROGRAMS` (``{}``: decode in-process)."""
     buffered = io.BufferedReader(raw, BUFSIZE)
     head, got = _sniff(buffered)
-    codec = next((name for magic, name in _MAGIC if head.startswith(magic)), None)
-    if codec is None and head[1:4] == b"\x2a\x4d\x18" and 0x50 <= head[0] <= 0x5F:
-        codec = "zstd"  # a zstd skippable frame first (metadata, a seek table): zstd reads past it
+    codec = codec_of(head)
     if codec is None:
         if got is None:
             return buffered, None

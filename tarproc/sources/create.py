@@ -53,7 +53,7 @@ def format_key(fmt, index):
         if "%" in fmt and "{" not in fmt:
             return fmt % index
         return fmt.format(index, index=index, record=index, i=index)
-    except (ValueError, TypeError, KeyError, IndexError) as e:
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
         raise UsageError(f"bad key format {fmt!r}: {e}") from None
 
 

@@ -36,6 +36,7 @@ from ..core.limits import json_loads, shorten
 from ..core.tario import TarReader
 from ..errors import BadInput, TarprocError, UsageError
 from .open import scheme_of
+from .shardlist import url_from_data
 
 #: A sample larger than this is refused before it is read (a damaged index
 #: could otherwise name a range of any size).  ``TARPROC_MAX_SAMPLE`` changes it.
@@ -131,7 +132,8 @@ class _Index:
                 raise BadInput(f"{where}: shard entry {n} is not {{\"url\": ..., \"nsamples\": N}}")
             if shard.get("filesize") is not None and not _is_count(shard["filesize"]):
                 raise BadInput(f"{where}: shard entry {n} has a bad filesize ({shorten(repr(shard['filesize']))})")
-            self.urls.append(_resolve(shard["url"], base))
+            self.urls.append(url_from_data(_resolve(shard["url"], base), source if isinstance(source, str) else None,
+                                           "shard index"))
             self.cum.append(self.cum[-1] + shard["nsamples"])
         if self.cum[-1] > sys.maxsize:
             raise BadInput(f"{where}: the shards have {self.cum[-1]} samples: more samples than a dataset can "

@@ -43,7 +43,7 @@ def check_keyformat(keyformat):
     check_widths(keyformat, "--keyformat")
     try:
         key = keyformat.format(0)
-    except (IndexError, KeyError, ValueError) as e:
+    except (IndexError, KeyError, ValueError, TypeError, AttributeError) as e:
         raise UsageError(f"--keyformat {keyformat!r}: {e} (use e.g. '{{:09d}}')") from None
     why = bad_key(key)
     if why:

@@ -44,13 +44,27 @@ def expand_urls(args=(), filelist=None):
 
     Nothing is expanded ahead: a pattern that names 10^8 URLs costs nothing
     until they are read, the first input opens at once, and a file list is
-    read line by line as the URLs are used.  Use ``list(...)`` for a list."""
+    read line by line as the URLs are used.  Use ``list(...)`` for a list.
+
+    Stdin can be read once: ``-`` named twice (``tarpcat - -``, or ``-T -``
+    whose list names ``-``) is a :class:`UsageError`."""
     if isinstance(args, (str, bytes, os.PathLike)):
         args = [args]
     args = list(args)
     if not args and filelist is None:
         yield "-"
         return
+    stdin = filelist == "-"
+    for url in _all_urls(args, filelist):
+        if url == "-":
+            if stdin:
+                raise UsageError("stdin ('-') is named more than once (as an input or as the file list): it can "
+                                 "be read only once")
+            stdin = True
+        yield url
+
+
+def _all_urls(args, filelist):
     for pattern in args:
         if isinstance(pattern, os.PathLike):  # a path names one file, braces and all
             yield as_url(pattern)
@@ -61,16 +75,47 @@ def expand_urls(args=(), filelist=None):
             yield from _expand(line)
 
 
+#: Where a list of URLs may come from and still name ``pipe:`` commands: a
+#: local file or stdin, which the user gave and controls as much as the
+#: command line.  A list read from anywhere else (http(s), s3, gs, a
+#: ``pipe:`` command's output, ...) is data: its ``pipe:`` lines are refused.
+TRUSTED_LIST_SCHEMES = ("-", "file")
+
+
+def url_from_data(url, origin, what="file list"):
+    """THE rule of commands from data, applied wherever URLs are read from a
+    list (``-T`` file lists, tarmix specs, shard indexes): ``url``, read from
+    ``origin``, unless it is a ``pipe:`` command and ``origin`` is not a
+    local file or stdin (:data:`TRUSTED_LIST_SCHEMES`): then a
+    :class:`UsageError`, before anything runs.  (tarcreate plans are read
+    from local files and stdin only.)"""
+    if isinstance(url, str) and url.startswith("pipe:") and origin is not None:
+        from .open import scheme_of
+
+        if scheme_of(origin) not in TRUSTED_LIST_SCHEMES:
+            from ..core.limits import quote, safe_text
+
+            raise UsageError(f"{safe_text(origin)}: a {what} read from a remote source or a command may not name "
+                             f"commands ({quote(safe_text(url))}); only a local {what} may use pipe:")
+    return url
+
+
 def _lines(filelist):
     """The URL lines of a file list, read as they are used."""
     from .open import open_source
 
     stream = open_source(filelist, decompress=False)
     try:
-        for raw in stream:
+        for number, raw in enumerate(stream, 1):
             line = raw.decode("utf-8", "surrogateescape").strip()
+            if "\0" in line:
+                from ..core.limits import safe_text
+                from ..errors import BadInput
+
+                raise BadInput(f"{safe_text(filelist)}: line {number} has a NUL byte: not a list of URLs "
+                               f"(a tar file given as the list?)")
             if line and not line.startswith("#"):
-                yield line
+                yield url_from_data(line, filelist)
     finally:
         stream.close()
 

@@ -151,6 +151,10 @@ def rekey(fmt):
     from ..core.limits import check_widths
 
     check_widths(fmt, "--rekey")
+    try:  # a trial with values of the right types: a bad spec ({key:d}) is refused now, not mid-stream
+        fmt.format_map(_KeyFields(index=0, key="a/b", basename="b", dirname="a", source="s.tar"))
+    except (ValueError, IndexError, KeyError, TypeError, AttributeError) as e:
+        raise UsageError(f"--rekey {fmt!r}: {e}") from None
 
     def stage(samples):
         for index, sample in enumerate(samples):
@@ -161,7 +165,7 @@ def rekey(fmt):
             )
             try:
                 new = fmt.format_map(names)
-            except (ValueError, IndexError, KeyError) as e:
+            except (ValueError, IndexError, KeyError, TypeError, AttributeError) as e:
                 raise UsageError(f"--rekey {fmt!r}: {e}") from None
             sample = dict(sample)
             sample["__key__"] = new

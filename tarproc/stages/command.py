@@ -402,6 +402,7 @@ class CommandRunner:
         if self.devnull is not None:
             os.close(self.devnull)
             self.devnull = None
+        self.spawner.watchdog.close()
         if self.rootfd is not None:
             try:
                 if self.remover is not None:

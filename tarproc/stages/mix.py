@@ -29,17 +29,24 @@ TOP_KEYS = {"sources": list, "shuffle": int}
 UNSUPPORTED = ("convert", "rename")
 
 
-def load_spec(text, name="spec"):
+def load_spec(text, name="spec", origin=None):
     """A mix spec from its text: JSON, or the block YAML of the original's
     examples (mappings, lists of mappings, plain or quoted scalars,
     comments).  Checked: unknown keys, wrong types and bad numbers are a
-    :class:`UsageError` naming them."""
+    :class:`UsageError` naming them.  ``origin``: the URL the spec was read
+    from; a spec read from a remote source may not name ``pipe:`` shards
+    (:func:`~tarproc.sources.shardlist.url_from_data`)."""
+    from ..sources.shardlist import url_from_data
+
     text = text.lstrip("\ufeff")
     try:
         spec = json.loads(text)
     except ValueError:
         spec = parse_simple_yaml(text, name)
-    return check_spec(spec, name)
+    spec = check_spec(spec, name)
+    for src in spec["sources"]:
+        url_from_data(src["shards"], origin, "mix spec")
+    return spec
 
 
 def check_spec(spec, name="spec"):
