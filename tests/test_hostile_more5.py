@@ -246,4 +246,4 @@ def test_tar2json_json_output_is_json_for_numbers_floats_cannot_hold(tmp_path):
     assert p.returncode == 0, p.stderr
     assert strict(p.stdout) == {"__key__": "k1", "json.v": None, "json.x": [1.5, {"y": None}]}
     p = run("tar2json -k 'json.v json.w' j.tar", tmp_path)
-    assert b'"json.v": .inf' in p.stdout and b'"json.w": .nan' in p.stdout
+    assert b'json.v: .inf' in p.stdout and b'json.w: .nan' in p.stdout  # plain YAML keys, as PyYAML writes them

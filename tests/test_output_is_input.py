@@ -25,6 +25,7 @@ READERS = {
     "tar2tsv": ("v.tar", "tar2tsv -f txt v.tar"),
     "tar2json": ("v.tar", "tar2json v.tar"),
     "tarfirst": ("v.tar", "tarfirst -f txt v.tar"),
+    "tarjoin": ("v.tar", "tarjoin v.tar other.tar --how inner"),
     "tarcheck": ("v.tar", "tarcheck v.tar"),
     "tarindex": ("v.tar", "tarindex v.tar"),
     "tarproc": ("v.tar", "tarproc -c true v.tar"),

@@ -423,10 +423,16 @@ _UNSAFE_ALL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2
 _UNSAFE_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
+_READABLE = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
 def escape_char(c):
-    """One unsafe character as an escape: ``\\xHH`` (a byte of a name that
-    is not UTF-8, ``\\udcHH``, as the byte ``\\xHH``) or ``\\uHHHH``."""
+    """One unsafe character as an escape: ``\\n``, ``\\t``, ``\\r`` as such,
+    else ``\\xHH`` (a byte of a name that is not UTF-8, ``\\udcHH``, as the
+    byte ``\\xHH``) or ``\\uHHHH``."""
     o = ord(c)
+    if c in _READABLE:
+        return _READABLE[c]
     if 0xDC80 <= o <= 0xDCFF:
         return f"\\x{o - 0xDC00:02x}"
     return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}"
