@@ -62,9 +62,13 @@ def test_bash_completion_end_to_end(tmp_path):
     # the script bash sources, driven as bash drives it on TAB
     script = _run("tarsplit --show-completion").stdout.decode()
     (tmp_path / "c.bash").write_text(script)
-    p = _run(f"source {tmp_path}/c.bash; COMP_WORDS=(tarsplit --max); COMP_CWORD=1; "
-             "_tarsplit_completion tarsplit; printf '%s\\n' \"${COMPREPLY[@]}\"")
-    assert sorted(p.stdout.decode().split()) == ["--max-bad-shards", "--max-size", "--maxcount", "--maxshards", "--maxsize"]
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS" and not k.endswith("_COMPLETE")}
+    env["HOME"] = str(tmp_path)
+    p = subprocess.run(["bash", "-c", f"source {tmp_path}/c.bash; COMP_WORDS=(tarsplit --max); COMP_CWORD=1; "
+                        "_tarsplit_completion tarsplit; printf '%s\\n' \"${COMPREPLY[@]}\""],
+                       capture_output=True, env=env, timeout=60, stdin=subprocess.DEVNULL)
+    assert sorted(p.stdout.decode().split()) == ["--max-bad-shards", "--max-size", "--maxcount", "--maxshards",
+                                                 "--maxsize"], (p.stdout, p.stderr)
 
 
 @pytest.mark.parametrize("name", BUILT)

@@ -211,13 +211,13 @@ def test_a_member_moved_across_the_sample_boundary_is_caught(tmp_path):
     shard = tmp_path / "s.tar"
     shard.write_bytes(tar_bytes(before))
     tarproc.index_shards([str(shard)], str(tmp_path / "index.json"))
-    ds = tarproc.IndexedDataset(str(tmp_path / "index.json"))
+    ds = tarproc.IndexedDataset(str(tmp_path / "index.json"), verify="size")
     s0 = ds[0]
     assert s0["__key__"] == "a" and s0["txt"] == b"1" * 10 and "cls" not in s0
     assert ds[1]["cls"] == b"2" * 10 and ds[1]["txt"] == b"3" * 10  # the last sample: the end marker follows
     shard.write_bytes(tar_bytes(after))
     assert shard.stat().st_size == len(tar_bytes(before))
-    ds = tarproc.IndexedDataset(str(tmp_path / "index.json"))
+    ds = tarproc.IndexedDataset(str(tmp_path / "index.json"), verify="size")
     with pytest.raises(tarproc.BadInput, match=r"s.tar: sample 0 \('a'\).*the member after these bytes, 'a.cls', "
                                                r"belongs to this sample too: the shard changed"):
         ds[0]

@@ -436,13 +436,28 @@ def _sniff(buffered):
     head = buffered.peek(SNIFF_BYTES)
     if len(head) >= SNIFF_BYTES:
         return head[:4096], None
-    got = b""  # a slow pipe gave fewer: wait for them or EOF
-    while len(got) < SNIFF_BYTES:
+    got = b""  # a slow pipe gave fewer: wait for more, or EOF, while they can change the answer
+    while len(got) < SNIFF_BYTES and not _decided(got):
         piece = buffered.read1(BUFSIZE)  # what is buffered, else one read
         if not piece:
             break
         got += piece
     return got[:4096], got
+
+
+def _decided(head):
+    """Whether more bytes after ``head`` cannot change :func:`codec_of`'s
+    answer: a stream that began with ``first`` (lines2tar, a plain tar on
+    a slow pipe) is decided at once, so its first line is not held back
+    waiting for :data:`SNIFF_BYTES`."""
+    if not head:
+        return False
+    for magic, _ in _MAGIC:
+        if len(head) < len(magic) and magic.startswith(head):
+            return False
+    if head[0] & 0xF0 == 0x50 and b"\x2a\x4d\x18".startswith(bytes(head[1:4])):
+        return False  # maybe a zstd skippable frame: codec_of looks further
+    return True
 
 
 def _wrap_compression(raw, url, programs=None):
