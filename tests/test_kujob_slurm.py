@@ -204,3 +204,15 @@ def test_program_missing_here_is_a_warning_not_an_error(sh):
     p = sh("kujob --slurm -s '{0..1}' -- no-such-program-here in-{}.tar", stderr_ok=True)
     assert "no-such-program-here is not on PATH here" in p.stderr.decode()
     assert p.stdout.decode().startswith("#!/bin/bash\n#SBATCH --job-name=kujob-no-such-program-here-")
+
+
+def test_failed_key_lists_named_in_the_summary(slurm_sh, tmp_path):
+    """`tarproc --failed-keys failed-{}.txt` in the command: after the array,
+    kujob names each shard's list of failed keys and how to rerun them."""
+    make_inputs(tmp_path, ["0", "1"])
+    p = slurm_sh(f"kujob --slurm --wait {FAST} -s '{{0..1}}' -- tarproc -c 'test $(cat sample.cls) != 1' "
+                 f"--max-failures 100% --failed-keys failed-{{}}.txt in-{{}}.tar -o out-{{}}.tar", stderr_ok=True)
+    err = p.stderr.decode()
+    for i in ("0", "1"):
+        assert (tmp_path / f"failed-{i}.txt").read_text().split() == [f"s{i}_1"]
+        assert f"[{i}] 1 failed key in failed-{i}.txt (rerun them with tarproc --keys failed-{i}.txt)" in err, err

@@ -61,3 +61,6 @@ def test_functions_stop_when_the_reader_has_gone(sh, tmp_path):
         elapsed, runs, p = _timed(sh, tmp_path, f"tarproc -p 2 --batch 2 --map f.py:f all.tar | {reader}")
         assert elapsed < 5 and runs < 40, (reader, elapsed, runs, p.stderr)
         assert b"Traceback" not in p.stderr and b"Exception" not in p.stderr, p.stderr
+    # the default batch (32): batches grow 1, 2, 4, ... so the first results come at once
+    elapsed, runs, p = _timed(sh, tmp_path, "tarproc -p 2 --map f.py:f all.tar | tarcat -c 5 > /dev/null")
+    assert elapsed < 3 and runs < 40, (elapsed, runs, p.stderr)

@@ -193,6 +193,8 @@ def slurm(args, command, prog):
     clear()
     if args.verbose:
         status(slurm.summary_line(summary))
+    for line in failed_key_lists(command, job.ids):  # tarproc --failed-keys FILE in the command
+        status(line)
     if summary.failed:
         status(f"{len(summary.failed)} of {len(job.ids)} shards failed: {' '.join(summary.failed)}")
         return 1

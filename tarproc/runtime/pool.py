@@ -307,8 +307,9 @@ class _Worker:
 
 
 class TaskPool:
-    """``n`` worker processes running ``setup(*setup_args)``'s handler on
-    byte messages.  :meth:`send` is non-blocking and thread-safe; the reply
+    """Up to ``n`` worker processes running ``setup(*setup_args)``'s handler on
+    byte messages (one starts with the pool, another each time a message is
+    sent while every started worker is busy).  :meth:`send` is non-blocking and thread-safe; the reply
     callback ``reply(data, exc)`` runs in the pool's collector thread, with
     the reply bytes or an exception (:class:`WorkerDied` for the first task
     of a worker that died on an item; the worker's other tasks are sent
@@ -334,8 +335,10 @@ class TaskPool:
         self.since = self.ctx.RawArray("d", n) if timeout else None
         self.wake_r, self.wake_w = os.pipe()
         self.workers = []
+        self.n = n  # at most; one starts now, the others when work waits for a worker (send)
+        self.grow = False  # send() asks the collector for one more worker
         try:
-            for i in range(n):
+            for i in range(min(n, 1)):
                 self.workers.append(self._start(i))
         except BaseException:
             self.close()
@@ -400,6 +403,12 @@ class TaskPool:
             broken = self.broken
             if broken is None:
                 w = min(self.workers, key=lambda w: len(w.inflight))
+                if w.inflight and len(self.workers) < self.n and not self.grow:
+                    # every worker is busy: the collector starts one more (so -p 200 on 20 samples
+                    # starts at most 20); it, not this thread, starts it: a worker's parent-death
+                    # signal follows the thread that started it, and a reader thread may end first
+                    self.grow = True
+                    os.write(self.wake_w, b"w")
                 w.inflight.append((blob, reply))
                 w.feed.put(blob)
         if broken is not None:
@@ -427,7 +436,14 @@ class TaskPool:
             for fd in ready:
                 if self.closed:
                     return
-                if fd == self.wake_r or fd not in by_fd:
+                if fd == self.wake_r:  # send() asks for a worker, or the pool closes
+                    try:
+                        os.read(self.wake_r, 4096)
+                    except OSError:
+                        pass
+                    self._grow()
+                    continue
+                if fd not in by_fd:
                     continue
                 w, exited = by_fd[fd]
                 if w.dead:
@@ -439,6 +455,17 @@ class TaskPool:
                         self._died(w)
                 else:
                     self._take(w)
+
+    def _grow(self):
+        """In the collector thread: start the worker :meth:`send` asked for."""
+        with self.lock:
+            if self.grow and not self.closed and not _exiting() and self.broken is None \
+                    and len(self.workers) < self.n:
+                try:
+                    self.workers.append(self._start(len(self.workers)))
+                except OSError:
+                    pass  # (no more processes: the started workers go on)
+            self.grow = False
 
     def _expire(self, workers):
         """Kill a worker whose item has run past the timeout (its death then

@@ -298,7 +298,11 @@ class _Batcher:
     def group(self, samples):
         self.thread = threading.get_ident()
         yield []  # the engine hands over its ``done`` with the first item
-        size = self.size
+        # batches grow 1, 2, 4, ... up to ``size``: the first results come out
+        # after one sample's work, not a whole batch's, so output starts at once
+        # and a reader that leaves early (``| head``) is noticed early
+        size = 1
+        full = self.size
         acquire = self.acquire
         for sample in samples:
             buf = self.buf
@@ -307,6 +311,7 @@ class _Batcher:
             buf.append(sample)
             if len(buf) >= size:
                 self.buf = []
+                size = min(2 * size, full)
                 yield buf
 
     def submit(self, index, batch, done):
