@@ -29,12 +29,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import common  # noqa: E402
 
-BIN = os.path.dirname(sys.executable)
-PY = sys.executable
-os.environ["PATH"] = BIN + os.pathsep + os.environ.get("PATH", "")
-# An installed package has its byte code cached; some sandboxes set this
-# variable, which would make every run recompile tarproc (~10 ms).
-os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+BIN, PY = common.BIN, common.PY
+common.use_venv()
 
 TARFILE_COPY = r"""
 import sys, tarfile

@@ -33,10 +33,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import common  # noqa: E402
 
-BIN = os.path.dirname(sys.executable)
-PY = sys.executable
-os.environ["PATH"] = BIN + os.pathsep + os.environ.get("PATH", "")
-os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+BIN, PY = common.BIN, common.PY
+common.use_venv()
 MAKE_FOREIGN = os.path.join(os.path.dirname(os.path.dirname(HERE)), "shared", "foreign", "make_foreign.py")
 DIALECTS = ["gnutar-gnu", "gnutar-pax", "gnutar-ustar", "bsdtar", "tarfile-gnu", "tarfile-pax", "tarfile-ustar",
             "webdataset"]

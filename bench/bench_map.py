@@ -36,10 +36,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 import common  # noqa: E402
 
-BIN = os.path.dirname(sys.executable)
-PY = sys.executable
-os.environ["PATH"] = BIN + os.pathsep + os.environ.get("PATH", "")
-os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+BIN, PY = common.BIN, common.PY
+common.use_venv()
 
 FN = '''import io
 from PIL import Image

@@ -60,7 +60,7 @@ def test_completion_answers_options_and_choices(shell):
 
 def test_bash_completion_end_to_end(tmp_path):
     # the script bash sources, driven as bash drives it on TAB
-    script = _run("tarsplit --show-completion").stdout.decode()
+    script = _run("tarsplit --show-completion bash").stdout.decode()  # named: not guessed from the parent process
     (tmp_path / "c.bash").write_text(script)
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS" and not k.endswith("_COMPLETE")}
     env["HOME"] = str(tmp_path)

@@ -336,7 +336,7 @@ class TaskPool:
         self.wake_r, self.wake_w = os.pipe()
         self.workers = []
         self.n = n  # at most; one starts now, the others when work waits for a worker (send)
-        self.grow = False  # send() asks the collector for one more worker
+        self.grow = []  # the Events of send() calls waiting for the collector to start a worker
         try:
             for i in range(min(n, 1)):
                 self.workers.append(self._start(i))
@@ -398,17 +398,19 @@ class TaskPool:
                 return  # the worker is gone: the collector sends its tasks again
 
     def send(self, blob, reply):
-        """Queue the message ``blob``; ``reply(data, exc)`` is called later."""
+        """Queue the message ``blob``; ``reply(data, exc)`` is called later.
+        When every started worker is busy and fewer than ``n`` run, one more
+        starts first and takes it (so ``-p 200`` on 20 samples starts at
+        most 20)."""
+        with self.lock:
+            grow = self.broken is None and not self.closed and len(self.workers) < self.n \
+                and all(w.inflight for w in self.workers)
+        if grow:
+            self._add_worker()
         with self.lock:
             broken = self.broken
             if broken is None:
                 w = min(self.workers, key=lambda w: len(w.inflight))
-                if w.inflight and len(self.workers) < self.n and not self.grow:
-                    # every worker is busy: the collector starts one more (so -p 200 on 20 samples
-                    # starts at most 20); it, not this thread, starts it: a worker's parent-death
-                    # signal follows the thread that started it, and a reader thread may end first
-                    self.grow = True
-                    os.write(self.wake_w, b"w")
                 w.inflight.append((blob, reply))
                 w.feed.put(blob)
         if broken is not None:
@@ -456,16 +458,35 @@ class TaskPool:
                 else:
                     self._take(w)
 
-    def _grow(self):
+    def _add_worker(self):
+        """One more worker, started by the collector thread: a worker's
+        parent-death signal follows the thread that started it, and the
+        caller may be a reader thread that ends before the pool does.  (In
+        the collector itself, at once.)"""
+        if threading.current_thread() is getattr(self, "collector", None):
+            self._grow(force=True)
+            return
+        done = threading.Event()
+        with self.lock:
+            self.grow.append(done)
+        try:
+            os.write(self.wake_w, b"w")
+        except OSError:
+            return  # (closed)
+        done.wait(30)
+
+    def _grow(self, force=False):
         """In the collector thread: start the worker :meth:`send` asked for."""
         with self.lock:
-            if self.grow and not self.closed and not _exiting() and self.broken is None \
+            waiting, self.grow = self.grow, []
+            if (waiting or force) and not self.closed and not _exiting() and self.broken is None \
                     and len(self.workers) < self.n:
                 try:
                     self.workers.append(self._start(len(self.workers)))
                 except OSError:
                     pass  # (no more processes: the started workers go on)
-            self.grow = False
+        for done in waiting:
+            done.set()
 
     def _expire(self, workers):
         """Kill a worker whose item has run past the timeout (its death then
@@ -547,6 +568,9 @@ class TaskPool:
         if self.closed:
             return
         self.closed = True
+        waiting, self.grow = self.grow, []
+        for done in waiting:  # a send() waiting for a worker: none will start
+            done.set()
         if os.getpid() != self.pid:  # a copy in a forked child: the workers are the parent's
             return
         workers = [w for w in self.workers if w is not None]
