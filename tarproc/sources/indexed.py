@@ -508,16 +508,7 @@ class IndexedDataset:
         where = f"{url}: sample {j} ({key!r}) at decoded bytes {start}-{end}"
         data = table.read(lambda a, b: self._range(url, a, b, filesize, shard), shard.get("compression"), start, end, where,
                           _env_limit("TARPROC_MAX_SAMPLE", MAX_SAMPLE))
-        try:
-            samples = list(group(TarReader(io.BytesIO(data + bytes(1024)), url, strict=True).members(), url))
-        except TarprocError as e:
-            raise BadInput(f"{where}: these bytes are not the indexed sample ({getattr(e, 'problem', e)}): the shard "
-                           f"changed since it was indexed, or the index is not this shard's (index it again)") from None
-        if len(samples) != 1 or samples[0]["__key__"] != key:
-            found = ", ".join(repr(x["__key__"]) for x in samples[:3]) or "no sample"
-            raise BadInput(f"{where}: found {found} where the index says {key!r}: the shard changed since it was "
-                           f"indexed, or the index is not this shard's (index it again)")
-        return samples[0]
+        return _the_sample(data, url, key, where)
 
     def _range(self, url, start, end, filesize, shard=None):
         shard = _entry(shard, filesize)
@@ -620,6 +611,12 @@ def _sample_of(span, data):
         if name is not None:
             raise BadInput(f"{where}: the member after these bytes, {name!r}, belongs to this sample too: the "
                            f"shard changed since it was indexed (index it again)")
+    return _the_sample(data, url, key, where)
+
+
+def _the_sample(data, url, key, where):
+    """The one sample that ``data`` (the bytes of an indexed range) must hold,
+    with the key the index names; else one error naming ``where``."""
     try:
         samples = list(group(TarReader(io.BytesIO(data + bytes(1024)), url, strict=True).members(), url))
     except TarprocError as e:
