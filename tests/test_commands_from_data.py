@@ -115,3 +115,32 @@ def test_a_tar_given_as_the_list_is_one_clear_error(sh, tmp_path):
     p = sh("tarcat -T a.tar > out.tar", ok=False)
     assert p.returncode == 2
     _one_error_line(p, "a.tar", "NUL")
+
+
+@pytest.mark.parametrize("where", ["exists", "remove", "read"])
+def test_a_name_holding_a_placeholder_stays_quoted(tmp_path, monkeypatch, where):
+    """Client command templates are filled in ONE pass (sources/open.fill_command):
+    an object key holding ``{url}`` must not get the URL put inside its own
+    quotes, which would end them and run what follows.  kujob's --done-if
+    check, the sinks' remove/move/list and the readers share the function."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "")
+    url = "s3://b/x{url}$(touch PWNED)"
+    if where == "exists":
+        from tarproc.jobs.local import is_done
+
+        monkeypatch.setenv("TARPROC_EXISTS_S3", "echo {bucket} {key} {url} > seen.txt")
+        is_done(url + "-{}", "1")
+    elif where == "remove":
+        from tarproc.sinks.remote import REMOVE_COMMANDS, _run_client, _remote_command
+
+        monkeypatch.setenv("TARPROC_REMOVE_S3", "echo {url} > seen.txt")
+        _run_client(_remote_command(REMOVE_COMMANDS, url, "REMOVE"), url, "remove")
+    else:
+        from tarproc.sources.open import fill_command
+
+        import subprocess
+
+        subprocess.run(["/bin/sh", "-c", fill_command("echo {key} {url} > seen.txt", url)], check=True)
+    assert not (tmp_path / "PWNED").exists()
+    assert "$(touch PWNED)" in (tmp_path / "seen.txt").read_text()  # the name, as it is

@@ -128,7 +128,7 @@ def is_done(template, shard_id):
     if not template:
         return False
     target = done_path(template, shard_id)
-    from ..sources.open import _quote, scheme_of
+    from ..sources.open import fill_command, scheme_of
 
     scheme = scheme_of(target)
     if scheme == "file":
@@ -136,11 +136,7 @@ def is_done(template, shard_id):
     command = os.environ.get(f"TARPROC_EXISTS_{scheme.upper()}") or EXISTS_COMMANDS.get(scheme)
     if not command:
         return False
-    rest = target.split("://", 1)[1]
-    bucket, _, key = rest.partition("/")
-    endpoint = os.environ.get("AWS_ENDPOINT_URL", "") if scheme == "s3" else ""
-    command = (command.replace("{endpoint}", f"--endpoint-url {_quote(endpoint)} " if endpoint else "")
-               .replace("{bucket}", _quote(bucket)).replace("{key}", _quote(key)).replace("{url}", _quote(target)))
+    command = fill_command(command, target, scheme)  # one pass: a key holding "{url}" stays quoted
     try:
         p = subprocess.run(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, timeout=300)

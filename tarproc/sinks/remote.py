@@ -8,7 +8,7 @@ import sys
 
 from ..errors import OutputError, UsageError
 from ..runtime.procs import _pdeathsig, exec_simple, popen
-from ..sources.open import _quote, scheme_of
+from ..sources.open import fill_command, scheme_of
 
 
 #: Server-side moves (``TARPROC_REMOTE_COMMIT=move``); ``{src}`` is the temporary object.
@@ -33,12 +33,7 @@ def _remote_command(table, url, what, **more):
     if template is None:
         raise UsageError(f"{url}: cannot {what.lower()} {scheme}:// objects "
                          f"(set TARPROC_{what}_{scheme.upper()} to a command that can)")
-    endpoint = os.environ.get("AWS_ENDPOINT_URL", "")
-    endpoint = f"--endpoint-url {_quote(endpoint)} " if endpoint and scheme == "s3" else ""
-    out = template.replace("{endpoint}", endpoint)
-    for k, v in more.items():
-        out = out.replace("{" + k + "}", _quote(v))
-    return out.replace("{url}", _quote(url))
+    return fill_command(template, url, scheme, **more)  # (one pass: no value lands inside another's quotes)
 
 
 def cleanup_remote(prefix):

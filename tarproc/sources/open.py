@@ -87,12 +87,25 @@ def _command_for(url, table, direction):
     template = os.environ.get(f"TARPROC_{direction}_{scheme.upper()}") or table.get(scheme)
     if template is None:
         raise UsageError(f"{url}: unknown URL scheme {scheme!r}")
+    return fill_command(template, url, scheme)
+
+
+def fill_command(template, url, scheme=None, **more):
+    """THE filling of a client command template (``TARPROC_READ_*``,
+    ``WRITE``, ``MOVE``, ``REMOVE``, ``LIST``, ``EXISTS``): ``{url}``,
+    ``{bucket}``, ``{key}`` and every name of ``more`` replaced by its value
+    quoted for the shell, ``{endpoint}`` by ``--endpoint-url URL `` (s3 with
+    ``AWS_ENDPOINT_URL``), all in ONE pass: a key or path that holds
+    ``{url}`` must never have another value put inside its quotes (that
+    would end them, and run what follows)."""
     import re
 
+    scheme = scheme or scheme_of(url)
     bucket, _, key = url.partition("://")[2].partition("/")
     values = {"endpoint": _endpoint(scheme), "bucket": _quote(bucket), "key": _quote(key), "url": _quote(url)}
-    # one pass: a key that holds "{url}" must not have the URL put inside its quotes
-    return re.sub(r"\{(endpoint|bucket|key|url)\}", lambda m: values[m.group(1)], template)
+    values.update((k, _quote(v)) for k, v in more.items())
+    names = "|".join(re.escape(k) for k in values)
+    return re.sub(r"\{(" + names + r")\}", lambda m: values[m.group(1)], template)
 
 
 def _endpoint(scheme):
