@@ -38,13 +38,11 @@ def make_shard(path, n, seed=0, fmt=tarfile.USTAR_FORMAT, prefix=""):
     return members
 
 
-@pytest.fixture
-def shards(tmp_path):
-    d = tmp_path / "data"
-    d.mkdir()
-    make_shard(d / "a.tar", 40, 1)
-    # pax headers (long non-ASCII names) and a directory member between samples
-    members = make_shard(d / "b.tar", 25, 2, tarfile.PAX_FORMAT, prefix="dir/ü" + "x" * 120 + "/")
+def make_two_shards(d, na=40, nb=25):
+    """``d/a.tar`` (``na`` samples) and ``d/b.tar`` (``nb`` samples with pax
+    headers, long non-ASCII names, and a directory member between samples)."""
+    make_shard(d / "a.tar", na, 1)
+    members = make_shard(d / "b.tar", nb, 2, tarfile.PAX_FORMAT, prefix="dir/ü" + "x" * 120 + "/")
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
         for k, (name, data) in enumerate(members):
@@ -56,6 +54,13 @@ def shards(tmp_path):
             info.size = len(data)
             tf.addfile(info, io.BytesIO(data))
     (d / "b.tar").write_bytes(buf.getvalue())
+
+
+@pytest.fixture
+def shards(tmp_path):
+    d = tmp_path / "data"
+    d.mkdir()
+    make_two_shards(d)
     subprocess.run(f"gzip -c {d / 'a.tar'} > {d / 'c.tar.gz'}", shell=True, check=True)
     subprocess.run(f"xz -c {d / 'a.tar'} > {d / 'c.tar.xz'}", shell=True, check=True)
     return d

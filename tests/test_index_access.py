@@ -9,7 +9,6 @@ by the kernel (/proc/PID/io rchar of a shell, which adds its children's)."""
 
 import hashlib
 import http.server
-import io
 import json
 import os
 import random
@@ -22,7 +21,7 @@ import pytest
 
 import tarproc
 from conftest import require
-from test_index import RangeHandler, make_shard
+from test_index import RangeHandler, make_shard, make_two_shards
 from test_urls import s3  # noqa: F401  (the moto S3 fixture)
 
 
@@ -30,20 +29,7 @@ from test_urls import s3  # noqa: F401  (the moto S3 fixture)
 def shards(tmp_path):
     d = tmp_path / "data"
     d.mkdir()
-    make_shard(d / "a.tar", 60, 1)
-    # pax long non-ASCII names, and a directory member between samples
-    members = make_shard(d / "b.tar", 30, 2, tarfile.PAX_FORMAT, prefix="dir/ü" + "x" * 120 + "/")
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
-        for k, (name, data) in enumerate(members):
-            if k == 10:
-                info = tarfile.TarInfo("somedir")
-                info.type = tarfile.DIRTYPE
-                tf.addfile(info)
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    (d / "b.tar").write_bytes(buf.getvalue())
+    make_two_shards(d, 60, 30)
     tarproc.index_shards([str(d / "a.tar"), str(d / "b.tar")], str(d / "index.json"))
     return d
 
