@@ -39,22 +39,3 @@ def test_tarpcat_workers_fit_the_open_file_limit(sh, tmp_path):
     with tarfile.open(fileobj=io.BytesIO((tmp_path / "out.tar").read_bytes())) as t:
         assert sorted(t.getnames()) == [f"k{i:02d}.txt" for i in range(30)]
 
-
-def test_map_starts_workers_only_as_work_waits_for_them(sh, tmp_path):
-    """`--map -p 200` on 12 samples starts a few workers, not 200: one with
-    the pool, one more each time a batch waits for a worker (and batches grow
-    1, 2, 4, ..., so 12 samples are 4 batches)."""
-    (tmp_path / "in.tar").write_bytes(tar_bytes([(f"s{i:03d}.txt", b"%d" % i) for i in range(12)]))
-    (tmp_path / "f.py").write_text(
-        "import os, time\n"
-        "def f(s):\n"
-        "    time.sleep(0.05)\n"
-        "    s['pid.txt'] = str(os.getpid()).encode()\n"
-        "    return s\n")
-    sh("tarproc -p 200 --map f.py:f in.tar > out.tar", stderr_ok=True)
-    with tarfile.open(tmp_path / "out.tar") as t:
-        names = t.getnames()
-        pids = {t.extractfile(n).read() for n in names if n.endswith(".pid.txt")}
-        keys = [n[:-4] for n in names if n.endswith(".txt") and not n.endswith(".pid.txt")]
-    assert keys == [f"s{i:03d}" for i in range(12)]  # all, in order
-    assert 1 <= len(pids) <= 4, pids

@@ -307,9 +307,8 @@ class _Worker:
 
 
 class TaskPool:
-    """Up to ``n`` worker processes running ``setup(*setup_args)``'s handler on
-    byte messages (one starts with the pool, another each time a message is
-    sent while every started worker is busy).  :meth:`send` is non-blocking and thread-safe; the reply
+    """``n`` worker processes running ``setup(*setup_args)``'s handler on
+    byte messages.  :meth:`send` is non-blocking and thread-safe; the reply
     callback ``reply(data, exc)`` runs in the pool's collector thread, with
     the reply bytes or an exception (:class:`WorkerDied` for the first task
     of a worker that died on an item; the worker's other tasks are sent
@@ -335,10 +334,8 @@ class TaskPool:
         self.since = self.ctx.RawArray("d", n) if timeout else None
         self.wake_r, self.wake_w = os.pipe()
         self.workers = []
-        self.n = n  # at most; one starts now, the others when work waits for a worker (send)
-        self.grow = []  # the Events of send() calls waiting for the collector to start a worker
         try:
-            for i in range(min(n, 1)):
+            for i in range(n):
                 self.workers.append(self._start(i))
         except BaseException:
             self.close()
@@ -398,15 +395,7 @@ class TaskPool:
                 return  # the worker is gone: the collector sends its tasks again
 
     def send(self, blob, reply):
-        """Queue the message ``blob``; ``reply(data, exc)`` is called later.
-        When every started worker is busy and fewer than ``n`` run, one more
-        starts first and takes it (so ``-p 200`` on 20 samples starts at
-        most 20)."""
-        with self.lock:
-            grow = self.broken is None and not self.closed and len(self.workers) < self.n \
-                and all(w.inflight for w in self.workers)
-        if grow:
-            self._add_worker()
+        """Queue the message ``blob``; ``reply(data, exc)`` is called later."""
         with self.lock:
             broken = self.broken
             if broken is None:
@@ -438,14 +427,7 @@ class TaskPool:
             for fd in ready:
                 if self.closed:
                     return
-                if fd == self.wake_r:  # send() asks for a worker, or the pool closes
-                    try:
-                        os.read(self.wake_r, 4096)
-                    except OSError:
-                        pass
-                    self._grow()
-                    continue
-                if fd not in by_fd:
+                if fd == self.wake_r or fd not in by_fd:
                     continue
                 w, exited = by_fd[fd]
                 if w.dead:
@@ -457,36 +439,6 @@ class TaskPool:
                         self._died(w)
                 else:
                     self._take(w)
-
-    def _add_worker(self):
-        """One more worker, started by the collector thread: a worker's
-        parent-death signal follows the thread that started it, and the
-        caller may be a reader thread that ends before the pool does.  (In
-        the collector itself, at once.)"""
-        if threading.current_thread() is getattr(self, "collector", None):
-            self._grow(force=True)
-            return
-        done = threading.Event()
-        with self.lock:
-            self.grow.append(done)
-        try:
-            os.write(self.wake_w, b"w")
-        except OSError:
-            return  # (closed)
-        done.wait(30)
-
-    def _grow(self, force=False):
-        """In the collector thread: start the worker :meth:`send` asked for."""
-        with self.lock:
-            waiting, self.grow = self.grow, []
-            if (waiting or force) and not self.closed and not _exiting() and self.broken is None \
-                    and len(self.workers) < self.n:
-                try:
-                    self.workers.append(self._start(len(self.workers)))
-                except OSError:
-                    pass  # (no more processes: the started workers go on)
-        for done in waiting:
-            done.set()
 
     def _expire(self, workers):
         """Kill a worker whose item has run past the timeout (its death then
@@ -568,9 +520,6 @@ class TaskPool:
         if self.closed:
             return
         self.closed = True
-        waiting, self.grow = self.grow, []
-        for done in waiting:  # a send() waiting for a worker: none will start
-            done.set()
         if os.getpid() != self.pid:  # a copy in a forked child: the workers are the parent's
             return
         workers = [w for w in self.workers if w is not None]
