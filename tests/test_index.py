@@ -314,9 +314,10 @@ def http_range(shards):
     require("curl")
     servers = []
 
-    def start(honour=True, wrong=False):
-        handler = type("H", (RangeHandler,), {"honour_range": honour, "wrong_range": wrong})
-        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: handler(*a, directory=str(shards)))
+    def start(honour=True, wrong=False, handler=RangeHandler):
+        h = type("H", (handler,), {"honour_range": honour, "wrong_range": wrong})
+        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: h(*a, directory=str(shards)))
+        srv.daemon_threads = True
         threading.Thread(target=srv.serve_forever, daemon=True).start()
         servers.append(srv)
         return f"http://127.0.0.1:{srv.server_address[1]}"

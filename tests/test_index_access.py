@@ -7,21 +7,20 @@ HTTP ranges come from small range-capable servers started here (the one of
 test_index, and one that gives an ETag); bytes read by tarindex are counted
 by the kernel (/proc/PID/io rchar of a shell, which adds its children's)."""
 
+import functools
 import hashlib
-import http.server
 import json
 import os
 import random
 import shutil
 import subprocess
 import tarfile
-import threading
 
 import pytest
 
 import tarproc
 from conftest import require
-from test_index import RangeHandler, make_shard, make_two_shards
+from test_index import RangeHandler, http_range, make_shard, make_two_shards  # noqa: F401 (a fixture)
 from test_urls import s3  # noqa: F401  (the moto S3 fixture)
 
 
@@ -108,22 +107,9 @@ class ETagHandler(RangeHandler):
 
 
 @pytest.fixture
-def http_server(shards):
-    require("curl")
-    servers = []
-
-    def start(handler=ETagHandler, honour=True, wrong=False):
-        h = type("H", (handler,), {"honour_range": honour, "wrong_range": wrong})
-        srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: h(*a, directory=str(shards)))
-        srv.daemon_threads = True
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
-        servers.append(srv)
-        return f"http://127.0.0.1:{srv.server_address[1]}"
-
-    yield start
-    for srv in servers:
-        srv.shutdown()
-        srv.server_close()
+def http_server(http_range):
+    """Local range servers (test_index's) whose answers carry an ETag."""
+    return functools.partial(http_range, handler=ETagHandler)
 
 
 def test_get_many_over_http_and_a_changed_shard(sh, shards, http_server):
@@ -157,8 +143,8 @@ def test_get_many_over_http_and_a_changed_shard(sh, shards, http_server):
     br = tarproc.IndexedDataset(str(shards.parent / "brackets.json"))
     assert len(br) == 60 and br.get_many([3, 59]) == [br[3], br[59]] and br[3]["__key__"] == "00003"
     # servers that ignore the range, or answer another one
-    for bad, message in ((http_server(RangeHandler, honour=False), "ignored the range request"),
-                         (http_server(RangeHandler, wrong=True), "refusing a range it did not honour")):
+    for bad, message in ((http_server(handler=RangeHandler, honour=False), "ignored the range request"),
+                         (http_server(handler=RangeHandler, wrong=True), "refusing a range it did not honour")):
         for e in index["shardlist"]:
             e["url"] = e["url"].replace(url, bad)
         url = bad
