@@ -44,7 +44,7 @@ import os
 import re
 
 
-def _env_int(name, default):
+def env_int(name, default):
     text = os.environ.get(name)
     if not text:
         return default
@@ -56,26 +56,26 @@ def _env_int(name, default):
 
 
 #: Bytes of a field that a preview or a text/binary decision looks at.
-PREVIEW_BYTES = _env_int("TARPROC_PREVIEW_BYTES", 64 << 10)
+PREVIEW_BYTES = env_int("TARPROC_PREVIEW_BYTES", 64 << 10)
 #: Most pixels (width x height) of an image that is decoded.
-MAX_PIXELS = _env_int("TARPROC_MAX_PIXELS", 32 << 20)
+MAX_PIXELS = env_int("TARPROC_MAX_PIXELS", 32 << 20)
 #: Deepest nesting of JSON arrays/objects that is parsed.
-JSON_DEPTH = _env_int("TARPROC_JSON_DEPTH", 200)
+JSON_DEPTH = env_int("TARPROC_JSON_DEPTH", 200)
 #: Bytes of a child's captured output kept for an error message.
-TAIL_BYTES = _env_int("TARPROC_TAIL_BYTES", 8 << 10)
+TAIL_BYTES = env_int("TARPROC_TAIL_BYTES", 8 << 10)
 #: Characters of a name (key, member name, URL) quoted in a message.
-NAME_CHARS = _env_int("TARPROC_NAME_CHARS", 200)
+NAME_CHARS = env_int("TARPROC_NAME_CHARS", 200)
 #: Keys ``tarcheck`` remembers in memory; more go to a temporary database on disk.
-CHECK_KEYS = _env_int("TARPROC_CHECK_KEYS", 200_000)
+CHECK_KEYS = env_int("TARPROC_CHECK_KEYS", 200_000)
 #: Zero bytes a GNU sparse member may expand to (core/sparse.py).
-SPARSE_HOLES = _env_int("TARPROC_SPARSE_HOLES", 1 << 30)
+SPARSE_HOLES = env_int("TARPROC_SPARSE_HOLES", 1 << 30)
 # distinct field names (and field combinations) one tarcheck report keeps
-CHECK_FIELDS = _env_int("TARPROC_CHECK_FIELDS", 10_000)
+CHECK_FIELDS = env_int("TARPROC_CHECK_FIELDS", 10_000)
 # compression bombs: once a stream has decoded RATIO_FLOOR bytes, it may not
 # decode to more than MAX_RATIO times the compressed bytes read so far (gzip
 # cannot pass about 1030:1 at all; real shards of media and text stay under 20:1)
-MAX_RATIO = _env_int("TARPROC_MAX_RATIO", 1000)
-RATIO_FLOOR = _env_int("TARPROC_RATIO_FLOOR", 256 << 20)
+MAX_RATIO = env_int("TARPROC_MAX_RATIO", 1000)
+RATIO_FLOOR = env_int("TARPROC_RATIO_FLOOR", 256 << 20)
 
 
 def check_ratio(url, codec, decoded, compressed):
@@ -89,7 +89,7 @@ def check_ratio(url, codec, decoded, compressed):
 
 
 #: Most URLs (shard ids) of patterns and file lists held in memory as a list.
-MAX_URLS = _env_int("TARPROC_MAX_URLS", 1_000_000)
+MAX_URLS = env_int("TARPROC_MAX_URLS", 1_000_000)
 
 
 def bounded_list(items, what="the input list", limit=None):

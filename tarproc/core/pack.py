@@ -12,10 +12,10 @@ buffer."""
 import os
 
 from .blob import CHUNK, Blob, Spooler, _File, _spool_write_failed
-from .limits import _env_int
+from .limits import env_int
 
 #: Bytes of one sample's fields held in memory (see :func:`sample_budget`).
-SAMPLE_MEMORY = _env_int("TARPROC_SAMPLE_MEMORY", 16 << 20)
+SAMPLE_MEMORY = env_int("TARPROC_SAMPLE_MEMORY", 16 << 20)
 
 
 class Packer:

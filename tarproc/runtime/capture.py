@@ -16,10 +16,10 @@ copies it in chunks (:meth:`copy_to`)."""
 import os
 from fcntl import F_SETFL, fcntl
 
-from ..core.limits import _env_int
+from ..core.limits import env_int
 
 #: Output kept in memory per command; more goes to a file.
-SPILL_BYTES = _env_int("TARPROC_CAPTURE_SPILL", 256 << 10)
+SPILL_BYTES = env_int("TARPROC_CAPTURE_SPILL", 256 << 10)
 
 
 class Capture:

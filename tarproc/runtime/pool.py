@@ -157,9 +157,9 @@ def _child(target, args, close_fds):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [getattr(signal, n) for n in _SIGNALS])
     except (AttributeError, OSError, ValueError):
         pass
-    from .procs import _pdeathsig
+    from .procs import pdeathsig
 
-    _pdeathsig()
+    pdeathsig()
     for fd in close_fds:
         try:
             os.close(fd)

@@ -43,7 +43,7 @@ def _wait_exit(pid, timeout):
         os.close(pidfd)
 
 
-def _wait_nowait(pid):
+def wait_nowait(pid):
     while True:
         try:
             os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
@@ -54,7 +54,7 @@ def _wait_nowait(pid):
             return
 
 
-def _killpg(pgid):
+def killpg(pgid):
     import signal
 
     try:
@@ -63,7 +63,7 @@ def _killpg(pgid):
         pass
 
 
-def _pdeathsig():
+def pdeathsig():
     """In a child: die with the parent, so an upload is not completed with
     the partial data of a parent that was killed."""
     try:
@@ -253,10 +253,10 @@ def in_keeper(fn):
 
 def popen(*args, **kwargs):
     """``subprocess.Popen(*args, **kwargs)`` started through :func:`in_keeper`,
-    with ``preexec_fn`` (default :func:`_pdeathsig`) run in the child."""
+    with ``preexec_fn`` (default :func:`pdeathsig`) run in the child."""
     import subprocess
 
-    kwargs.setdefault("preexec_fn", _pdeathsig)
+    kwargs.setdefault("preexec_fn", pdeathsig)
     return in_keeper(lambda: subprocess.Popen(*args, **kwargs))
 
 
@@ -325,7 +325,7 @@ def exec_simple(cmd):
     """``exec CMD`` when ``CMD`` is one simple command (``aws s3 cp - URL``),
     else ``CMD``.  ``sh -c`` (dash) forks a simple command rather than
     replacing itself: the client was then a grandchild that the parent-death
-    signal (:func:`~tarproc.runtime.procs._pdeathsig`) never reached, and
+    signal (:func:`~tarproc.runtime.procs.pdeathsig`) never reached, and
     after a SIGKILL of the parent it read end-of-input and published the
     partial data.  With ``exec`` the client is the process that dies with the
     parent.  Pipelines, lists, redirections, assignments and compound

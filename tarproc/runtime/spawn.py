@@ -22,7 +22,7 @@ import threading
 import time
 
 from .engine import ALIVE_GAP
-from .procs import Watchdog, _killpg, _wait_nowait, default_sigchld
+from .procs import Watchdog, killpg, wait_nowait, default_sigchld
 
 
 class Spawner:
@@ -253,7 +253,7 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
     have_pidfd = hasattr(os, "pidfd_open")
 
     def waiter(job):
-        _wait_nowait(job.pid)
+        wait_nowait(job.pid)
         exited.append(job)
         inbox.wake()
 
@@ -293,7 +293,7 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
                 if running.get(job.pidfd) is job or running.get(-(job.pid or 0)) is job:
                     continue  # it runs and is waited for: its exit gives its result
                 if job.pid is not None:
-                    _killpg(job.pid)
+                    killpg(job.pid)
                     runner.spawner.reap(job.handle)
                 runner.discard(job)
                 failed.append((job.index, _Result(job.key, error=f"internal error: {type(e).__name__}: {e}")))
@@ -329,7 +329,7 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
             os.close(job.pidfd)
         else:
             del running[-job.pid]
-        _killpg(job.pid)  # any process left in its group
+        killpg(job.pid)  # any process left in its group
         status = runner.spawner.reap(job.handle)
         if job.timed_out:
             status = "timeout"
@@ -411,7 +411,7 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
                         continue
                     if job.deadline <= now:
                         job.timed_out = True
-                        _killpg(job.pid)
+                        killpg(job.pid)
                     else:
                         timeout = min(timeout, job.deadline - now + 0.001)
             ready = poller.wait(timeout) if inflight or not inbox.ended else []
@@ -438,14 +438,14 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
             thread.join(10)
         inbox.close()
         for job in list(running.values()):
-            _killpg(job.pid)
+            killpg(job.pid)
         for job in list(running.values()):
             unpipe(job)
             try:
                 if job.pidfd is not None:
                     os.close(job.pidfd)
                 else:
-                    _wait_nowait(job.pid)
+                    wait_nowait(job.pid)
                 runner.spawner.reap(job.handle)
             except OSError:
                 pass

@@ -38,7 +38,7 @@ import sys
 from ..errors import OutputError, UsageError
 from ..runtime.lease import create_locked, is_stale, split_token, token
 from ..runtime.procs import popen
-from ..sources.open import BUFSIZE, _command_for, scheme_of
+from ..sources.open import BUFSIZE, command_for, scheme_of
 from .remote import (LIST_COMMANDS, MOVE_COMMANDS, REMOVE_COMMANDS, _Client, _remote_command,  # noqa: F401
                      _run_client, cleanup_remote)
 
@@ -286,7 +286,7 @@ class Sink:
         elif scheme in REMOTE_SCHEMES and remote_mode(scheme) == "move":
             self.kind = "move"
             self.tmp_url = partial_name(url)
-            cmd = _command_for(self.tmp_url, WRITE_COMMANDS, "WRITE")
+            cmd = command_for(self.tmp_url, WRITE_COMMANDS, "WRITE")
             r, w = os.pipe()
             try:
                 self.client = _Client(cmd, url, r)
@@ -295,13 +295,13 @@ class Sink:
             fd = w
         elif scheme in REMOTE_SCHEMES or os.environ.get(f"TARPROC_WRITE_{scheme.upper()}"):
             self.kind = "spool"
-            _command_for(url, WRITE_COMMANDS, "WRITE")  # unknown scheme: a usage error now
+            command_for(url, WRITE_COMMANDS, "WRITE")  # unknown scheme: a usage error now
             spool = os.environ.get("TARPROC_SPOOL_DIR") or __import__("tempfile").gettempdir()
             if not os.path.isdir(spool):
                 raise OutputError(f"{url}: spool directory {spool} does not exist (TARPROC_SPOOL_DIR)")
             fd = self._create_partial(os.path.join(spool, url.rstrip("/").rsplit("/", 1)[-1][:100] or "output"))
         else:
-            _command_for(url, WRITE_COMMANDS, "WRITE")
+            command_for(url, WRITE_COMMANDS, "WRITE")
             raise UsageError(f"{url}: unknown URL scheme {scheme!r}")
         self._zproc = None
         if self.tmp is not None or self.client is not None:
@@ -537,7 +537,7 @@ class Sink:
         self._release()
 
     def _upload(self):
-        cmd = _command_for(self.url, WRITE_COMMANDS, "WRITE")
+        cmd = command_for(self.url, WRITE_COMMANDS, "WRITE")
         fd = os.open(self.tmp, os.O_RDONLY)
         try:
             self.client = _Client(cmd, self.url, fd)

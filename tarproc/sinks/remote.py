@@ -7,7 +7,7 @@ import os
 import sys
 
 from ..errors import OutputError, UsageError
-from ..runtime.procs import _pdeathsig, exec_simple, popen
+from ..runtime.procs import pdeathsig, exec_simple, popen
 from ..sources.open import fill_command, scheme_of
 
 
@@ -65,7 +65,7 @@ def _run_client(cmd, url, what):
 
     try:
         p = subprocess.run(exec_simple(cmd), shell=True, stdin=subprocess.DEVNULL, capture_output=True,
-                           preexec_fn=_pdeathsig)
+                           preexec_fn=pdeathsig)
     except OSError as e:
         raise OutputError(f"{url}: cannot start {cmd!r}: {e.strerror}") from None
     if p.returncode != 0:
@@ -135,9 +135,9 @@ class _Client:
 
     def kill(self):
         """Kill the client and everything it started (its process group)."""
-        from ..runtime.procs import _killpg
+        from ..runtime.procs import killpg
 
-        _killpg(self.proc.pid)  # the group outlives its leader: kill it even after the shell exited
+        killpg(self.proc.pid)  # the group outlives its leader: kill it even after the shell exited
         self.proc.wait()
         try:
             self.err.close()

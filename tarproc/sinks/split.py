@@ -253,9 +253,9 @@ def post_command(template, delete=False, env=None):
         try:
             rc = proc.wait()
         except BaseException:  # Ctrl-C, SIGTERM: what it started goes too (a '&' of a finished one stays)
-            from ..runtime.procs import _killpg
+            from ..runtime.procs import killpg
 
-            _killpg(proc.pid)
+            killpg(proc.pid)
             proc.wait()
             raise
         if rc != 0:

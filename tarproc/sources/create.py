@@ -25,7 +25,7 @@ failure (a ``pipe:`` command that fails) leaves no output behind.
 import os
 
 from ..errors import BadInput, SampleFailed, UsageError
-from ..core.limits import _env_int, check_widths, quote
+from ..core.limits import env_int, check_widths, quote
 from ..core.rules import split_name, unsafe_name
 
 
@@ -228,7 +228,7 @@ def parse_lines(text, name, basedir=None):
 
 
 #: Largest plan (bytes) read: a plan is held and checked whole.
-MAX_PLAN = _env_int("TARPROC_MAX_PLAN", 256 << 20)
+MAX_PLAN = env_int("TARPROC_MAX_PLAN", 256 << 20)
 
 
 def read_plan(path, fmt="auto", delim=None, key_format="{index:09d}", basedir=None):
@@ -333,7 +333,7 @@ def item_bytes(item, basedir=None):
 
     from ..core.blob import Blob, _File
     from ..core.limits import shorten, tail_of_fd
-    from ..runtime.procs import _killpg, _wait_nowait
+    from ..runtime.procs import killpg, wait_nowait
 
     with tempfile.TemporaryFile() as errf, tempfile.TemporaryFile() as outf:  # stderr: only its tail is read
         # its own process group: a signal to tarcreate ends the command's
@@ -341,9 +341,9 @@ def item_bytes(item, basedir=None):
         p = subprocess.Popen(item.value, shell=True, stdin=subprocess.DEVNULL, stdout=outf, stderr=errf,
                              cwd=basedir or None, start_new_session=True)
         try:
-            _wait_nowait(p.pid)  # exited, not reaped: the group id stays its own
+            wait_nowait(p.pid)  # exited, not reaped: the group id stays its own
         finally:
-            _killpg(p.pid)
+            killpg(p.pid)
             p.wait()
         if p.returncode != 0:
             err = tail_of_fd(errf.fileno())[0].decode("utf-8", "replace").strip().splitlines()

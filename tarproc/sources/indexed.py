@@ -666,11 +666,11 @@ def _close_quietly(fd):
 def _run(cmd, url, what, shell=False):
     import subprocess
 
-    from ..runtime.procs import _pdeathsig
+    from ..runtime.procs import pdeathsig
 
     try:
         p = subprocess.run(cmd, shell=shell, stdin=subprocess.DEVNULL, capture_output=True,
-                           preexec_fn=_pdeathsig)
+                           preexec_fn=pdeathsig)
     except OSError as e:
         raise BadInput(f"{url}: cannot start {what}: {e.strerror}") from None
     if p.returncode != 0:

@@ -33,7 +33,7 @@ import select
 
 from ..core.limits import hide_credentials
 from ..errors import BadInput, UsageError
-from ..runtime.procs import _killpg, _pdeathsig, exec_simple, popen
+from ..runtime.procs import killpg, pdeathsig, exec_simple, popen
 from .resume import RETRIES, STALL_TIMEOUT, Resuming, check_settings
 
 
@@ -82,7 +82,7 @@ def _quote(s):
     return shlex.quote(s)
 
 
-def _command_for(url, table, direction):
+def command_for(url, table, direction):
     scheme = scheme_of(url)
     template = os.environ.get(f"TARPROC_{direction}_{scheme.upper()}") or table.get(scheme)
     if template is None:
@@ -189,7 +189,7 @@ class _FdReader(io.RawIOBase):
                 # Stopped reading early (e.g. --count): stop the producer,
                 # and everything it started (``pipe:a | b``, ``sh -c``'s
                 # children): it runs in its own process group.
-                _killpg(self.proc.pid)
+                killpg(self.proc.pid)
                 self.proc.wait()
             if self.proc is not None:
                 _LIVE.pop(self.proc.pid, None)
@@ -226,7 +226,7 @@ def _child_setup():
     the terminal's foreground group, it cannot prompt on the terminal: a
     ``pipe:ssh ...`` source needs keys or an agent, as in any pipeline.)"""
     os.setpgid(0, 0)
-    _pdeathsig()
+    pdeathsig()
 
 
 #: Process groups of the input commands this process started and has not
@@ -244,7 +244,7 @@ def stop_sources():
     me = os.getpid()
     for pgid, owner in list(_LIVE.items()):
         if owner == me:  # never a parent's, in a forked child
-            _killpg(pgid)
+            killpg(pgid)
         _LIVE.pop(pgid, None)
 
 
@@ -319,7 +319,7 @@ def open_source(url, decompress=True, stall=None, retries=RETRIES, stall_timeout
                 except BaseException:
                     raw.close()
                     raise
-            cmd = _command_for(url, READ_COMMANDS, "READ")
+            cmd = command_for(url, READ_COMMANDS, "READ")
             what = cmd.split()[0]
             if not override:
                 # our own one-program templates: the shell becomes the program, which so
@@ -370,7 +370,7 @@ class _Children:
 
     def kill(self, proc):
         """End a command and everything it started (its process group)."""
-        _killpg(proc.pid)
+        killpg(proc.pid)
         proc.wait()
         _LIVE.pop(proc.pid, None)
         proc.stdout.close()
