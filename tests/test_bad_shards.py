@@ -12,9 +12,10 @@ import tarfile
 
 import pytest
 
-from conftest import ROOT
+from conftest import REALDATA, ROOT
 
-FOREIGN = os.path.join(os.path.dirname(ROOT), "shared", "foreign", "make_foreign.py")
+# beside ../shared/realdata, found as conftest finds it (a clone of a local checkout too)
+FOREIGN = os.path.join(os.path.dirname(REALDATA), "foreign", "make_foreign.py")
 
 
 def _shard(path, i, n=5):
