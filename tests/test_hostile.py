@@ -350,7 +350,7 @@ def test_tarshow_gzip_bomb(tmp_path):
     body += comp.compress(make_corpus.EOA) + comp.flush()
     assert len(body) < 1 << 20
     (tmp_path / "bomb.tar.gz").write_bytes(body)
-    p, cpu, rss = _run_measured("tarshow -c 1 bomb.tar.gz", tmp_path)
+    p, cpu, rss = _run_measured("tarshow --format blocks -c 1 bomb.tar.gz", tmp_path)
     assert p.returncode == 0, p.stderr
     assert b"bomb" in p.stdout and b"101 MB" in p.stdout and len(p.stdout) < 1000
 

@@ -96,7 +96,8 @@ def test_tables_and_previews_never_pass_terminal_controls(tmp_path):
     members.append(("k\u202eevil\u2028x.t\u2029xt", b"1"))  # names may carry them too
     (tmp_path / "h.tar").write_bytes(tar_of(members))
     for cmd in (["tar2tsv", "-f", "txt json.s"], ["tar2tsv", "-f", "txt json.s", "--format", "csv"],
-                ["tar2tsv", "-f", "txt json.s", "--format", "jsonl"], ["tar2tsv"], ["tarshow"]):
+                ["tar2tsv", "-f", "txt json.s", "--format", "jsonl"], ["tar2tsv"], ["tarshow"],
+                ["tarshow", "--format", "blocks"]):
         p = run(cmd + ["h.tar"], tmp_path)
         assert p.returncode == 0, (cmd, p.stderr)
         out = p.stdout.decode()

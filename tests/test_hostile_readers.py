@@ -424,15 +424,17 @@ def test_names_kept_as_they_are(sh, tmp_path):
 
 def test_tarshow_original_check_and_flags(sh, tmp_path):
     """The original's own test (`tarshow imagenet.tar` shows b'746') holds
-    with --format original; the default is the block display (a decision,
-    docs/tarshow.md); the original's --use-keyboard is accepted."""
+    with --format original and piped (auto); --format blocks gives the block
+    display (on a terminal, the default: docs/tarshow.md); the original's
+    --use-keyboard is accepted."""
     data = mc.member(b"20.cls", b"746") + mc.member(b"20.wnid", b"n07734744") + mc.EOA
     (tmp_path / "in.tar").write_bytes(data)
     out = sh("tarshow --format original --use-keyboard in.tar").stdout.decode()
     assert "b'746'" in out and "n07734744" in out
     assert out.splitlines()[:4] == [f"{'__key__':20s}\t20", f"{'__source__':20s}\tin.tar",
                                     f"{'cls':20s}\tb'746'", f"{'wnid':20s}\tb'n07734744'"]
-    out = sh("tarshow in.tar").stdout.decode()
+    assert sh("tarshow in.tar").stdout.decode() == out
+    out = sh("tarshow --format blocks in.tar").stdout.decode()
     assert [line.split() for line in out.splitlines()] == [["20"], ["cls", "3", "B", "746"],
                                                             ["wnid", "9", "B", "n07734744"]]
 

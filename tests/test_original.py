@@ -121,8 +121,7 @@ def test_tarshow_shows_python_bytes_in_original_format(work):
 
 # The original's command tests run a bash script and search its output
 # (stdout and stderr) for regular expressions.  These are its scripts with
-# its patterns, unchanged but for tarshow, whose original lines are
-# `--format original` here (the default is the readable block view).
+# its patterns, unchanged: piped, tarshow prints the original's lines.
 ORIGINAL_RUNS = [
     ("(echo a; echo b; echo c) > lines.txt; lines2tar < lines.txt | tar tf -", ["000000.txt"]),
     ("(echo a; echo b; echo c) > lines.txt; lines2tar < lines.txt | tar2json -k txt", ["txt: a"]),
@@ -130,8 +129,8 @@ ORIGINAL_RUNS = [
      "tarcats tar1.tar tar2.tar > tar12.tar; tar2json -k txt < tar12.tar", ["txt: a", "txt: e"]),
     ("(echo a; echo b; echo c) | lines2tar > tar1.tar; tarproc -c 'cp sample.txt sample.x.txt' tar1.tar -o tar2.tar; "
      "tar2json -k x.txt < tar2.tar", ["x.txt: a"]),
-    ("tarshow --format original testdata/imagenet-000000.tar", ["b'746'", "n07734744"]),
-    ("(echo a; echo b; echo c) | lines2tar > tar1.tar; tarshow --format original tar1.tar", ["txt.*b'b'"]),
+    ("tarshow testdata/imagenet-000000.tar", ["b'746'", "n07734744"]),
+    ("(echo a; echo b; echo c) | lines2tar > tar1.tar; tarshow tar1.tar", ["txt.*b'b'"]),
     ("(echo c; echo b; echo a) | lines2tar > tar1.tar; tarsort tar1.tar -o tar2.tar -s txt; "
      "tar2json -k txt < tar2.tar", ["txt: a"]),
 ]
@@ -160,7 +159,7 @@ def test_tarsort_by_field_really_sorts_and_yaml_is_plain(tmp_path):
 
 
 def test_examples_tarshow_delay_and_range(work):
-    out = sh("tarshow -d 0 'testdata/imagenet-000000.tar#0,3'", work).stdout.decode()
+    out = sh("tarshow --format blocks -d 0 'testdata/imagenet-000000.tar#0,3'", work).stdout.decode()
     keys = [block.splitlines()[0] for block in out.strip().split("\n\n")]
     assert keys == ["10", "12", "13", "15"]  # #0,3 is samples 0 to 3, as the original
     start = time.monotonic()
@@ -196,7 +195,7 @@ def test_examples_old_downloader_and_brace_flags(work):
     # 'tarscat --shuffle 100 -c 3 -b PATTERN' (the pattern is local here)
     p = sh("tarscat --shuffle 100 -c 3 -b 'testdata/imagenet-{000000..000000}.tar' > _temp.tar", work)
     assert len(samples_of(str(work / "_temp.tar"))) == 3
-    out = sh("tarshow -d 0 _temp.tar", work).stdout.decode()
+    out = sh("tarshow --format blocks -d 0 _temp.tar", work).stdout.decode()
     assert out.count("\n\n") == 2
     # the original tarcat's '-c CMD' downloader: an error naming what replaced it
     p = sh("tarcat -c 'cat {}' -b testdata/imagenet-000000.tar", work, check=False)

@@ -23,7 +23,7 @@ def make_small(tmp_path, n=4):
 
 def test_blocks_per_sample(sh, tmp_path):
     make_small(tmp_path)
-    out = sh("tarshow -c 2 small.tar").stdout.decode()
+    out = sh("tarshow --format blocks -c 2 small.tar").stdout.decode()
     blocks = out.strip("\n").split("\n\n")
     assert len(blocks) == 2
     assert blocks[0].splitlines()[0] == "0000" and blocks[1].splitlines()[0] == "0001"
@@ -37,7 +37,7 @@ def test_blocks_per_sample(sh, tmp_path):
 
 def test_skip_and_fields(sh, tmp_path):
     make_small(tmp_path)
-    out = sh("tarshow --skip 2 -f 'png;jpg cls' small.tar | cat").stdout.decode()
+    out = sh("tarshow --format blocks --skip 2 -f 'png;jpg cls' small.tar | cat").stdout.decode()
     blocks = out.strip("\n").split("\n\n")
     assert [b.splitlines()[0] for b in blocks] == ["0002", "0003"]
     lines = blocks[0].splitlines()
@@ -64,9 +64,13 @@ def test_terminal_images_under_pty(sh, tmp_path):
 
 def test_plain_when_piped(sh, tmp_path):
     (tmp_path / "x.tar").write_bytes(tar_bytes(image_shard(2)))
-    out = sh("tarshow -f png x.tar | cat").stdout
+    out = sh("tarshow --format blocks -f png x.tar | cat").stdout
     assert ESC not in out and "▀".encode() not in out
     assert out.count(b"<png 32x24 RGB") == 2
+    # piped, the default (auto) is the original tarshow's lines, as its users' scripts grep them
+    out = sh("tarshow -f png x.tar | cat").stdout
+    assert ESC not in out and "▀".encode() not in out
+    assert out.count(b"png                 \tb'\\x89PNG") == 2
     # -q (the original's --quick) never draws, even on a terminal
     out = _tty_run(sh, "tarshow -q -f png x.tar")
     assert "▀".encode() not in out and b"<png 32x24" in out
@@ -105,7 +109,7 @@ def test_npy_normalize_and_cmap(sh, tmp_path):
     buf = io.BytesIO()
     np.save(buf, arr)
     (tmp_path / "a.tar").write_bytes(tar_bytes([("s.depth.npy", buf.getvalue()), ("s.cls", b"1")]))
-    out = sh("tarshow a.tar").stdout.decode()
+    out = sh("tarshow --format blocks a.tar").stdout.decode()
     assert "<npy float32 64x64, 17 kB>" in out
     sh("tarshow --grid g.png -f depth.npy -N -C viridis --thumb 64 a.tar")
     g = Image.open(tmp_path / "g.png").convert("RGB")

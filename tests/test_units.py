@@ -36,7 +36,7 @@ def test_tarshow_and_tarcheck_print_decimal_units(sh, tmp_path):
             info = tarfile.TarInfo(f"{key}.bin")
             info.size = 1_500_000  # 1.5 MB, 1.43 MiB
             tf.addfile(info, io.BytesIO(b"\0" * info.size))
-    show = sh("tarshow a.tar").stdout.decode()
+    show = sh("tarshow --format blocks a.tar").stdout.decode()
     assert "1.5 MB" in show and "1.4 MB" not in show and "KB" not in show
     check = sh("tarcheck a.tar", ok=False).stdout.decode()
     assert "bin 2 (3.0 MB)" in check, check

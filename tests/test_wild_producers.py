@@ -298,7 +298,7 @@ def test_reports_of_every_wild_archive(wild, tmp_path):
     assert [e["nsamples"] for e in index["shardlist"]] == [len(want[c]) for c in READABLE]
     rows = _run(f"tar2tsv {args}", tmp_path).stdout.decode("utf-8", "surrogateescape").splitlines()
     assert [r.split("\t")[0] for r in rows[1:]] == [k for c in READABLE for k, _ in want[c]]
-    shown = _run(f"tarshow -q {args}", tmp_path).stdout.decode("utf-8", "surrogateescape")
+    shown = _run(f"tarshow -q --format blocks {args}", tmp_path).stdout.decode("utf-8", "surrogateescape")
     assert all(k in shown for c in READABLE for k, _ in want[c])
     report = _run(f"tarcheck {args}", tmp_path, ok=(1,)).stdout.decode()
     for c in READABLE:

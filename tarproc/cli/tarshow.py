@@ -22,8 +22,9 @@ preview (text and JSON as text, numbers as numbers, images as <jpg 640x480 RGB,
 52 KB>, arrays as <npy float32 64x64, 16 KB>, other binary data as hex).
 When stdout is a terminal and an image field is asked for with -f, the images
 are drawn below their block with 24-bit colour half-block characters, as wide
-as the terminal.  Piped output is plain text.  --format original prints the original tarshow's
-lines instead ('cls                 <TAB>b'746'').  -d waits between samples (the
+as the terminal.  Piped, tarshow prints the original tarshow's lines
+('cls                 <TAB>b'746''), which scripts written for it grep;
+--format blocks gives the blocks there too, --format original on a terminal.  -d waits between samples (the
 original's display delay; 0 = no wait).  'URL#START,END' shows samples START
 to END (END included) of URL.  Exit status: 0 ok, 2 bad usage
 or unreadable input."""
@@ -63,9 +64,10 @@ def tarshow_command(
                                                               "(no effect: tarshow never waits for input)")] = False,
     delay: Annotated[float, opt("-d", "--delay", metavar="SECONDS",
                      help="wait this long after each sample (default 0: no wait)")] = 0.0,
-    format: Annotated[Literal["blocks", "original"], opt(
-        "--format", help="blocks (default) or original: the original tarshow's lines, 'NAME<TAB>VALUE' with "
-                         "values as Python shows them (b'746'), cut at 60 characters")] = "blocks",
+    format: Annotated[Literal["auto", "blocks", "original"], opt(
+        "--format", help="auto (default): blocks on a terminal, original when piped; blocks: a block per "
+                         "sample with sizes and previews; original: the original tarshow's lines, "
+                         "'NAME<TAB>VALUE' with values as Python shows them (b'746'), cut at 60 characters")] = "auto",
     strict: Strict = False,
     on_bad_shard: OnBadShard = "fail",
     max_bad_shards: MaxBadShards = None,
@@ -112,6 +114,7 @@ def main(args, prog="tarshow"):
     args.count = count
     out = sys.stdout
     tty = out.isatty()
+    layout = args.format if args.format != "auto" else ("blocks" if tty else "original")
     draw = wanted is not None and not args.quick and (
         args.images == "always" or (args.images == "auto" and tty))
     spooler = spooler_of(args)
@@ -133,7 +136,7 @@ def main(args, prog="tarshow"):
 
             time.sleep(args.delay)
         names = _choose(sample, wanted) if wanted else None
-        if args.format == "original":
+        if layout == "original":
             if not args.silent:
                 out.write("".join(_original_lines(sample, names)) + "\n")
             names = names if draw else None
@@ -176,7 +179,7 @@ def _original_lines(sample, names=None):
             text = str(v)[:60]
         else:  # bytes, or a large field (a Blob, a Prefix): its head
             text = repr(limits.head(v, 64))[:60]  # the same first 60 characters as str(v), without copying v
-        out.append(f"{k:20s}\t{text}\n")
+        out.append(f"{limits.safe_text(k):20s}\t{limits.safe_text(text)}\n")
     return out
 
 
