@@ -286,6 +286,16 @@ class Child:
         lines = [ln for ln in drain.tail.getvalue().decode("utf-8", "replace").splitlines() if ln.strip()]
         return safe_text(lines[-1].strip(), TAIL_CHARS) if lines else ""
 
+    def kept_stderr(self):
+        """``(bytes, dropped)``: the last bytes the child wrote on stderr (at
+        most :data:`~tarproc.core.limits.TAIL_BYTES`) and how many came
+        before them."""
+        drain = self._drain
+        if drain is None:
+            return b"", 0
+        drain.join(5)
+        return drain.tail.getvalue(), drain.tail.dropped
+
     def tail_line(self):
         """``": LAST LINE"`` of :meth:`tail`, or ``""``: the end of an error message."""
         text = self.tail()

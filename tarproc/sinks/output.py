@@ -241,8 +241,8 @@ def _open_device(sink):
 def _open_command(sink):
     r, w = os.pipe()
     try:
-        # its stdout is ours: it writes where it likes; its stderr is shown as it comes
-        sink.client = Client(sink.url[5:], sink.url, r, stdout="inherit", tee=True)
+        # its stdout is ours: it writes where it likes; its stderr is shown when it succeeded
+        sink.client = Client(sink.url[5:], sink.url, r, stdout="inherit", replay=True)
     finally:
         os.close(r)
     return w

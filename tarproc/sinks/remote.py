@@ -59,13 +59,14 @@ class Client:
     """A client command fed on stdin (a pipe or a file descriptor).  Its
     stdout goes to our stderr (``stdout="inherit"``: to our stdout, for a
     ``pipe:`` output); its stderr's tail is kept for the error message
-    (``tee``: also shown as it comes)."""
+    (``replay``: and written to our stderr when it succeeded, so that a
+    failure is one line)."""
 
-    def __init__(self, cmd, url, stdin, stdout=None, tee=False):
+    def __init__(self, cmd, url, stdin, stdout=None, replay=False):
         what = "command" if url.startswith("pipe:") else None
+        self.replay = replay
         try:
-            self.child = Child(cmd, url, what, stdin=stdin, stdout="stderr" if stdout is None else stdout,
-                               stderr="tee" if tee else "tail")
+            self.child = Child(cmd, url, what, stdin=stdin, stdout="stderr" if stdout is None else stdout)
         except OSError as e:
             raise OutputError(Child.start_error(url, cmd, e)) from None
 
@@ -79,9 +80,28 @@ class Client:
         child = self.child
         if child.wait() != 0:
             raise OutputError(child.failure())
+        if self.replay and not early:
+            _replay(*child.kept_stderr())
         if early:
             raise OutputError(f"{child.name}: {child.what} exited before reading all the output{child.tail_line()}")
 
     def kill(self):
         """Kill the client and everything it started (its process group)."""
         self.child.kill()
+
+
+def _replay(data, dropped):
+    """Write a succeeded command's kept stderr to ours (the first
+    ``dropped`` bytes are gone: a line says so)."""
+    import sys
+
+    if not data:
+        return
+    try:
+        sys.stderr.flush()
+        if dropped:
+            sys.stderr.buffer.write(b"[%d bytes of the command's stderr left out]\n" % dropped)
+        sys.stderr.buffer.write(data)
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass

@@ -245,9 +245,10 @@ def post_command(template, delete=False, env=None):
         cmd = fill_command(template, shard.name, shard.index)
         try:
             # stdin is /dev/null: the post command must not eat tarsplit's input;
-            # its stdout goes to our stderr; its own session: an interrupted
-            # split ends the command's children too
-            child = Child(cmd, shard.name, "post command", stdout="stderr", stderr="tee", env=env, session=True)
+            # its stdout and stderr go to our stderr; its own session: an
+            # interrupted split ends the command's children too
+            child = Child(cmd, shard.name, "post command", stdout="stderr", stderr="inherit", env=env,
+                          session=True)
         except OSError as e:
             raise OutputError(hide_credentials(f"{shard.name}: cannot run post command {cmd!r}: {e.strerror}")) from None
         try:
@@ -256,8 +257,7 @@ def post_command(template, delete=False, env=None):
             child.kill()
             raise
         if rc != 0:
-            raise OutputError(hide_credentials(f"{child.name}: post command {cmd!r} failed with {describe_exit(rc)}"
-                                               f"{child.tail_line()}"))
+            raise OutputError(hide_credentials(f"{child.name}: post command {cmd!r} failed with {describe_exit(rc)}"))
         if delete and scheme_of(shard.name) == "file":
             try:
                 os.unlink(shard.name)
