@@ -106,10 +106,10 @@ def _stream(value, std_fd):
     return value
 
 
-def _drain(stream, copy_to=None):
+def _drain(stream):
     """Read a child's stderr to its end in a daemon thread, keeping only its
-    last bytes (:class:`~tarproc.core.limits.Tail`) and, with ``copy_to``
-    (a descriptor), copying it there as it comes.  Returns the thread;
+    last bytes (:class:`~tarproc.core.limits.Tail`): a chatty child never
+    blocks on a full pipe, never fills our memory.  Returns the thread;
     ``thread.tail`` is the tail."""
     import threading
 
@@ -119,20 +119,12 @@ def _drain(stream, copy_to=None):
 
     def drain():
         fd = stream.fileno()
-        copying = copy_to is not None
         try:
             while True:
                 b = os.read(fd, 1 << 16)
                 if not b:
                     break
                 tail.write(b)
-                if copying:
-                    try:
-                        view = memoryview(b)
-                        while view:
-                            view = view[os.write(copy_to, view):]
-                    except OSError:  # our stderr closed or gone: the tail is still kept
-                        copying = False
         except (OSError, ValueError):
             pass
         finally:
@@ -174,8 +166,8 @@ class Child:
     ``stdin``, ``stdout``: ``None`` (``/dev/null``), ``"pipe"``,
     ``"inherit"`` (ours, ``/dev/null`` when ours is closed), ``"stderr"``
     (stdout only: to our stderr) or a descriptor.  ``stderr``: ``"tail"``
-    (read as it comes, its last bytes kept for :meth:`tail`), ``"tee"``
-    (also copied to our stderr as it comes), ``"pipe"`` (read by the
+    (read as it comes, its last bytes kept for :meth:`tail` and
+    :meth:`kept_stderr`), ``"pipe"`` (read by the
     caller, who bounds what it keeps), ``"inherit"``, ``None`` or a
     descriptor.  ``session``: a new session rather than a new process group.
     ``watch``: register the group with a watchdog (``None``: when the shell
@@ -201,12 +193,10 @@ class Child:
             cmd = list(command)
         default_sigchld()  # an inherited SIG_IGN would make every exit status 0
         err = stderr
-        if stderr in ("tail", "tee"):
+        if stderr in ("tail", "pipe"):
             err = subprocess.PIPE
         elif stderr == "inherit":
             err = _inherited(2)
-        elif stderr == "pipe":
-            err = subprocess.PIPE
         elif stderr is None:
             err = subprocess.DEVNULL
         self.proc = popen(cmd, shell=shell, stdin=_stream(stdin, 0), stdout=_stream(stdout, 1), stderr=err,
@@ -222,8 +212,8 @@ class Child:
         if track:
             _track(self.pid)
         self._drain = None
-        if stderr in ("tail", "tee"):
-            self._drain = _drain(self.proc.stderr, 2 if stderr == "tee" else None)
+        if stderr == "tail":
+            self._drain = _drain(self.proc.stderr)
 
     @staticmethod
     def start_error(name, command, error):
