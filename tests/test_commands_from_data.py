@@ -132,10 +132,10 @@ def test_a_name_holding_a_placeholder_stays_quoted(tmp_path, monkeypatch, where)
         monkeypatch.setenv("TARPROC_EXISTS_S3", "echo {bucket} {key} {url} > seen.txt")
         is_done(url + "-{}", "1")
     elif where == "remove":
-        from tarproc.sinks.remote import REMOVE_COMMANDS, _run_client, _remote_command
+        from tarproc.sinks.remote import run_client
 
         monkeypatch.setenv("TARPROC_REMOVE_S3", "echo {url} > seen.txt")
-        _run_client(_remote_command(REMOVE_COMMANDS, url, "REMOVE"), url, "remove")
+        run_client("REMOVE", url, "remove")
     else:
         from tarproc.sources.open import fill_command
 

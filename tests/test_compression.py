@@ -20,7 +20,9 @@ from helpers import read_tar, tar_bytes
 from tarproc.errors import BadInput
 from tarproc.sources import compression as C
 from tarproc.sources import unzip
-from tarproc.sources.open import _FdReader, open_source
+from tarproc.runtime.child import Child
+from tarproc.sources.open import open_source
+from tarproc.sources.raw import FdReader
 
 MEMBERS = [(f"s{i:03d}.{ext}", random.Random(i).randbytes(i * 37 % 3000) if ext == "bin" else b"x%d" % i)
            for i in range(40) for ext in ("bin", "txt")]
@@ -41,22 +43,22 @@ GZIP_PROGRAM = {"gzip": (("gzip", "-dc"),)}  # not the default: shows the progra
 def open_with(path, mode, pipe=False, codec=None):
     """The decoded stream of ``path`` (through a pipe from ``cat`` with ``pipe``)."""
     if pipe:
-        proc = subprocess.Popen(["cat", str(path)], stdout=subprocess.PIPE)
-        raw = _FdReader(proc.stdout.fileno(), str(path), proc, closefd=False)
+        proc = Child(["cat", str(path)], str(path))
+        raw = FdReader(proc.stdout.fileno(), str(path), proc, closefd=False)
         raw._keep = proc.stdout
     else:
-        raw = _FdReader(os.open(str(path), os.O_RDONLY), str(path))
+        raw = FdReader(os.open(str(path), os.O_RDONLY), str(path))
     if mode == "unzip":  # the default for a file: tarproc.sources.unzip as a program, from any size
         old, C.FILE_PROGRAM_FROM = C.FILE_PROGRAM_FROM, 0
         try:
-            stream, codec = C._wrap_compression(raw, str(path))
+            stream, codec = C.wrap_compression(raw, str(path))
         finally:
             C.FILE_PROGRAM_FROM = old
         if not pipe:
             assert list(stream.raw.proc.args[-2:]) == [unzip.__file__, codec]
         return stream, codec
     programs = {} if mode == "thread" else GZIP_PROGRAM if codec == "gzip" else None
-    stream, codec = C._wrap_compression(raw, str(path), programs)
+    stream, codec = C.wrap_compression(raw, str(path), programs)
     return stream, codec
 
 
@@ -158,10 +160,10 @@ def test_closing_early_stops_the_decoder_and_its_feeder(tmp_path, codec, mode, m
     slow = f"exec {sys.executable} -c {SLOW!r}"
     stream = open_source(f"pipe:{slow}") if mode == "program" else None
     if stream is None:
-        proc = subprocess.Popen(slow, shell=True, stdout=subprocess.PIPE)
-        raw = _FdReader(proc.stdout.fileno(), "slow", proc, closefd=False)
+        proc = Child(slow, "slow")
+        raw = FdReader(proc.stdout.fileno(), "slow", proc, closefd=False)
         raw._keep = proc.stdout
-        stream, _ = C._wrap_compression(raw, "slow", {})
+        stream, _ = C.wrap_compression(raw, "slow", {})
     assert stream.read(1000) == big[:1000]
     assert _our_processes(marker)
     stream.close()

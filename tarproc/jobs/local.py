@@ -88,16 +88,6 @@ def check_command(command, ids=()):
         raise UsageError(f"command not found: {command[0]}")
 
 
-# Exit 0 when the object exists.  Replace with TARPROC_EXISTS_<SCHEME> (a shell
-# command with {url}, {bucket} and {key}, quoted), like urls.py's commands.
-EXISTS_COMMANDS = {
-    "http": "curl -gsfIL -o /dev/null {url}",
-    "https": "curl -gsfIL -o /dev/null {url}",
-    "gs": "gsutil -q stat {url}",
-    "s3": "aws s3api head-object {endpoint}--bucket {bucket} --key {key}",
-}
-
-
 def done_path(template, shard_id):
     return template.replace(PLACEHOLDER, shard_id)
 
@@ -106,7 +96,7 @@ def check_done_template(template, nids=1):
     """Refuse a ``--done-if`` that cannot be checked, or one without ``{}``
     over several ids: every shard would check the same output, and the
     first to make it would mark all the others done."""
-    from ..sources.open import scheme_of
+    from ..runtime.schemes import has_command, scheme_of
 
     if nids > 1 and PLACEHOLDER not in template:
         raise UsageError(f"--done-if {template!r} has no {{}}: every one of the {nids} shards would check the "
@@ -114,35 +104,42 @@ def check_done_template(template, nids=1):
     scheme = scheme_of(template)
     if scheme in ("-", "pipe"):
         raise UsageError(f"--done-if {template!r}: give a file name or a URL, e.g. out-{{}}.tar")
-    if scheme != "file" and not (os.environ.get(f"TARPROC_EXISTS_{scheme.upper()}") or scheme in EXISTS_COMMANDS):
+    if scheme != "file" and not has_command("EXISTS", template):
         raise UsageError(f"--done-if {template!r}: cannot check whether a {scheme}:// URL exists "
                          f"(set TARPROC_EXISTS_{scheme.upper()} to a command that can)")
 
 
 def is_done(template, shard_id):
     """True when the output named by ``template`` exists: a local file, or a
-    URL whose existence command (``EXISTS_COMMANDS``) succeeds.  tarproc's
-    writers make a file or object visible only when it is complete, so
-    existing means complete.  A check that fails for another reason (no
-    credentials) counts as "not done": the shard runs."""
+    URL whose existence command (the ``EXISTS`` command of
+    :mod:`tarproc.runtime.schemes`, ``TARPROC_EXISTS_<SCHEME>``) succeeds.
+    tarproc's writers make a file or object visible only when it is
+    complete, so existing means complete.  A check that fails for another
+    reason (no credentials) counts as "not done": the shard runs."""
     if not template:
         return False
     target = done_path(template, shard_id)
-    from ..sources.open import fill_command, scheme_of
+    from ..runtime.child import Child
+    from ..runtime.schemes import command, has_command, scheme_of
 
     scheme = scheme_of(target)
     if scheme == "file":
         return os.path.exists(target)
-    command = os.environ.get(f"TARPROC_EXISTS_{scheme.upper()}") or EXISTS_COMMANDS.get(scheme)
-    if not command:
+    if scheme in ("-", "pipe") or not has_command("EXISTS", target):
         return False
-    command = fill_command(command, target, scheme)  # one pass: a key holding "{url}" stays quoted
+    cmd = command("EXISTS", target)  # one pass: a key holding "{url}" stays quoted
     try:
-        p = subprocess.run(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, timeout=300)
-    except subprocess.TimeoutExpired:
+        child = Child(["/bin/sh", "-c", cmd], target, stdout=None, stderr=None)
+    except OSError:
         return False
-    return p.returncode == 0
+    try:
+        return child.wait(timeout=300) == 0
+    except subprocess.TimeoutExpired:
+        child.kill()
+        return False
+    except BaseException:
+        child.kill()
+        raise
 
 
 # --------------------------------------------------------------------------- local runner
@@ -233,9 +230,8 @@ class Runner:
         self.results = [Result(i, first_index + n) for n, i in enumerate(self.ids)]
         self._lock = threading.Lock()  # guards log writes and the result table
         self._procs = set()
-        from ..runtime.procs import Watchdog, default_sigchld
+        from ..runtime.procs import Watchdog
 
-        default_sigchld()  # an inherited SIG_IGN would make every exit status 0
         self._watchdog = Watchdog()  # kills the shards' process groups if this process is killed
         self._stop = threading.Event()
         self._next = 0
@@ -326,15 +322,16 @@ class Runner:
                       f"failed: a rerun with --done-if would skip it; remove it")
 
     def _exec(self, argv, env, shard_id):
+        from ..runtime.child import Child
+
         prefix = f"[{shard_id}] ".encode("utf-8", "surrogateescape")
         try:
-            # its own process group: stop() ends the whole pipeline a shell
-            # command starts, not only the shell
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, env=env, start_new_session=True)
+            # its own session: stop() ends the whole pipeline a shell command
+            # starts, not only the shell; the watchdog kills it if we die
+            proc = Child(argv, shard_id, stdout="pipe", stderr="pipe", env=env, session=True, watch=True,
+                         watchdog=self._watchdog)
         except OSError as e:
             return None, f"cannot run {argv[0]}: {e.strerror or e}"
-        self._watchdog.add(proc.pid)
         with self._lock:
             self._procs.add(proc)
             if self._stop.is_set():  # stop() ran while this one was starting
@@ -342,10 +339,12 @@ class Runner:
         try:
             self._relay(proc, prefix)
             code = proc.wait()
+        except BaseException:
+            proc.kill()
+            raise
         finally:
             with self._lock:
                 self._procs.discard(proc)
-            self._watchdog.discard(proc.pid)
         return code, describe_exit(code)
 
     def _relay(self, proc, prefix):

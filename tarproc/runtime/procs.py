@@ -80,17 +80,27 @@ def default_sigchld():
     with it ignored (an inherited ``SIG_IGN``, as some daemons and shells
     leave it): then the kernel reaps children at once, ``waitpid`` finds no
     status, and a command that failed would look like one that succeeded.
-    Only the main thread may change a disposition; elsewhere nothing is done
-    (the CLI does it at start)."""
+    Python lets only the main thread change a disposition; from another
+    thread (a library user's worker thread) the C library's ``signal`` does
+    it (``SIG_DFL`` runs no Python handler, so Python's own record of it
+    does not matter)."""
     import signal
     import threading
 
-    if threading.current_thread() is threading.main_thread():
-        try:
-            if signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        except (ValueError, OSError):
-            pass
+    try:
+        if signal.getsignal(signal.SIGCHLD) != signal.SIG_IGN:
+            return
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            return
+    except (ValueError, OSError):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).signal(int(signal.SIGCHLD), ctypes.c_void_p(0))  # SIG_DFL
+    except Exception:
+        pass
 
 
 _WATCHDOG = (

@@ -1,13 +1,10 @@
 """Starting per-sample commands cheaply, and the loop that runs them
 (command mode, :func:`~tarproc.stages.command.map_command`).
 
-:class:`Spawner` starts a command with ``posix_spawn`` from the C library
-(through ``ctypes``; the argument vector is built once): the child starts in
-a directory given by descriptor (``fchdir``), in a new session, with stdin,
-stdout and stderr from descriptors, ``SIGPIPE`` and ``SIGXFSZ`` at their
-defaults and every other descriptor closed.  Where that C library lacks the
-needed calls it falls back to :class:`subprocess.Popen`, with the same
-effect.
+:class:`~tarproc.runtime.child.Spawner` starts a command with
+``posix_spawn`` (one of the two ways :mod:`tarproc.runtime.child` starts a
+child): in a directory given by descriptor, in a new session watched by a
+watchdog, with stdin, stdout and stderr from descriptors.
 
 :func:`spawn_loop` keeps ``parallel`` commands running: samples are read
 ahead in one thread (at most ``window``), the next sample's directory is
@@ -22,108 +19,8 @@ import threading
 import time
 
 from .engine import ALIVE_GAP
-from .procs import Watchdog, killpg, wait_nowait, default_sigchld
-
-
-class Spawner:
-    """``spawn(dfd, cwd, stdin, out)`` starts ``argv`` (``argv[0]`` a path)
-    in directory ``dfd`` (``cwd``: a path to it, for the fallback) and returns
-    a handle for :meth:`pid` and :meth:`reap`."""
-
-    def __init__(self, argv):
-        self.argv = list(argv)
-        self.libc = None
-        default_sigchld()  # an inherited SIG_IGN would make every exit status 0
-        # posix_spawn has no hook to set a parent-death signal in the child:
-        # the watchdog kills the command's group (its session) if we die
-        self.watchdog = Watchdog()
-        try:
-            self._setup_libc()
-        except (OSError, AttributeError, ImportError, ValueError):
-            self.libc = None
-
-    def _setup_libc(self):
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        for name in ("posix_spawn", "posix_spawn_file_actions_addfchdir_np", "posix_spawn_file_actions_addclosefrom_np",
-                     "posix_spawn_file_actions_adddup2", "posix_spawnattr_setsigdefault"):
-            getattr(libc, name)  # AttributeError: use the fallback
-        # the file actions are built holding the GIL (a CDLL call releases and retakes it: with
-        # other threads running, each such call can be a thread switch); only posix_spawn waits
-        held = ctypes.PyDLL(None)
-        self._actions = tuple(getattr(held, "posix_spawn_file_actions_" + name) for name in
-                              ("init", "adddup2", "addfchdir_np", "addclosefrom_np", "destroy"))
-        args = [os.fsencode(a) for a in self.argv]
-        if any(b"\0" in a for a in args):
-            raise ValueError("NUL in an argument")
-        self._args = args  # keeps the buffers alive
-        self._argv = (ctypes.c_char_p * (len(args) + 1))(*args, None)
-        self._path = args[0]
-        self._attr = ctypes.create_string_buffer(1024)  # posix_spawnattr_t (336 bytes on glibc)
-        self._sigs = ctypes.create_string_buffer(256)  # sigset_t (128 bytes)
-        if libc.posix_spawnattr_init(self._attr) != 0:
-            raise OSError("posix_spawnattr_init failed")
-        libc.sigemptyset(self._sigs)
-        for sig in ("SIGPIPE", "SIGXFSZ"):  # what Popen's restore_signals resets
-            if hasattr(signal, sig):
-                libc.sigaddset(self._sigs, int(getattr(signal, sig)))
-        empty = ctypes.create_string_buffer(256)
-        libc.sigemptyset(empty)
-        libc.posix_spawnattr_setsigdefault(self._attr, self._sigs)
-        libc.posix_spawnattr_setsigmask(self._attr, empty)
-        # POSIX_SPAWN_SETSIGDEF 0x04, POSIX_SPAWN_SETSIGMASK 0x08, POSIX_SPAWN_SETSID 0x80 (glibc)
-        if libc.posix_spawnattr_setflags(self._attr, ctypes.c_short(0x04 | 0x08 | 0x80)) != 0:
-            raise OSError("posix_spawnattr_setflags failed")
-        self._fa = ctypes.create_string_buffer(1024)  # posix_spawn_file_actions_t (80 bytes on glibc)
-        self._pid = ctypes.c_int()
-        self._environ = ctypes.c_void_p.in_dll(libc, "environ")
-        self._byref = ctypes.byref
-        self.libc = libc
-
-    def spawn(self, dfd, cwd, stdin, out):
-        libc = self.libc
-        if libc is None:
-            import subprocess
-
-            proc = subprocess.Popen(self.argv, cwd=cwd, stdin=stdin, stdout=out, stderr=out, close_fds=True,
-                                    start_new_session=True)
-            self.watchdog.add(proc.pid)
-            return proc
-        fa = self._fa
-        init, dup2, fchdir, closefrom, destroy = self._actions
-        if init(fa) != 0:
-            raise OSError("posix_spawn_file_actions_init failed")
-        try:
-            if dup2(fa, stdin, 0) or dup2(fa, out, 1) or dup2(fa, out, 2) or fchdir(fa, dfd) or closefrom(fa, 3):
-                raise OSError(f"bad descriptor for posix_spawn ({stdin}, {out}, {dfd})")
-            err = libc.posix_spawn(self._byref(self._pid), self._path, fa, self._attr, self._argv,
-                                   self._environ)  # the current environment (os.environ writes go through putenv)
-        finally:
-            destroy(fa)
-        if err:
-            raise OSError(err, os.strerror(err))
-        self.watchdog.add(self._pid.value)
-        return self._pid.value
-
-    @staticmethod
-    def pid(handle):
-        return handle if isinstance(handle, int) else handle.pid
-
-    def reap(self, handle):
-        """Wait for the (exited) process; its exit code (``-N``: signal N)."""
-        self.watchdog.discard(self.pid(handle))  # before the wait: its number stays taken until then
-        if not isinstance(handle, int):
-            return handle.wait()
-        while True:
-            try:
-                _, status = os.waitpid(handle, 0)
-                return os.waitstatus_to_exitcode(status)
-            except InterruptedError:
-                continue
-            except ChildProcessError:  # reaped by someone else (SIGCHLD ignored)
-                return 0
+from .child import Spawner  # noqa: F401 - (posix_spawn: one way runtime/child starts a child)
+from .procs import killpg, wait_nowait
 
 
 class _Inbox:

@@ -448,8 +448,10 @@ class Server:
         with self._lock:
             if self._stopping:
                 raise _Refused(503, "server is stopping", [("Retry-After", "5")])
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    start_new_session=True, close_fds=True)
+            from ..runtime.child import Child
+
+            # its own session (killed as a whole), dying with the server
+            proc = Child(argv, name, stderr="inherit", session=True)
             self._jobs.add(proc)
         fd = proc.stdout.fileno()
         sent = 0

@@ -36,22 +36,16 @@ import os
 import sys
 
 from ..errors import OutputError, UsageError
-from ..runtime.lease import create_locked, is_stale, split_token, token
-from ..runtime.procs import popen
-from ..sources.open import BUFSIZE, command_for, scheme_of
-from .remote import (LIST_COMMANDS, MOVE_COMMANDS, REMOVE_COMMANDS, _Client, _remote_command,  # noqa: F401
-                     _run_client, cleanup_remote)
+from ..runtime.child import Child
+from ..runtime.lease import create_locked, is_stale
+from ..runtime.schemes import as_url, command, has_command, scheme, scheme_of
+from ..sources.raw import BUFSIZE, grow_pipe
+from .partials import PARTIAL_SUFFIX, parse_partial, partial_name  # noqa: F401
+from .remote import Client, cleanup_remote, run_client
 
 
-PARTIAL_SUFFIX = ".tarproc-partial"
 REMOTE_SCHEMES = ("http", "https", "gs", "s3")
 
-WRITE_COMMANDS = {
-    "http": "curl -gsSf -T - {url}",
-    "https": "curl -gsSf -T - {url}",
-    "gs": "gsutil -q cp - {url}",
-    "s3": "aws s3 cp {endpoint}- {url}",
-}
 _gate = contextvars.ContextVar("tarproc_commit_gate", default=None)
 
 
@@ -80,28 +74,6 @@ def compression_for(url):
 #: writing a plain tar under a name that says otherwise.
 UNWRITABLE_COMPRESSION = frozenset(("lz4", "tlz4", "z", "taz", "lzma", "tlz", "lz", "br", "sz", "lzo", "lzop",
                                     "zip", "7z", "rar"))
-
-
-def partial_name(path, pid=None, tok=None):
-    """The temporary name an output is written under until committed:
-    hidden, beside it, ``.NAME.HOST-RANDOM.PID.tarproc-partial``."""
-    d, base = os.path.split(path)
-    return os.path.join(d, f".{base}.{tok or token()}.{pid or os.getpid()}{PARTIAL_SUFFIX}")
-
-
-def parse_partial(name):
-    """``(target, host, pid)`` of a temporary name (``host`` is None for the
-    old ``.NAME.PID.tarproc-partial`` form), or None if it is not one."""
-    if not (name.startswith(".") and name.endswith(PARTIAL_SUFFIX)):
-        return None
-    rest, _, pid = name[1:-len(PARTIAL_SUFFIX)].rpartition(".")
-    if not pid.isdigit() or not rest:
-        return None
-    target, _, tok = rest.rpartition(".")
-    parts = split_token(tok)
-    if parts and target:
-        return target, parts[0], int(pid)
-    return rest, None, int(pid)
 
 
 def cleanup_partials(path_or_dir, all_names=False, kept=None):
@@ -221,6 +193,170 @@ def _abort_open():
                 pass
 
 
+# ---------------------------------------------------------------- commit strategies
+
+
+class Stream:
+    """Written as it goes (stdout, a device or FIFO, a ``pipe:`` command):
+    nothing to commit, nothing held by a :class:`CommitGate`; a failed run
+    leaves the archive unterminated.  ``watch_reader``: the stall hook
+    raises ``BrokenPipeError`` once the reader of the pipe has gone."""
+
+    deferred = False
+
+    def __init__(self, opener, watch_reader):
+        self.opener = opener
+        self.watch_reader = watch_reader
+
+    def open(self, sink):
+        return self.opener(sink)
+
+    def commit(self, sink):
+        pass
+
+    def discard(self, sink, finished):
+        pass
+
+    def release(self, sink):
+        pass
+
+
+def _open_stdout(sink):
+    if os.isatty(1) and not os.environ.get("TARPROC_ALLOW_TTY"):
+        raise UsageError("refusing to write a tar archive to a terminal (use -o FILE or a pipe)")
+    fd = os.dup(1)
+    grow_pipe(fd)  # stdout a pipe: 1 MiB, so a buffer (or sendfile) moves in one go, not 16
+    return fd
+
+
+def _open_device(sink):
+    # /dev/null, a FIFO, /dev/stdout: write straight into it; a rename
+    # would replace the device with a regular file
+    try:
+        return os.open(sink.url, os.O_WRONLY)
+    except OSError as e:
+        raise OutputError(f"{sink.url}: cannot open: {e.strerror}") from None
+
+
+def _open_command(sink):
+    r, w = os.pipe()
+    try:
+        # its stdout is ours: it writes where it likes; its stderr is shown when it succeeded
+        sink.client = Client(sink.url[5:], sink.url, r, stdout="inherit", replay=True)
+    finally:
+        os.close(r)
+    return w
+
+
+class LocalFile(Stream):
+    """A local file: written under a temporary name beside the final one
+    (locked while the writer lives), renamed into place by ``commit``."""
+
+    deferred = True
+
+    def __init__(self):
+        super().__init__(None, False)
+
+    def open(self, sink):
+        url = sink.url
+        if os.path.isdir(url) or url.endswith("/"):
+            raise OutputError(f"{url}: names a directory, not a file")
+        # a symbolic link is replaced by the committed file, never written
+        # through: its target (a git-annex or DVC cache object, a shared
+        # input) is not ours to change
+        d = os.path.dirname(sink.path) or "."
+        if not os.path.isdir(d):
+            raise OutputError(f"{url}: directory {d} does not exist")
+        cleanup_partials(sink.path)
+        return sink._create_partial(sink.path)
+
+    def commit(self, sink):
+        os.rename(sink.tmp, sink.path)
+        sink.tmp = None
+
+
+class SpoolUpload(LocalFile):
+    """A remote object (the default): spooled to a temporary file in
+    ``$TARPROC_SPOOL_DIR`` and uploaded by the client at ``commit``."""
+
+    def open(self, sink):
+        url = sink.url
+        command("WRITE", url)  # unknown scheme: a usage error now
+        spool = os.environ.get("TARPROC_SPOOL_DIR") or __import__("tempfile").gettempdir()
+        if not os.path.isdir(spool):
+            raise OutputError(f"{url}: spool directory {spool} does not exist (TARPROC_SPOOL_DIR)")
+        return sink._create_partial(os.path.join(spool, url.rstrip("/").rsplit("/", 1)[-1][:100] or "output"))
+
+    def commit(self, sink):
+        cmd = command("WRITE", sink.url)
+        fd = os.open(sink.tmp, os.O_RDONLY)
+        try:
+            sink.client = Client(cmd, sink.url, fd)
+        finally:
+            os.close(fd)
+        client, sink.client = sink.client, None
+        try:
+            client.wait()
+        except BaseException:
+            client.kill()
+            raise
+        finally:
+            sink.client = client if client.running else None
+
+    def release(self, sink):
+        if sink.tmp is not None:
+            try:
+                os.unlink(sink.tmp)
+            except OSError:
+                pass
+            sink.tmp = None
+
+
+class Move(Stream):
+    """A remote object with ``TARPROC_REMOTE_COMMIT=move``: streamed by the
+    client to a temporary object beside the final one, moved into place by
+    ``commit`` (a server-side move); removed when discarded."""
+
+    deferred = True
+
+    def __init__(self):
+        super().__init__(None, False)
+
+    def open(self, sink):
+        sink.tmp_url = partial_name(sink.url)
+        cmd = command("WRITE", sink.tmp_url)
+        r, w = os.pipe()
+        try:
+            sink.client = Client(cmd, sink.url, r)
+        finally:
+            os.close(r)
+        return w
+
+    def commit(self, sink):
+        run_client("MOVE", sink.url, "move", src=sink.tmp_url)
+        sink.tmp_url = None
+
+    def discard(self, sink, finished):
+        if sink.tmp_url is not None and finished:
+            try:
+                run_client("REMOVE", sink.tmp_url, "remove")
+            except Exception:
+                pass  # tarcat --cleanup removes it later
+
+
+def strategy_for(url):
+    """How the output ``url`` is written and committed, from its scheme's
+    :attr:`~tarproc.runtime.schemes.Scheme.writer`."""
+    row = scheme(url)
+    if row.writer == "stdout":
+        return Stream(_open_stdout, True)
+    if row.writer == "file":
+        return Stream(_open_device, True) if _is_special_file(url) else LocalFile()
+    if row.writer == "pipe":
+        return Stream(_open_command, False)
+    return Move() if remote_mode(row.name) == "move" else SpoolUpload()
+
+
 class Sink:
     """A binary output opened by URL.  ``write`` bytes, then ``close()``
     (complete it and commit, or hand it to the active :class:`CommitGate`)
@@ -231,7 +367,6 @@ class Sink:
     shards: each is committed as it is closed)."""
 
     def __init__(self, url, compression="auto", stall=None, defer=True, group_size=None):
-        from ..sources.shardlist import as_url
         from .grouped import DEFAULT_GROUP_SIZE
 
         url = as_url(url, "output")
@@ -247,62 +382,8 @@ class Sink:
         self.tmp_url = None  # temporary object (move mode)
         self.lockfd = None
         self.state = "open"  # -> finished -> committed | aborted
-        scheme = scheme_of(url)
-        self.kind = scheme
-        if scheme == "-":
-            if os.isatty(1) and not os.environ.get("TARPROC_ALLOW_TTY"):
-                raise UsageError("refusing to write a tar archive to a terminal (use -o FILE or a pipe)")
-            fd = os.dup(1)
-            from ..sources.compression import _grow_pipe
-
-            _grow_pipe(fd)  # stdout a pipe: 1 MiB, so a buffer (or sendfile) moves in one go, not 16
-        elif scheme == "file" and _is_special_file(url):
-            # /dev/null, a FIFO, /dev/stdout: write straight into it; a rename
-            # would replace the device with a regular file
-            self.kind = "direct"
-            try:
-                fd = os.open(url, os.O_WRONLY)
-            except OSError as e:
-                raise OutputError(f"{url}: cannot open: {e.strerror}") from None
-        elif scheme == "file":
-            if os.path.isdir(url) or url.endswith("/"):
-                raise OutputError(f"{url}: names a directory, not a file")
-            # a symbolic link is replaced by the committed file, never written
-            # through: its target (a git-annex or DVC cache object, a shared
-            # input) is not ours to change
-            d = os.path.dirname(self.path) or "."
-            if not os.path.isdir(d):
-                raise OutputError(f"{url}: directory {d} does not exist")
-            cleanup_partials(self.path)
-            fd = self._create_partial(self.path)
-        elif scheme == "pipe":
-            r, w = os.pipe()
-            try:
-                # its stdout is ours: it writes where it likes
-                self.client = _Client(url[5:], url, r, stdout="inherit", replay_stderr=True)
-            finally:
-                os.close(r)
-            fd = w
-        elif scheme in REMOTE_SCHEMES and remote_mode(scheme) == "move":
-            self.kind = "move"
-            self.tmp_url = partial_name(url)
-            cmd = command_for(self.tmp_url, WRITE_COMMANDS, "WRITE")
-            r, w = os.pipe()
-            try:
-                self.client = _Client(cmd, url, r)
-            finally:
-                os.close(r)
-            fd = w
-        elif scheme in REMOTE_SCHEMES or os.environ.get(f"TARPROC_WRITE_{scheme.upper()}"):
-            self.kind = "spool"
-            command_for(url, WRITE_COMMANDS, "WRITE")  # unknown scheme: a usage error now
-            spool = os.environ.get("TARPROC_SPOOL_DIR") or __import__("tempfile").gettempdir()
-            if not os.path.isdir(spool):
-                raise OutputError(f"{url}: spool directory {spool} does not exist (TARPROC_SPOOL_DIR)")
-            fd = self._create_partial(os.path.join(spool, url.rstrip("/").rsplit("/", 1)[-1][:100] or "output"))
-        else:
-            command_for(url, WRITE_COMMANDS, "WRITE")
-            raise UsageError(f"{url}: unknown URL scheme {scheme!r}")
+        self.strategy = strategy_for(url)
+        fd = self.strategy.open(self)
         self._zproc = None
         if self.tmp is not None or self.client is not None:
             _abort_at_exit(self)
@@ -351,12 +432,12 @@ class Sink:
 
             return io.BufferedWriter(lzma.LZMAFile(raw, "wb"), BUFSIZE)
         if codec == "zstd":
-            import subprocess
-
             try:
-                self._zproc = popen(["zstd", "-q", "-c"], stdin=subprocess.PIPE, stdout=raw.fileno())
+                self._zproc = Child(["zstd", "-q", "-c"], self.url, stdin="pipe", stdout=raw.fileno())
             except FileNotFoundError:
                 raise OutputError(f"{self.url}: zstd output needs the zstd program, which is not installed") from None
+            except OSError as e:
+                raise OutputError(Child.start_error(self.url, "zstd", e)) from None
             return io.BufferedWriter(self._zproc.stdin, BUFSIZE)
         raise UsageError(f"unknown compression {codec!r}")
 
@@ -375,8 +456,8 @@ class Sink:
         if client is not None:
             client.wait(early=True)  # raises OutputError
         if zproc is not None:
-            rc = zproc.wait()
-            raise OutputError(f"{self.url}: zstd failed with exit status {rc}")
+            zproc.wait()
+            raise OutputError(zproc.failure())
         raise BrokenPipeError
 
     def write(self, data):
@@ -451,7 +532,7 @@ class Sink:
         when there was nothing to write, so a command waiting on slow work
         learns at its next stall that nobody reads (``| head``)."""
         self.flush()
-        if self.kind in ("-", "direct") and not self._raw.closed:
+        if self.strategy.watch_reader and not self._raw.closed:
             import select
 
             poller = select.poll()
@@ -481,7 +562,7 @@ class Sink:
             if self._zproc is not None and self._zproc.wait() != 0:
                 if self.client is not None:
                     self._fail_from_processes()
-                raise OutputError(f"{self.url}: zstd failed with exit status {self._zproc.returncode}")
+                raise OutputError(self._zproc.failure())
             if self.tmp is not None and not self._raw.closed:
                 os.fsync(self._raw.fileno())
             if not self._raw.closed:
@@ -507,7 +588,7 @@ class Sink:
             return
         self.finish()
         gate = _gate.get()
-        if gate is not None and self.defer and self.kind in ("file", "spool", "move"):
+        if gate is not None and self.defer and self.strategy.deferred:
             gate.pending.append(self)
         else:
             self.commit()
@@ -519,14 +600,7 @@ class Sink:
         if self.state != "finished":
             return
         try:
-            if self.kind == "file":
-                os.rename(self.tmp, self.path)
-                self.tmp = None
-            elif self.kind == "spool":
-                self._upload()
-            elif self.kind == "move":
-                _run_client(_remote_command(MOVE_COMMANDS, self.url, "MOVE", src=self.tmp_url), self.url, "move")
-                self.tmp_url = None
+            self.strategy.commit(self)
             self.state = "committed"
         except OSError as e:
             self.abort()
@@ -536,29 +610,8 @@ class Sink:
             raise
         self._release()
 
-    def _upload(self):
-        cmd = command_for(self.url, WRITE_COMMANDS, "WRITE")
-        fd = os.open(self.tmp, os.O_RDONLY)
-        try:
-            self.client = _Client(cmd, self.url, fd)
-        finally:
-            os.close(fd)
-        client, self.client = self.client, None
-        try:
-            client.wait()
-        except BaseException:
-            client.kill()
-            raise
-        finally:
-            self.client = client if client.proc.returncode is None else None
-
     def _release(self):
-        if self.kind == "spool" and self.tmp is not None:
-            try:
-                os.unlink(self.tmp)
-            except OSError:
-                pass
-            self.tmp = None
+        self.strategy.release(self)
         if self.lockfd is not None:
             os.close(self.lockfd)
             self.lockfd = None
@@ -571,10 +624,8 @@ class Sink:
         finished = self.state == "finished"
         self.state = "aborted"
         self._unhook()
-        for proc in (self._zproc,):
-            if proc is not None and proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        if self._zproc is not None and self._zproc.poll() is None:
+            self._zproc.kill()
         if self.client is not None and not keep_clients:
             self.client.kill()
             self.client = None
@@ -593,11 +644,7 @@ class Sink:
             except OSError:
                 pass
             self.tmp = None
-        if self.tmp_url is not None and finished:
-            try:
-                _run_client(_remote_command(REMOVE_COMMANDS, self.tmp_url, "REMOVE"), self.tmp_url, "remove")
-            except Exception:
-                pass  # tarcat --cleanup removes it later
+        self.strategy.discard(self, finished)
         self._release()
 
     def __enter__(self):
@@ -617,7 +664,7 @@ def remote_mode(scheme):
     mode = os.environ.get("TARPROC_REMOTE_COMMIT", "spool")
     if mode not in ("spool", "move"):
         raise UsageError(f"TARPROC_REMOTE_COMMIT={mode!r}: use spool or move")
-    if mode == "move" and not (os.environ.get(f"TARPROC_MOVE_{scheme.upper()}") or scheme in MOVE_COMMANDS):
+    if mode == "move" and not has_command("MOVE", f"{scheme}://"):
         return "spool"
     return mode
 

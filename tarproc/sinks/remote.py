@@ -1,39 +1,38 @@
-"""Remote outputs' client commands: running a client with its stderr kept
-for the error message (:class:`_Client`, :func:`_run_client`), the
-server-side move, remove and list commands of ``TARPROC_REMOTE_COMMIT=move``
-and :func:`cleanup_remote` (``tarcat --cleanup s3://…``)."""
+"""Remote outputs' client commands: a client fed on stdin with its stderr's
+tail kept for the error message (:class:`Client`), a client command run to
+its end (:func:`run_client`: the server-side move, remove and list of
+``TARPROC_REMOTE_COMMIT=move``), and :func:`cleanup_remote` (``tarcat
+--cleanup s3://…``).  The commands come from the scheme table
+(:mod:`tarproc.runtime.schemes`); the processes are
+:class:`~tarproc.runtime.child.Child` processes."""
 
-import os
-import sys
-
-from ..errors import OutputError, UsageError
-from ..runtime.procs import pdeathsig, exec_simple, popen
-from ..sources.open import fill_command, scheme_of
+from ..errors import OutputError, describe_exit
+from ..runtime.child import Child
+from ..runtime.schemes import command
+from .partials import parse_partial
 
 
-#: Server-side moves (``TARPROC_REMOTE_COMMIT=move``); ``{src}`` is the temporary object.
-MOVE_COMMANDS = {
-    "gs": "gsutil -q mv {src} {url}",
-    "s3": "aws s3 mv {endpoint}{src} {url}",
-}
-#: Removing an object (temporary objects of ``move``; ``tarcat --cleanup URL``).
-REMOVE_COMMANDS = {
-    "gs": "gsutil -q rm {url}",
-    "s3": "aws s3 rm {endpoint}{url}",
-}
-#: Listing the objects under a prefix (``tarcat --cleanup URL``), one per line.
-LIST_COMMANDS = {
-    "gs": "gsutil ls {url}",
-    "s3": "aws s3 ls {endpoint}{url}",
-}
-
-def _remote_command(table, url, what, **more):
-    scheme = scheme_of(url)
-    template = os.environ.get(f"TARPROC_{what}_{scheme.upper()}") or table.get(scheme)
-    if template is None:
-        raise UsageError(f"{url}: cannot {what.lower()} {scheme}:// objects "
-                         f"(set TARPROC_{what}_{scheme.upper()} to a command that can)")
-    return fill_command(template, url, scheme, **more)  # (one pass: no value lands inside another's quotes)
+def run_client(action, url, what, **more):
+    """Run the client command of ``action`` (``MOVE``, ``REMOVE``, ``LIST``)
+    for ``url`` to its end; its stdout (text), or :class:`OutputError`
+    naming ``url`` with the client's last stderr line."""
+    cmd = command(action, url, **more)
+    try:
+        child = Child(cmd, url)
+    except OSError as e:
+        raise OutputError(Child.start_error(url, cmd, e)) from None
+    try:
+        out = child.stdout.read()
+    except BaseException:
+        child.kill()
+        raise
+    finally:
+        child.stdout.close()
+    rc = child.wait()
+    if rc != 0:
+        raise OutputError(f"{child.name}: {what} failed: {child.what} exited with {describe_exit(rc)}"
+                          f"{child.tail_line()}")
+    return out.decode("utf-8", "replace")
 
 
 def cleanup_remote(prefix):
@@ -43,103 +42,66 @@ def cleanup_remote(prefix):
     writer uses ``TARPROC_REMOTE_COMMIT=move`` on that prefix (the default
     spooling never leaves temporary objects)."""
     base = prefix if prefix.endswith("/") else prefix.rsplit("/", 1)[0] + "/"
-    p = _run_client(_remote_command(LIST_COMMANDS, base, "LIST"), prefix, "list")
+    listing = run_client("LIST", base, "list")
     removed = []
-    for line in p.splitlines():
+    for line in listing.splitlines():
         name = line.split()[-1] if line.split() else ""
         name = name.rsplit("/", 1)[-1]
-        from .output import parse_partial
-
         if parse_partial(name) is None:
             continue
         url = base + name
-        _run_client(_remote_command(REMOVE_COMMANDS, url, "REMOVE"), url, "remove")
+        run_client("REMOVE", url, "remove")
         removed.append(url)
     return removed
 
 
-def _run_client(cmd, url, what):
-    """Run a client command to its end; its stdout, or OutputError naming
-    ``url`` with the client's last stderr line."""
-    import subprocess
+class Client:
+    """A client command fed on stdin (a pipe or a file descriptor).  Its
+    stdout goes to our stderr (``stdout="inherit"``: to our stdout, for a
+    ``pipe:`` output); its stderr's tail is kept for the error message
+    (``replay``: and written to our stderr when it succeeded, so that a
+    failure is one line)."""
 
-    try:
-        p = subprocess.run(exec_simple(cmd), shell=True, stdin=subprocess.DEVNULL, capture_output=True,
-                           preexec_fn=pdeathsig)
-    except OSError as e:
-        raise OutputError(f"{url}: cannot start {cmd!r}: {e.strerror}") from None
-    if p.returncode != 0:
-        raise OutputError(f"{url}: {what} failed: {_first_word(cmd)} exited with status {p.returncode}"
-                          f"{_last_line(p.stderr)}")
-    return p.stdout.decode("utf-8", "replace")
-
-
-def _first_word(cmd):
-    return cmd.split()[0] if cmd.split() else "command"
-
-
-def _last_line(data, limit=300):
-    lines = [ln for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
-    if not lines:
-        return ""
-    line = lines[-1].strip()
-    return ": " + (line if len(line) <= limit else line[: limit - 3] + "...")
-
-
-class _Client:
-    """A client command fed on stdin (a pipe or a file), its stderr kept in
-    a temporary file for the error message."""
-
-    def __init__(self, cmd, url, stdin, stdout=None, replay_stderr=False):
-        import tempfile
-
-        self.url = url
-        self.what = _first_word(cmd) if not url.startswith("pipe:") else "command"
-        self.replay = replay_stderr
-        self.err = tempfile.TemporaryFile()
+    def __init__(self, cmd, url, stdin, stdout=None, replay=False):
+        what = "command" if url.startswith("pipe:") else None
+        self.replay = replay
         try:
-            out = sys.stderr.fileno() if stdout is None else (None if stdout == "inherit" else stdout)
-            # its own process group, so that abort() kills the client even
-            # when the shell forked it (sh -c 'aws ...') rather than exec'd
-            self.proc = popen(exec_simple(cmd), shell=True, stdin=stdin, stderr=self.err, stdout=out, process_group=0)
+            self.child = Child(cmd, url, what, stdin=stdin, stdout="stderr" if stdout is None else stdout)
         except OSError as e:
-            self.err.close()
-            raise OutputError(f"{url}: cannot start {cmd!r}: {e.strerror}") from None
+            raise OutputError(Child.start_error(url, cmd, e)) from None
 
-    def _stderr(self):
-        try:
-            self.err.seek(0)
-            return self.err.read()
-        except (OSError, ValueError):
-            return b""
+    @property
+    def running(self):
+        return self.child.returncode is None
 
     def wait(self, early=False):
         """Wait for the end; OutputError naming the URL if it failed (or,
         ``early``, if it quit before reading all the output)."""
-        rc = self.proc.wait()
-        data = self._stderr()
-        self.err.close()
-        if self.replay and data and rc == 0 and not early:
-            try:
-                sys.stderr.flush()
-                sys.stderr.buffer.write(data)
-                sys.stderr.flush()
-            except (OSError, ValueError, AttributeError):
-                pass
-        if rc != 0:
-            from ..errors import describe_exit
-
-            raise OutputError(f"{self.url}: {self.what} failed with {describe_exit(rc)}{_last_line(data)}")
+        child = self.child
+        if child.wait() != 0:
+            raise OutputError(child.failure())
+        if self.replay and not early:
+            _replay(*child.kept_stderr())
         if early:
-            raise OutputError(f"{self.url}: {self.what} exited before reading all the output{_last_line(data)}")
+            raise OutputError(f"{child.name}: {child.what} exited before reading all the output{child.tail_line()}")
 
     def kill(self):
         """Kill the client and everything it started (its process group)."""
-        from ..runtime.procs import killpg
+        self.child.kill()
 
-        killpg(self.proc.pid)  # the group outlives its leader: kill it even after the shell exited
-        self.proc.wait()
-        try:
-            self.err.close()
-        except OSError:
-            pass
+
+def _replay(data, dropped):
+    """Write a succeeded command's kept stderr to ours (the first
+    ``dropped`` bytes are gone: a line says so)."""
+    import sys
+
+    if not data:
+        return
+    try:
+        sys.stderr.flush()
+        if dropped:
+            sys.stderr.buffer.write(b"[%d bytes of the command's stderr left out]\n" % dropped)
+        sys.stderr.buffer.write(data)
+        sys.stderr.flush()
+    except (OSError, ValueError, AttributeError):
+        pass

@@ -236,30 +236,28 @@ def post_command(template, delete=False, env=None):
     :func:`fill_command`; a non-zero exit raises :class:`OutputError` naming
     the shard.  With ``delete``, a local shard is removed after the command
     succeeds (the original ``tarsplit -C``)."""
-    import subprocess
-    import sys
-
+    from ..core.limits import hide_credentials
+    from ..errors import describe_exit
+    from ..runtime.child import Child
     from ..sources.open import scheme_of
 
     def post(shard):
         cmd = fill_command(template, shard.name, shard.index)
         try:
             # stdin is /dev/null: the post command must not eat tarsplit's input;
-            # its own session: an interrupted split ends the command's children too
-            proc = subprocess.Popen(cmd, shell=True, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), env=env,
-                                    start_new_session=True)
+            # its stdout and stderr go to our stderr; its own session: an
+            # interrupted split ends the command's children too
+            child = Child(cmd, shard.name, "post command", stdout="stderr", stderr="inherit", env=env,
+                          session=True)
         except OSError as e:
-            raise OutputError(f"{shard.name}: cannot run post command {cmd!r}: {e.strerror}") from None
+            raise OutputError(hide_credentials(f"{shard.name}: cannot run post command {cmd!r}: {e.strerror}")) from None
         try:
-            rc = proc.wait()
+            rc = child.wait()
         except BaseException:  # Ctrl-C, SIGTERM: what it started goes too (a '&' of a finished one stays)
-            from ..runtime.procs import killpg
-
-            killpg(proc.pid)
-            proc.wait()
+            child.kill()
             raise
         if rc != 0:
-            raise OutputError(f"{shard.name}: post command {cmd!r} failed with exit status {rc}")
+            raise OutputError(hide_credentials(f"{child.name}: post command {cmd!r} failed with {describe_exit(rc)}"))
         if delete and scheme_of(shard.name) == "file":
             try:
                 os.unlink(shard.name)

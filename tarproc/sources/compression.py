@@ -26,8 +26,8 @@ import os
 
 from ..core.limits import check_ratio
 from ..errors import BadInput, TarprocError
-from ..runtime.procs import popen
-from .open import BUFSIZE, _FdReader, _drain_stderr, _tail_of_stderr
+from ..runtime.child import Child
+from .raw import BUFSIZE, FdReader, grow_pipe
 from . import unzip
 
 
@@ -125,7 +125,7 @@ class _Source:
         self.raw = raw
         # a descriptor read directly (a file, a pipe, a command's output), or a
         # reader of its own (a download that resumes: sources/resume.py)
-        self.direct = isinstance(raw, _FdReader)
+        self.direct = isinstance(raw, FdReader)
         self.prefix = prefix
         self.count = 0  # compressed bytes handed on (for the bomb bound)
         # stall hooks belong to the thread that parses, not to ours
@@ -168,7 +168,7 @@ class _Source:
         self.count += len(data)
         if not data:
             self.raw.eof = True
-            self.raw._check_process()  # a failed download is not a short archive
+            self.raw.check_process()  # a failed download is not a short archive
         return data
 
     def pump(self, fd):
@@ -191,7 +191,7 @@ class _Source:
                     break  # this kind of input cannot be spliced: copy below
                 if n == 0:
                     self.raw.eof = True
-                    self.raw._check_process()
+                    self.raw.check_process()
                     return
                 self.count += n
             while True:
@@ -211,12 +211,9 @@ class _Source:
         if not self.direct:
             self.raw.abort()
             return
-        proc = self.raw.proc
-        if proc is not None and proc.poll() is None:
-            try:
-                proc.kill()
-            except OSError:
-                pass
+        child = self.raw.proc
+        if child is not None and child.poll() is None:
+            child.kill()
 
     def close(self):
         try:
@@ -243,8 +240,6 @@ class _ProgramDecompressed(io.RawIOBase):
     input is fed to it by a thread."""
 
     def __init__(self, argv, codec, url, source):
-        import subprocess
-
         self.url = url
         self.codec = codec
         self.source = source
@@ -254,24 +249,20 @@ class _ProgramDecompressed(io.RawIOBase):
         self.decoded = 0
         direct = source.child_stdin()
         try:
-            self.proc = popen(
-                argv, stdin=direct if direct is not None else subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            )
+            # its stderr's tail read as it comes (a chatty decoder never blocks)
+            self.proc = Child(argv, url, self.program, stdin=direct if direct is not None else "pipe", track=True)
         except OSError as e:
             source.close()
             raise BadInput(f"{url}: cannot start {self.program}: {e.strerror}") from None
-        _drain_stderr(self.proc)  # its tail, read as it comes: a chatty decoder never blocks
-        _grow_pipe(self.proc.stdout.fileno())
+        grow_pipe(self.proc.stdout.fileno())
         # the reading side may stall (and flush outputs), never the feeder
-        self.reader = _FdReader(self.proc.stdout.fileno(), url, closefd=False, stall=source.stall)
+        self.reader = FdReader(self.proc.stdout.fileno(), url, closefd=False, stall=source.stall)
         if direct is not None:
             source.close()  # the program has its own copy of the descriptor
         else:
             import threading
 
-            feed_to = self.proc.stdin
-            self.proc.stdin = None  # the feeder owns and closes it
+            feed_to = self.proc.stdin  # the feeder owns and closes it
 
             def feed():
                 try:
@@ -308,7 +299,7 @@ class _ProgramDecompressed(io.RawIOBase):
             if isinstance(self.feed_error, TarprocError):
                 raise self.feed_error
         if rc != 0:
-            text = _tail_of_stderr(self.proc)[2:]
+            text = self.proc.tail()
             what = "truncated" if any(w in text.lower() for w in _TRUNCATED_WORDS) else "damaged"
             detail = f" ({text})" if text else f" ({self.program} exit status {rc})"
             raise BadInput(f"{self.url}: {self.codec} stream is {what}{detail}")
@@ -328,18 +319,6 @@ class _ProgramDecompressed(io.RawIOBase):
             self.proc.stdout.close()  # stderr belongs to its drain thread
         finally:
             super().close()
-
-
-def _grow_pipe(fd):
-    """A 1 MiB pipe: fewer wake-ups between the decoder and us, or between
-    us and the next stage of a pipeline (Linux; anything else: unchanged)."""
-    try:
-        import fcntl
-
-        if fcntl.fcntl(fd, getattr(fcntl, "F_GETPIPE_SZ", 1032)) < 1 << 20:  # never shrink it
-            fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
-    except OSError:
-        pass
 
 
 # ------------------------------------------------------- in-process decoding
@@ -460,8 +439,8 @@ def _decided(head):
     return True
 
 
-def _wrap_compression(raw, url, programs=None):
-    """``(stream, codec)``: ``raw`` (an :class:`_FdReader`) buffered and,
+def wrap_compression(raw, url, programs=None):
+    """``(stream, codec)``: ``raw`` (a :class:`~tarproc.sources.raw.FdReader`) buffered and,
     when its first bytes say so, decoded.  ``programs`` replaces
     :data:`PROGRAMS` (``{}``: decode in-process)."""
     buffered = io.BufferedReader(raw, BUFSIZE)

@@ -328,28 +328,27 @@ def item_bytes(item, basedir=None):
         return item.value.encode("utf-8")
     if item.kind == "file":
         return _file_blob(item.where, item.value)
-    import subprocess
     import tempfile
 
     from ..core.blob import Blob, _File
-    from ..core.limits import shorten, tail_of_fd
-    from ..runtime.procs import killpg, wait_nowait
+    from ..runtime.child import Child
+    from ..runtime.procs import wait_nowait
 
-    with tempfile.TemporaryFile() as errf, tempfile.TemporaryFile() as outf:  # stderr: only its tail is read
-        # its own process group: a signal to tarcreate ends the command's
-        # children too, not only its shell; so does the command's end
-        p = subprocess.Popen(item.value, shell=True, stdin=subprocess.DEVNULL, stdout=outf, stderr=errf,
-                             cwd=basedir or None, start_new_session=True)
+    with tempfile.TemporaryFile() as outf:
+        # its own session: a signal to tarcreate ends the command's children
+        # too, not only its shell; so does the command's end; its stderr's tail
+        # is kept for the message
+        try:
+            p = Child(item.value, item.where, stdout=outf.fileno(), cwd=basedir or None, session=True)
+        except OSError as e:
+            raise SampleFailed(Child.start_error(item.where, item.value, e)) from None
         try:
             wait_nowait(p.pid)  # exited, not reaped: the group id stays its own
         finally:
-            killpg(p.pid)
-            p.wait()
+            p.kill()  # what it left running in its group
         if p.returncode != 0:
-            err = tail_of_fd(errf.fileno())[0].decode("utf-8", "replace").strip().splitlines()
-            tail = f": {shorten(err[-1])}" if err else ""
             raise SampleFailed(f"{item.where}: command {quote(item.value)} failed with exit status "
-                               f"{p.returncode}{tail}")
+                               f"{p.returncode}{p.tail_line()}")
         size = os.fstat(outf.fileno()).st_size
         if size <= SMALL_FILE:
             return os.pread(outf.fileno(), size, 0)

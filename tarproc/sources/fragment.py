@@ -38,31 +38,3 @@ def split_fragment(url, exists=os.path.exists):
     if not base:
         raise UsageError(f"{url}: a range #START,END needs an input before the '#'")
     return base, start, end
-
-
-def iter_fragment(url, read):
-    """The samples ``start..end`` of ``url`` (``base#start,end``), reading
-    the URLs of the expanded base with ``read([one_url])`` in turn and
-    stopping after ``end``.  ``None`` when ``url`` has no range."""
-    parts = split_fragment(url)
-    if parts is None:
-        return None
-    base, start, end = parts
-    return _slice(base, start, end, read)
-
-
-def _slice(base, start, end, read):
-    from .shardlist import expand_urls
-
-    index = 0
-    for one in expand_urls([base]):
-        inner = read([one])
-        try:
-            for sample in inner:
-                if index >= start:
-                    yield sample
-                index += 1
-                if index > end:
-                    return
-        finally:
-            inner.close()

@@ -664,20 +664,22 @@ def _close_quietly(fd):
 
 
 def _run(cmd, url, what, shell=False):
-    import subprocess
-
-    from ..runtime.procs import pdeathsig
+    from ..runtime.child import Child
 
     try:
-        p = subprocess.run(cmd, shell=shell, stdin=subprocess.DEVNULL, capture_output=True,
-                           preexec_fn=pdeathsig)
+        child = Child(cmd if shell else list(cmd), url, what)
     except OSError as e:
-        raise BadInput(f"{url}: cannot start {what}: {e.strerror}") from None
-    if p.returncode != 0:
-        err = p.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise BadInput(f"{url}: {what} failed with exit status {p.returncode}"
-                       + (f": {err[-1][:300]}" if err else ""))
-    return p.stdout
+        raise BadInput(Child.start_error(url, what, e)) from None
+    try:
+        out = child.stdout.read()
+    except BaseException:
+        child.kill()
+        raise
+    finally:
+        child.stdout.close()
+    if child.wait() != 0:
+        raise BadInput(child.failure())
+    return out
 
 
 def _range_command(template, url, start, end):
@@ -696,15 +698,13 @@ def _range_http(url, start, end, shard, verify="stamp"):
     """One range request with curl, reading its headers first: a server that
     answers anything but 206 with exactly this range is an error (and curl is
     stopped before it downloads a whole shard)."""
-    import subprocess
-
-    from ..runtime.procs import popen
+    from ..runtime.child import Child
 
     cmd = ["curl", "-g", "-sS", "-L", "--max-redirs", "10", "-r", f"{start}-{end - 1}", "-D", "-", "--", url]
     try:
-        proc = popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = Child(cmd, url)
     except OSError as e:
-        raise BadInput(f"{url}: cannot start curl: {e.strerror}") from None
+        raise BadInput(Child.start_error(url, "curl", e)) from None
     try:
         status, headers = None, {}
         for _ in range(12):  # 1xx and redirects come before the answer
@@ -724,8 +724,7 @@ def _range_http(url, start, end, shard, verify="stamp"):
                 break
         if status is None:
             proc.wait()
-            err = proc.stderr.read().decode("utf-8", "replace").strip()
-            raise BadInput(f"{url}: curl failed with exit status {proc.returncode}" + (f": {err[:300]}" if err else ""))
+            raise BadInput(proc.failure())
         if status == 200:
             raise BadInput(f"{url}: the server ignored the range request (status 200, the whole shard): it cannot "
                            f"serve one sample; use a server that honours Range, or a local copy")
@@ -748,10 +747,8 @@ def _range_http(url, start, end, shard, verify="stamp"):
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
-        for f in (proc.stdout, proc.stderr):
-            if not f.closed:
-                f.close()
+        if not proc.stdout.closed:
+            proc.stdout.close()
 
 
 def _range_s3(url, start, end, shard, verify="stamp"):

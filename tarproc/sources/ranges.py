@@ -64,10 +64,9 @@ def http_ranges(requests, check=None):
     by one curl process over kept-alive connections.  ``check(url, headers)``
     is called with each answer's headers (a dict, lower-case names).
     Raises :class:`BadInput` naming the request (``e.request``, its position)."""
-    import subprocess
     import threading
 
-    from ..runtime.procs import popen
+    from ..runtime.child import Child
 
     config = []
     for url, start, stop in requests:
@@ -78,7 +77,8 @@ def http_ranges(requests, check=None):
     cfg = "next\n".join(config).encode("utf-8", "surrogateescape")
     expect = sum(stop - start for _, start, stop in requests)
     try:
-        proc = popen(["curl", "-K", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # (its stderr carries the --write-out records: read below, bounded)
+        proc = Child(["curl", "-K", "-"], requests[0][0] if requests else "", stdin="pipe", stderr="pipe")
     except OSError as e:
         raise _failed(requests, 0, f"cannot start curl: {e.strerror}") from None
     err = []

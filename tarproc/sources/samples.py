@@ -35,8 +35,7 @@ def iter_samples(urls, stats=None, strict=False, warn=None, stall=None, spooler=
     ``retries`` times in a row (``stall_timeout``: seconds without a byte
     that count as a break; see :func:`~tarproc.sources.open.open_source`)."""
     from .badshards import as_bad_shards
-    from .fragment import iter_fragment
-    from .shardlist import as_urls
+    from .shardlist import as_urls, iter_fragment
 
     urls = as_urls(urls)
     if stats is None:

@@ -3,21 +3,8 @@
 import os
 
 from ..errors import UsageError
-
-
-def as_url(value, what="url"):
-    """A URL argument as a ``str``: a ``str`` as it is, ``bytes`` decoded
-    (UTF-8, undecodable bytes kept as surrogates), a path-like object
-    (``pathlib.Path``) as its path; anything else is a :class:`UsageError`."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-        if isinstance(value, str):
-            return value
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "surrogateescape")
-    raise UsageError(f"{what}: expected a URL or path (str or pathlib.Path), not {type(value).__name__}")
+from ..runtime.schemes import as_url, scheme_of
+from .fragment import split_fragment
 
 
 def as_urls(urls, what="urls"):
@@ -90,8 +77,6 @@ def url_from_data(url, origin, what="file list"):
     :class:`UsageError`, before anything runs.  (tarcreate plans are read
     from local files and stdin only.)"""
     if isinstance(url, str) and url.startswith("pipe:") and origin is not None:
-        from .open import scheme_of
-
         if scheme_of(origin) not in TRUSTED_LIST_SCHEMES:
             from ..core.limits import quote, safe_text
 
@@ -120,9 +105,34 @@ def _lines(filelist):
         stream.close()
 
 
-def _expand(pattern):
-    from .fragment import split_fragment
+def iter_fragment(url, read):
+    """The samples ``start..end`` of ``url`` (``base#start,end``, see
+    :mod:`.fragment`), reading the URLs of the expanded base with
+    ``read([one_url])`` in turn and stopping after ``end``.  ``None`` when
+    ``url`` has no range."""
+    parts = split_fragment(url)
+    if parts is None:
+        return None
+    base, start, end = parts
+    return _slice(base, start, end, read)
 
+
+def _slice(base, start, end, read):
+    index = 0
+    for one in expand_urls([base]):
+        inner = read([one])
+        try:
+            for sample in inner:
+                if index >= start:
+                    yield sample
+                index += 1
+                if index > end:
+                    return
+        finally:
+            inner.close()
+
+
+def _expand(pattern):
     if "{" not in pattern or pattern.startswith("pipe:") or split_fragment(pattern) is not None:
         yield pattern  # 'PATTERN#START,END' (a sample range, see .fragment) is read as one unit
         return

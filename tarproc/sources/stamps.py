@@ -82,16 +82,21 @@ def s3_stamp(url):
 
 def _capture(cmd, url):
     """``(exit status, stdout)`` of ``cmd`` (its stderr dropped: no stamp is no error)."""
-    import subprocess
-
-    from ..runtime.procs import popen
+    from ..runtime.child import Child
 
     try:
-        proc = popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        child = Child(cmd, url, stderr=None)
     except OSError as e:
-        raise BadInput(f"{url}: cannot start {cmd[0]}: {e.strerror}") from None
-    out, _ = proc.communicate()
-    return proc.returncode, out[:1 << 20]
+        raise BadInput(Child.start_error(url, cmd[0], e)) from None
+    try:
+        out = child.stdout.read(1 << 20)  # bounded: a longer answer is no stamp
+        if child.stdout.read(1):
+            child.kill()
+    finally:
+        child.stdout.close()
+        if child.poll() is None:
+            child.kill()
+    return child.wait(), out
 
 
 def stamp_of_s3(meta, ranged=False):

@@ -1,0 +1,181 @@
+"""THE table of URL schemes: how each one is read, written, listed, moved,
+removed and checked for existence, for inputs (:mod:`tarproc.sources.open`),
+outputs (:mod:`tarproc.sinks.output`, :mod:`tarproc.sinks.remote`) and
+kujob's ``--done-if`` (:mod:`tarproc.jobs.local`).
+
+=================  ==========================================================
+``-``              stdin / stdout
+``path``           a local file (scheme ``file``)
+``pipe:CMD``       the stdout (input) or stdin (output) of a shell command
+``http(s)://``     ``curl`` (output: HTTP PUT)
+``gs://``          ``gsutil cat`` / ``gsutil cp - URL`` (and ``mv``, ``rm``, ``ls``, ``stat``)
+``s3://``          ``aws s3api get-object`` / ``aws s3 cp - URL`` (and ``mv``, ``rm``, ``ls``,
+                   ``head-object``; ``AWS_ENDPOINT_URL`` is passed on as ``--endpoint-url``)
+=================  ==========================================================
+
+Each :class:`Scheme` says how its URLs are opened (``reader``: ``stdin``,
+``file``, ``pipe`` or ``client``; ``writer``: ``stdout``, ``file``,
+``pipe`` or ``remote``) and holds the client command templates of each
+action (:data:`ACTIONS`).  The command of an action can be replaced with an
+environment variable ``TARPROC_<ACTION>_<SCHEME>`` (``TARPROC_READ_S3``,
+``TARPROC_WRITE_GS``, ...), a shell command in which ``{url}`` stands for
+the quoted URL (``{bucket}``, ``{key}`` for its parts); a scheme that is not
+in the table is read or written by such a command alone.  Templates are
+filled by :func:`fill_command`, in one pass.
+"""
+
+import os
+
+from ..errors import UsageError
+
+#: The actions of client commands: the ``ACTION`` of ``TARPROC_<ACTION>_<SCHEME>``.
+ACTIONS = ("READ", "WRITE", "MOVE", "REMOVE", "LIST", "EXISTS")
+
+
+class Scheme:
+    """One row of the table: how URLs of a scheme are opened (``reader``,
+    ``writer``), whether reads resume where they broke (``resumable``), and
+    the client command template of each action (``commands``, by
+    :data:`ACTIONS` name; ``{src}`` of MOVE is the object moved)."""
+
+    __slots__ = ("name", "reader", "writer", "resumable", "commands")
+
+    def __init__(self, name, reader, writer, resumable=False, **commands):
+        self.name = name
+        self.reader = reader
+        self.writer = writer
+        self.resumable = resumable
+        self.commands = {k.upper(): v for k, v in commands.items()}
+
+
+_HTTP = dict(
+    read="curl -gsSfL --retry 3 {url}",  # -g: brackets and braces in a URL are its own, not a glob
+    write="curl -gsSf -T - {url}",
+    exists="curl -gsfIL -o /dev/null {url}",
+)
+
+SCHEMES = {
+    s.name: s for s in (
+        Scheme("-", "stdin", "stdout"),
+        Scheme("file", "file", "file"),
+        Scheme("pipe", "pipe", "pipe"),
+        Scheme("http", "client", "remote", resumable=True, **_HTTP),
+        Scheme("https", "client", "remote", resumable=True, **_HTTP),
+        Scheme("gs", "client", "remote", resumable=True,
+               read="gsutil -q cat {url}",
+               write="gsutil -q cp - {url}",
+               move="gsutil -q mv {src} {url}",
+               remove="gsutil -q rm {url}",
+               list="gsutil ls {url}",
+               exists="gsutil -q stat {url}"),
+        Scheme("s3", "client", "remote", resumable=True,
+               # one GET: `aws s3 cp URL -` retries a broken part itself, and was seen to splice a
+               # replaced object's bytes onto the old one's (aws-cli 1.46, moto)
+               read="aws s3api get-object {endpoint}--bucket {bucket} --key {key} /dev/fd/3 3>&1 1>/dev/null",
+               write="aws s3 cp {endpoint}- {url}",
+               move="aws s3 mv {endpoint}{src} {url}",
+               remove="aws s3 rm {endpoint}{url}",
+               list="aws s3 ls {endpoint}{url}",
+               exists="aws s3api head-object {endpoint}--bucket {bucket} --key {key}"),
+    )
+}
+
+
+def scheme_of(url):
+    """The scheme of a URL: ``-``, ``pipe``, ``file`` (a path) or the part
+    before ``://`` in lower case."""
+    if url == "-":
+        return "-"
+    if url.startswith("pipe:"):
+        return "pipe"
+    head, sep, _ = url.partition("://")
+    if sep and head.isalnum():
+        return head.lower()
+    return "file"
+
+
+def scheme(url):
+    """The :class:`Scheme` of ``url``; a scheme not in the table is read and
+    written by its ``TARPROC_READ_``/``WRITE_`` commands alone."""
+    name = scheme_of(url)
+    row = SCHEMES.get(name)
+    return row if row is not None else Scheme(name, "client", "remote")
+
+
+def as_url(value, what="url"):
+    """A URL argument as a ``str``: a ``str`` as it is, ``bytes`` decoded
+    (UTF-8, undecodable bytes kept as surrogates), a path-like object
+    (``pathlib.Path``) as its path; anything else is a :class:`UsageError`."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+        if isinstance(value, str):
+            return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "surrogateescape")
+    raise UsageError(f"{what}: expected a URL or path (str or pathlib.Path), not {type(value).__name__}")
+
+
+def override(action, name):
+    """The ``TARPROC_<ACTION>_<SCHEME>`` command, or ``None``."""
+    return os.environ.get(f"TARPROC_{action}_{name.upper()}") or None
+
+
+def template(action, name):
+    """The command template of ``action`` for the scheme ``name`` (its
+    override first), or ``None`` when it has none."""
+    row = SCHEMES.get(name)
+    return override(action, name) or (row.commands.get(action) if row is not None else None)
+
+
+def has_command(action, url):
+    """Whether ``url``'s scheme has a command for ``action``."""
+    return template(action, scheme_of(url)) is not None
+
+
+def command(action, url, **more):
+    """The shell command of ``action`` (one of :data:`ACTIONS`) for ``url``,
+    filled (:func:`fill_command`; ``more``: further placeholders, such as
+    ``src``); a :class:`UsageError` when the scheme has none."""
+    name = scheme_of(url)
+    found = template(action, name)
+    if found is None:
+        from ..core.limits import shown
+
+        if action in ("READ", "WRITE"):
+            raise UsageError(f"{shown(url)}: unknown URL scheme {name!r}")
+        raise UsageError(f"{shown(url)}: cannot {action.lower()} {name}:// objects "
+                         f"(set TARPROC_{action}_{name.upper()} to a command that can)")
+    return fill_command(found, url, name, **more)
+
+
+def _quote(s):
+    import shlex
+
+    return shlex.quote(s)
+
+
+def fill_command(template, url, scheme=None, **more):
+    """THE filling of a client command template (``TARPROC_READ_*``,
+    ``WRITE``, ``MOVE``, ``REMOVE``, ``LIST``, ``EXISTS``): ``{url}``,
+    ``{bucket}``, ``{key}`` and every name of ``more`` replaced by its value
+    quoted for the shell, ``{endpoint}`` by ``--endpoint-url URL `` (s3 with
+    ``AWS_ENDPOINT_URL``), all in ONE pass: a key or path that holds
+    ``{url}`` must never have another value put inside its quotes (that
+    would end them, and run what follows)."""
+    import re
+
+    scheme = scheme or scheme_of(url)
+    bucket, _, key = url.partition("://")[2].partition("/")
+    values = {"endpoint": endpoint(scheme), "bucket": _quote(bucket), "key": _quote(key), "url": _quote(url)}
+    values.update((k, _quote(v)) for k, v in more.items())
+    names = "|".join(re.escape(k) for k in values)
+    return re.sub(r"\{(" + names + r")\}", lambda m: values[m.group(1)], template)
+
+
+def endpoint(scheme):
+    """``--endpoint-url URL `` for the aws CLI when ``AWS_ENDPOINT_URL`` is
+    set (scheme ``s3``), else ``""``."""
+    url = os.environ.get("AWS_ENDPOINT_URL", "")
+    return f"--endpoint-url {_quote(url)} " if url and scheme == "s3" else ""

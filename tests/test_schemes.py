@@ -1,0 +1,121 @@
+"""The scheme table (runtime/schemes): one row per URL scheme says how its
+URLs are read, written, listed, moved, removed and checked; overrides
+(``TARPROC_<ACTION>_<SCHEME>``) replace a row's command; the readers and
+writers dispatch on the row, never on a ladder of their own.  And the seams
+of the I/O layer: no import circle, no private name imported across its
+modules."""
+
+import ast
+import os
+
+import pytest
+
+from conftest import ROOT
+from tarproc.errors import UsageError
+from tarproc.runtime import schemes
+from tarproc.sinks import output
+
+
+@pytest.mark.parametrize("url, name", [("-", "-"), ("pipe:cat a", "pipe"), ("a/b.tar", "file"),
+                                       ("HTTPS://h/x", "https"), ("s3://b/k", "s3"), ("gs://b/k", "gs"),
+                                       ("c:/x.tar", "file"), ("we ird://x", "file")])
+def test_scheme_of(url, name):
+    assert schemes.scheme_of(url) == name
+
+
+def test_every_remote_row_has_the_commands_its_writer_and_reader_need():
+    for row in schemes.SCHEMES.values():
+        if row.reader == "client":
+            assert "READ" in row.commands and "EXISTS" in row.commands, row.name
+        if row.writer == "remote":
+            assert "WRITE" in row.commands, row.name
+    for name in ("gs", "s3"):  # the schemes with a server-side move (TARPROC_REMOTE_COMMIT=move)
+        assert {"MOVE", "REMOVE", "LIST"} <= set(schemes.SCHEMES[name].commands)
+
+
+def test_an_override_replaces_the_command_and_is_filled_in_one_pass(monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "")
+    monkeypatch.setenv("TARPROC_MOVE_S3", "mv {src} {url} {key}")
+    cmd = schemes.command("MOVE", "s3://b/k{url}", src="s3://b/.tmp")
+    assert cmd == "mv s3://b/.tmp 's3://b/k{url}' 'k{url}'"  # the {url} inside the key stays inside its quotes
+
+
+def test_an_action_a_scheme_lacks_is_a_usage_error_naming_the_variable(monkeypatch):
+    monkeypatch.delenv("TARPROC_MOVE_HTTPS", raising=False)
+    with pytest.raises(UsageError, match="TARPROC_MOVE_HTTPS"):
+        schemes.command("MOVE", "https://h/x")
+    with pytest.raises(UsageError, match="unknown URL scheme 'ftp'"):
+        schemes.command("READ", "ftp://user:pw@h/x")
+    try:
+        schemes.command("WRITE", "ftp://user:pw@h/x")
+    except UsageError as e:
+        assert "pw" not in str(e)  # the URL shown without its password
+
+
+def test_an_unknown_scheme_is_read_and_written_by_its_override_alone(monkeypatch, tmp_path):
+    from tarproc.sources.open import open_source
+
+    (tmp_path / "x").write_bytes(b"hello")
+    monkeypatch.setenv("TARPROC_READ_FOO", f"cat {tmp_path / 'x'}")
+    with open_source("foo://anything", decompress=False) as f:
+        assert f.read() == b"hello"
+
+
+@pytest.mark.parametrize("url, strategy", [("-", "Stream"), ("/dev/null", "Stream"), ("pipe:cat", "Stream"),
+                                           ("out.tar", "LocalFile"), ("s3://b/k.tar", "SpoolUpload"),
+                                           ("https://h/k.tar", "SpoolUpload")])
+def test_each_output_gets_its_commit_strategy(url, strategy, monkeypatch):
+    monkeypatch.delenv("TARPROC_REMOTE_COMMIT", raising=False)
+    assert type(output.strategy_for(url)).__name__ == strategy
+
+
+def test_move_mode_is_a_strategy_only_where_the_scheme_can_move(monkeypatch):
+    monkeypatch.setenv("TARPROC_REMOTE_COMMIT", "move")
+    monkeypatch.delenv("TARPROC_MOVE_HTTPS", raising=False)
+    assert type(output.strategy_for("s3://b/k.tar")).__name__ == "Move"
+    assert type(output.strategy_for("https://h/k.tar")).__name__ == "SpoolUpload"
+    assert output.strategy_for("out.tar").deferred and not output.strategy_for("-").deferred
+
+
+# ------------------------------------------------------------------ seams
+
+IO_MODULES = ["sources/open", "sources/compression", "sources/shardlist", "sources/fragment", "sources/raw",
+              "sources/resume", "sinks/output", "sinks/remote", "sinks/partials", "runtime/child",
+              "runtime/schemes", "runtime/procs"]
+
+
+def _imports(module):
+    """``{(imported module, name)}`` of every import in ``module`` (functions' included)."""
+    path = os.path.join(ROOT, "tarproc", module + ".py")
+    package = ["tarproc"] + module.split("/")[:-1]
+    out = set()
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package[: len(package) - node.level + 1] + (node.module.split(".") if node.module else [])
+            for alias in node.names:
+                sub = "/".join(base[1:] + [alias.name])
+                target = sub if os.path.exists(os.path.join(ROOT, "tarproc", sub + ".py")) else "/".join(base[1:])
+                out.add((target, alias.name))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tarproc."):
+            for alias in node.names:
+                out.add((node.module[len("tarproc."):].replace(".", "/"), alias.name))
+    return out
+
+
+def test_the_io_layer_imports_no_private_name_across_modules():
+    private = [(m, t, n) for m in IO_MODULES for t, n in _imports(m) if n.startswith("_") and t != m]
+    assert private == []
+
+
+def test_the_io_layer_has_no_import_circle():
+    """A function-level import counts: a lazy import that breaks a circle is still one."""
+    graph = {m: {t for t, _ in _imports(m) if t in IO_MODULES and t != m} for m in IO_MODULES}
+
+    def reaches(start, goal, seen):
+        for nxt in graph[start]:
+            if nxt == goal or (nxt not in seen and (seen.add(nxt) or reaches(nxt, goal, seen))):
+                return True
+        return False
+
+    circles = [m for m in IO_MODULES if reaches(m, m, set())]
+    assert circles == []
