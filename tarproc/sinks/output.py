@@ -397,6 +397,17 @@ class Sink:
         ``.tar.gz``/``.tar.zst`` with ``group_size`` > 0)."""
         return self._cutter is not None
 
+    def written_groups(self):
+        """The groups of a grouped output once it is closed: ``(groups,
+        decoded, compressed)``, ``groups`` a list of ``(compressed start,
+        compressed end, decoded start, CRC-32 of the compressed bytes)``
+        (what ``tarindex`` finds reading the file), ``decoded`` the bytes of
+        tar, ``compressed`` the bytes written; ``None`` without groups."""
+        cutter = self._cutter
+        if cutter is None or not cutter.closed:
+            return None
+        return list(cutter.groups), cutter.decoded, cutter.compressed
+
     def start_sample(self, sample):
         """Called by :class:`~tarproc.SampleWriter` before it writes a sample:
         ends the current group first when the sample would take it past
