@@ -172,30 +172,19 @@ def tarsplit_command(
             mode = {"shards": args.shards, "total": total, "max_count": None, "max_size": None}
         elif args.fractions:
             mode = {"fractions": args.fractions, "seed": args.seed}
-        recorder = None
         samples = progress_stage(rep, stats)(read_inputs(args, rep, stats, urls, pass_through=True, raw=True))
-        if args.index and not (exact or args.fractions):
-            from ..sinks.index import IndexRecorder
-
-            recorder = IndexRecorder()
-            samples = recorder.stage(samples)
-        infos = []
         kw = {"max_count": max_count, "max_size": max_size, "maxshards": args.maxshards, "inputs": ahead, **mode}
         for shard in split_samples(samples, pattern, start=args.start, compression=compression,
-                                   group_size=group_size_of(args),
+                                   group_size=group_size_of(args), index=bool(args.index),
                                    post=post if posts else None, stats=stats, **kw):
             shards.append(shard)
             total_bytes += shard.bytes
-            if args.index:
-                infos.append(shard.info if recorder is None else
-                             recorder.shard_done(shard, compression_for(shard.name) if compression == "auto"
-                                                 else compression))
             rep.info(f"{shard.name}: {shard.samples} samples, {shard.bytes} bytes")
         if args.index:
             from ..sinks.index import write_shard_index
 
             for split, path in index_of.items():  # one index per split: never one that mixes them
-                write_shard_index([i for s, i in zip(shards, infos) if split is None or s.split == split], path,
+                write_shard_index([s.info for s in shards if split is None or s.split == split], path,
                                   warn=rep.warn)
     finally:
         if spooled is not None:
