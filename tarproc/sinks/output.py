@@ -448,6 +448,24 @@ class Sink:
         self.flush()
         return self._raw.fileno()
 
+    def write_blob(self, blob):
+        """Write a :class:`~tarproc.core.blob.Blob`'s bytes: with ``sendfile``
+        into the file (uncompressed), else through :meth:`write`.  A failed
+        write (a full disk, a closed pipe) is handled as :meth:`write`
+        handles it: an :class:`OutputError` naming this output."""
+        fd = self.blob_fd()
+        if fd is None:
+            for piece in blob.chunks():
+                self.write(piece)
+            return
+        try:
+            blob.copy_to(fd)
+        except BrokenPipeError:
+            self._broken_pipe()
+        except OSError as e:
+            raise OutputError(f"{self.url}: write failed: {e.strerror or e}") from None
+        self._written += blob.length
+
     def flush(self):
         try:
             self.stream.flush()
