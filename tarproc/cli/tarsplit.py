@@ -74,8 +74,9 @@ def tarsplit_command(
     seed: Annotated[int, opt("--seed", metavar="N",
                     help="seed of the --fractions hash (default: 0)")] = 0,
     index: Annotated[Optional[str], opt("--index", metavar="FILE",
-                     help="write a tarindex index (JSON, and offsets for uncompressed shards) of the shards "
-                          "written; with --fractions one per split, named with {split}: 'idx/{split}.json'")] = None,
+                     help="write a tarindex index (JSON, offsets, and for .tar.gz/.tar.zst shards in groups "
+                          "their seek record) of the shards written; with --fractions one per split, named with "
+                          "{split}: 'idx/{split}.json'")] = None,
     strict: Strict = False,
     on_bad_shard: OnBadShard = "fail",
     max_bad_shards: MaxBadShards = None,
