@@ -402,3 +402,16 @@ def test_a_bad_pattern_is_refused_before_any_input_is_read(sh, tmp_path):
         p = sh(f"tarsplit -n 2 -o '{pattern}' < /dev/null", ok=False)
         assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, (pattern, p.stderr)
     assert os.listdir(tmp_path) == []
+
+
+def test_an_index_sidecar_that_would_replace_an_input_is_refused(sh, tmp_path):
+    """The offsets and seek sidecars are outputs too: refused (exit 2) before
+    anything is written when one of them is an input, by tarsplit and tarindex."""
+    data = tar_bytes([("000.txt", b"a"), ("001.txt", b"b")])
+    for name in ("i.offsets", "i.seek"):
+        (tmp_path / name).write_bytes(data)
+        for cmd in (f"tarsplit -n 1 -o s --index i.json {name}", f"tarindex {name} -o i.json"):
+            p = sh(cmd, ok=False)
+            assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and name.encode() in p.stderr, cmd
+            assert (tmp_path / name).read_bytes() == data and not (tmp_path / "i.json").exists()
+            assert not list(tmp_path.glob("s-*"))

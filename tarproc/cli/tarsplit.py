@@ -148,7 +148,10 @@ def tarsplit_command(
     if ahead is not urls:
         urls = itertools.chain(ahead, urls)
     # before anything is written (the manifest is written also when the run fails)
-    refuse_overwriting_inputs([args.manifest, *index_of.values()], ahead, "choose another --manifest or --index")
+    from ..sinks.index import index_files
+
+    written = [f for path in index_of.values() for f in index_files(path)]
+    refuse_overwriting_inputs([args.manifest, *written], ahead, "choose another --manifest or --index")
 
     shards = []
     total_bytes = 0

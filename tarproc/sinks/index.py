@@ -209,6 +209,16 @@ def index_paths(output, offsets=True):
     return index_dir, sidecar_path, sidecar
 
 
+def index_files(output, offsets=True):
+    """Every file an index written to ``output`` may write: the JSON, the
+    offsets sidecar and the seek sidecar (to refuse, before anything is
+    written, an index that would replace an input)."""
+    if output in (None, "-"):
+        return [offsets] if isinstance(offsets, str) else []
+    sidecar_path = index_paths(output, offsets)[1]
+    return [output] + ([sidecar_path, seek_sidecar_name(sidecar_path)] if sidecar_path else [])
+
+
 def publish_index(infos, output=None, offsets=True, name=None, paths=None):
     """The index ``dict`` of the shards :class:`ShardIndex` ``infos``
     describe (in that order), written to ``output`` when given (with its
