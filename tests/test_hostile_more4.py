@@ -246,10 +246,12 @@ def test_tarcheck_keys_that_are_not_utf8_or_near_the_top_of_unicode(tmp_path):
 
 
 def test_tarsplit_compressed_index_warns_once(tmp_path):
-    """tarsplit -z --index: one warning line for all the compressed shards,
-    not one per shard; the index still counts every shard's samples."""
+    """tarsplit -z --group-size 0 --index: one warning line for all the
+    compressed shards without restart points, not one per shard; the index
+    still counts every shard's samples."""
     (tmp_path / "in.tar").write_bytes(tar_bytes([(f"{i:03d}.txt", b"x") for i in range(30)]))
-    r = run(["tarsplit", "-z", "-n", "5", "--index", "idx.json", "-o", "part", "in.tar"], tmp_path)
+    r = run(["tarsplit", "-z", "--group-size", "0", "-n", "5", "--index", "idx.json", "-o", "part", "in.tar"],
+            tmp_path)
     assert r.returncode == 0, r.stderr
     lines = r.stderr.decode().splitlines()
     assert len(lines) == 1 and "6 shards are compressed" in lines[0] and "sample counts only" in lines[0], lines

@@ -77,9 +77,12 @@ def tarindex_command(
     from ..core.limits import bounded_list
 
     urls = bounded_list(open_inputs(args), "the shard list")  # (a long list comes as an iterator)
-    urls = refuse_overwriting_inputs([args.output, args.offsets], urls, "an index describes its shards")
-    rep = Reporter("tarindex", args.verbose, args.quiet, args.progress, total=len(urls), unit="shards")
     offsets = False if args.no_offsets else (args.offsets or True)
+    from ..sinks.index import index_files
+
+    written = index_files(args.output, offsets if args.output != "-" or isinstance(offsets, str) else False)
+    urls = refuse_overwriting_inputs(written, urls, "an index describes its shards")
+    rep = Reporter("tarindex", args.verbose, args.quiet, args.progress, total=len(urls), unit="shards")
     if args.output == "-" and offsets is True and not args.quiet:
         rep.say("index on stdout: counts only (give -o FILE, or --offsets FILE, for per-sample offsets)")
     if args.output == "-" and offsets is True:

@@ -74,8 +74,9 @@ def tarsplit_command(
     seed: Annotated[int, opt("--seed", metavar="N",
                     help="seed of the --fractions hash (default: 0)")] = 0,
     index: Annotated[Optional[str], opt("--index", metavar="FILE",
-                     help="write a tarindex index (JSON, and offsets for uncompressed shards) of the shards "
-                          "written; with --fractions one per split, named with {split}: 'idx/{split}.json'")] = None,
+                     help="write a tarindex index (JSON, offsets, and for .tar.gz/.tar.zst shards in groups "
+                          "their seek record) of the shards written; with --fractions one per split, named with "
+                          "{split}: 'idx/{split}.json'")] = None,
     strict: Strict = False,
     on_bad_shard: OnBadShard = "fail",
     max_bad_shards: MaxBadShards = None,
@@ -147,7 +148,10 @@ def tarsplit_command(
     if ahead is not urls:
         urls = itertools.chain(ahead, urls)
     # before anything is written (the manifest is written also when the run fails)
-    refuse_overwriting_inputs([args.manifest, *index_of.values()], ahead, "choose another --manifest or --index")
+    from ..sinks.index import index_files
+
+    written = [f for path in index_of.values() for f in index_files(path)]
+    refuse_overwriting_inputs([args.manifest, *written], ahead, "choose another --manifest or --index")
 
     shards = []
     total_bytes = 0
@@ -172,30 +176,19 @@ def tarsplit_command(
             mode = {"shards": args.shards, "total": total, "max_count": None, "max_size": None}
         elif args.fractions:
             mode = {"fractions": args.fractions, "seed": args.seed}
-        recorder = None
         samples = progress_stage(rep, stats)(read_inputs(args, rep, stats, urls, pass_through=True, raw=True))
-        if args.index and not (exact or args.fractions):
-            from ..sinks.index import IndexRecorder
-
-            recorder = IndexRecorder()
-            samples = recorder.stage(samples)
-        infos = []
         kw = {"max_count": max_count, "max_size": max_size, "maxshards": args.maxshards, "inputs": ahead, **mode}
         for shard in split_samples(samples, pattern, start=args.start, compression=compression,
-                                   group_size=group_size_of(args),
+                                   group_size=group_size_of(args), index=bool(args.index),
                                    post=post if posts else None, stats=stats, **kw):
             shards.append(shard)
             total_bytes += shard.bytes
-            if args.index:
-                infos.append(shard.info if recorder is None else
-                             recorder.shard_done(shard, compression_for(shard.name) if compression == "auto"
-                                                 else compression))
             rep.info(f"{shard.name}: {shard.samples} samples, {shard.bytes} bytes")
         if args.index:
             from ..sinks.index import write_shard_index
 
             for split, path in index_of.items():  # one index per split: never one that mixes them
-                write_shard_index([i for s, i in zip(shards, infos) if split is None or s.split == split], path,
+                write_shard_index([s.info for s in shards if split is None or s.split == split], path,
                                   warn=rep.warn)
     finally:
         if spooled is not None:

@@ -28,6 +28,7 @@ the same bytes.
 
 import io
 import struct
+import zlib
 
 #: Default bytes of tar per group (``--group-size``).
 DEFAULT_GROUP_SIZE = 1 << 20
@@ -60,15 +61,68 @@ def _write_all(raw, data):
         view = view[n:]
 
 
+class _Tap:
+    """The compressed bytes on their way to ``raw``: counted (``pos``) and
+    their CRC-32 taken, except the last ``hold`` bytes, which join the CRC
+    only when more bytes follow or :meth:`mark` ends a group (so a gzip
+    trailer, written last, is in no group)."""
+
+    def __init__(self, raw, hold):
+        self.raw = raw
+        self.hold = hold
+        self.pos = 0
+        self.crc = 0
+        self.held = b""
+
+    def write(self, data):
+        n = len(data)
+        if n:
+            _write_all(self.raw, data)
+            self.pos += n
+            view = memoryview(data).cast("B")
+            if n >= self.hold:
+                self.crc = zlib.crc32(view[: n - self.hold], zlib.crc32(self.held, self.crc))
+                self.held = bytes(view[n - self.hold:])
+            else:
+                buf = self.held + bytes(view)
+                self.crc = zlib.crc32(buf[: len(buf) - self.hold], self.crc)
+                self.held = buf[len(buf) - self.hold:]
+        return n
+
+    def flush(self):
+        pass  # (the buffered writer above flushes raw)
+
+    def mark(self, held=True):
+        """The CRC-32 of the bytes since the last mark (without the held
+        bytes with ``held=False``); a new group starts."""
+        crc = zlib.crc32(self.held, self.crc) if held else self.crc
+        self.crc, self.held = 0, b""
+        return crc
+
+
 class GzipGroups(io.RawIOBase):
     """A gzip member written to ``raw``; :meth:`cut` ends a group with a full
-    flush.  Write through an :class:`io.BufferedWriter` (small writes)."""
+    flush.  Write through an :class:`io.BufferedWriter` (small writes).
+
+    ``groups`` lists the groups written, as ``tarindex`` finds them reading
+    the file (:class:`~tarproc.sources.seekscan.GzipScanner`): ``(compressed
+    start, compressed end, decoded start, CRC-32 of the compressed bytes)``,
+    the last one once closed; ``decoded`` and ``compressed`` count the bytes."""
 
     def __init__(self, raw, level=GZIP_LEVEL):
         import gzip
 
-        self.gz = gzip.GzipFile(filename="", fileobj=raw, mode="wb", compresslevel=level, mtime=0)
+        self.tap = _Tap(raw, 8)  # the member's trailer: CRC-32 and length, 8 bytes
+        self.gz = gzip.GzipFile(filename="", fileobj=self.tap, mode="wb", compresslevel=level, mtime=0)
         self.dirty = False
+        self.groups = []
+        self.decoded = 0
+        self.tap.mark()  # the header is in no group
+        self.start = (self.tap.pos, 0)
+
+    @property
+    def compressed(self):
+        return self.tap.pos
 
     def writable(self):
         return True
@@ -77,28 +131,34 @@ class GzipGroups(io.RawIOBase):
         n = self.gz.write(data)
         if n:
             self.dirty = True
+            self.decoded += n
         return n
 
     def cut(self):
         """End the group: the next bytes start a fresh, byte-aligned deflate
         block that refers to nothing before it."""
-        import zlib
-
         if self.dirty:
             self.gz.flush(zlib.Z_FULL_FLUSH)
             self.dirty = False
+            self._group(self.tap.pos)
+
+    def _group(self, end, last=False):
+        self.groups.append((self.start[0], end, self.start[1], self.tap.mark(held=not last)))
+        self.start = (end, self.decoded)
 
     def close(self):
         if not self.closed:
             try:
                 self.gz.close()
+                self._group(self.tap.pos - len(self.tap.held), last=True)  # up to the trailer
             finally:
                 super().close()
 
 
 class ZstdFrames(io.RawIOBase):
     """zstd frames written to ``raw``, one per group (:meth:`cut`), then the
-    seek table on :meth:`close`."""
+    seek table on :meth:`close`.  ``groups``, ``decoded``, ``compressed``: as
+    :class:`GzipGroups` has them (a group is a frame)."""
 
     def __init__(self, raw, level=ZSTD_LEVEL):
         zstd = zstd_module()
@@ -108,6 +168,9 @@ class ZstdFrames(io.RawIOBase):
         self.flush_frame = zstd.ZstdCompressor.FLUSH_FRAME
         self.frames = []  # (compressed, decompressed) sizes
         self.csize = self.dsize = 0
+        self.groups = []
+        self.crc = 0
+        self.compressed = self.decoded = 0
 
     def writable(self):
         return True
@@ -116,6 +179,7 @@ class ZstdFrames(io.RawIOBase):
         if data:
             _write_all(self.raw, data)
             self.csize += len(data)
+            self.crc = zlib.crc32(data, self.crc)
 
     def write(self, data):
         view = memoryview(data).cast("B")
@@ -139,7 +203,10 @@ class ZstdFrames(io.RawIOBase):
     def _end_frame(self):
         self._out(self.comp.compress(b"", self.flush_frame))
         self.frames.append((self.csize, self.dsize))
-        self.csize = self.dsize = 0
+        self.groups.append((self.compressed, self.compressed + self.csize, self.decoded, self.crc))
+        self.compressed += self.csize
+        self.decoded += self.dsize
+        self.csize = self.dsize = self.crc = 0
 
     def close(self):
         if self.closed:
@@ -147,7 +214,9 @@ class ZstdFrames(io.RawIOBase):
         try:
             if self.dsize or not self.frames:
                 self._end_frame()
-            _write_all(self.raw, seek_table(self.frames))
+            table = seek_table(self.frames)
+            _write_all(self.raw, table)
+            self.compressed += len(table)
         finally:
             super().close()
 

@@ -8,7 +8,14 @@ The JSON is what webdataset's ``wids`` reads (``"__kind__":
 and, at the top, ``"tarproc_offsets"`` naming the sidecar.  The sidecar
 (``INDEX.offsets``; layout in docs/tarindex.md) holds for every sample of the
 indexed shards its start offset (little-endian uint64) and its key, one per
-line: 8 bytes plus the key's length plus one per sample.
+line: 8 bytes plus the key's length plus one per sample.  Compressed shards
+with restart points also have a seek record in ``INDEX.seek``.
+
+An index is made one way, :func:`publish_index`, from one
+:class:`~tarproc.sinks.scan.ShardIndex` per shard, whether the shards were
+read (:func:`index_shards`, ``tarindex``; :mod:`tarproc.sinks.scan`) or
+written (:func:`written_shard_index`, for ``tarsplit --index``;
+:mod:`tarproc.sinks.split`).
 
     from tarproc import index_shards
     index = index_shards(["a.tar", "b.tar"], "index.json")
@@ -20,158 +27,13 @@ import os
 import struct
 import sys
 
-from ..core.grouping import group
-from ..core.passthru import fast_members, leftover
-from ..core.stats import Stats
-from ..core.tario import TarReader
 from ..errors import BadInput, UsageError
 from ..sources.resume import RETRIES, STALL_TIMEOUT
+from .scan import ShardIndex, scan_many
 
 KIND = "wids-shard-index-v1"
 MAGIC = b"TARPROC-OFFSETS1"
-_HEAD = struct.Struct("<16sQQ")  # magic, number of samples, bytes of keys
-
-
-class ShardIndex:
-    """What indexing one shard found: ``url``, ``nsamples``, ``compression``
-    (``None`` or the codec), ``filesize`` (bytes read, for an uncompressed
-    shard), and for uncompressed shards ``starts`` (an ``array('Q')`` of
-    sample start offsets), ``end`` (where the last sample ends) and ``keys``
-    (a list of ``str``); ``stamp`` (a dict, :mod:`tarproc.sources.stamps`)
-    and ``sha256`` (hex, or ``None``) when :func:`~tarproc.sinks.scan.scan_one`
-    made it."""
-
-    __slots__ = ("url", "nsamples", "compression", "filesize", "starts", "end", "keys", "seek", "stamp", "sha256")
-
-    def __init__(self, url):
-        self.seek = None  # a compressed shard's seek record (sources/seekable.py), when it has random access
-        self.url = url
-        self.nsamples = 0
-        self.compression = None
-        self.filesize = None
-        self.starts = None
-        self.end = None
-        self.keys = None
-        self.stamp = None
-        self.sha256 = None
-
-    @property
-    def has_offsets(self):
-        return self.starts is not None
-
-
-class _Counting:
-    """``read(n)`` through to ``stream``, counting the bytes."""
-
-    def __init__(self, stream):
-        self.stream = stream
-        self.count = 0
-
-    def read(self, n=-1):
-        data = self.stream.read(n)
-        self.count += len(data)
-        return data
-
-    def read_some(self, n=-1):
-        data = self.stream.read1(n)
-        self.count += len(data)
-        return data
-
-
-def _size_of(stream, read):
-    """The size of the file ``stream`` reads (what the reader checks against
-    the index: bytes after the end-of-archive marker, which reading stops
-    at, are part of it), or the bytes ``read`` when it is not a file."""
-    import stat
-
-    region = getattr(stream, "region_source", None)  # (fd, path) of a plain file (open_source)
-    if region is None:
-        return read
-    try:
-        st = os.fstat(region[0])
-    except OSError:
-        return read
-    return st.st_size if stat.S_ISREG(st.st_mode) and st.st_size >= read else read
-
-
-def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_spacing=None, retries=RETRIES,
-               stall_timeout=STALL_TIMEOUT):
-    """Read one shard and return its :class:`ShardIndex`.
-
-    Sample ``i`` of an uncompressed shard occupies bytes ``starts[i]`` to
-    ``starts[i+1]`` (``end`` for the last): from the first header block of
-    its first member (long-name and pax headers included) to the first
-    header block of the next sample, so members that grouping skips between
-    samples (directories, names without a dot) read back as skipped too.
-
-    With ``seek``, a gzip or zstd shard gets the same offsets, in its
-    decoded bytes, and ``seek``, the record of where decoding can restart
-    (:mod:`tarproc.sources.seekable`; ``checkpoint_spacing``: bytes of tar
-    between the checkpoints of a one-stream gzip shard)."""
-    from array import array
-
-    from ..sources.open import open_source
-
-    stats = stats if stats is not None else Stats()
-    stream = open_source(url, retries=retries, stall_timeout=stall_timeout)
-    name = "stdin" if url == "-" else url
-    info = ShardIndex(url)
-    info.compression = stream.compression
-    seekable = None
-    if seek and url != "-" and stream.compression in _seekable_codecs():
-        stream.close()  # read again by the decoder that finds the restart points
-        stream, *seekable = _open_seekable(url, stream.compression, checkpoint_spacing)
-    try:
-        counting = _Counting(stream)
-        if hasattr(stream, "read1"):  # the fast path reads what is buffered (and counts it)
-            counting.read1 = counting.read_some
-        reader = TarReader(counting, name, strict=strict, warn=warn)
-        plain = info.compression is None or seekable is not None
-        starts = array("Q")
-        keys = []
-        last = [None, 0]  # the member group() pulled last; where the last regular member ends
-
-        def tracked(members):
-            for m in members:
-                last[0] = m
-                if m.data is not None:  # its data and padding are read: here it ends
-                    last[1] = reader.offset  # (not offset + size: a sparse member stores less)
-                yield m
-
-        n = nxt = 0
-        for sample in group(tracked(fast_members(reader)), name, stats, reader.spooler):
-            if plain:
-                # the sample just completed began where the previous one ended;
-                # the member that completed it (if any) starts the next one
-                starts.append(0 if n == 0 else nxt)
-                keys.append(sample["__key__"])
-                nxt = last[0].start if last[0] is not None else 0
-            n += 1
-        info.nsamples = n
-        if plain:
-            info.starts = starts
-            info.keys = keys
-            info.end = last[1]
-            info.filesize = _size_of(stream, counting.count - leftover(reader))
-        if seekable is not None:
-            info.seek, info.filesize = seekable[0](), seekable[1]()
-            if info.seek is None:  # no restart points: counts only
-                info.starts = info.keys = info.end = info.filesize = None
-    finally:
-        stream.close()
-    return info
-
-
-def _seekable_codecs():
-    from ..sources.seekscan import CODECS
-
-    return CODECS
-
-
-def _open_seekable(url, codec, spacing):
-    from ..sources.seekscan import open_for_index
-
-    return open_for_index(url, codec, spacing)
+HEAD = struct.Struct("<16sQQ")  # magic, number of samples, bytes of keys
 
 
 def sidecar_name(index_path):
@@ -221,7 +83,7 @@ def build_index(infos, index_dir=None, sidecar=None, name=None):
     blob = None
     if sidecar is not None and any(e["offsets"] for e in shardlist):  # (also for shards with no samples)
         keys = b"".join(key_parts)
-        blob = _HEAD.pack(MAGIC, total, len(keys)) + b"".join(starts_parts) + keys
+        blob = HEAD.pack(MAGIC, total, len(keys)) + b"".join(starts_parts) + keys
         index["tarproc_offsets"] = {"file": sidecar, "samples": total, "bytes": len(blob)}
     return index, blob
 
@@ -283,7 +145,6 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
     :class:`~tarproc.IndexedDataset` compares on reading; with ``checksum``
     also the SHA-256 of its bytes (``sha256``; ``tarcheck --index`` verifies
     it).  ``parallel`` shards are indexed at once (threads)."""
-    from ..sources.open import scheme_of
     from ..sources.shardlist import as_url, as_urls
 
     from ..core.limits import bounded_list
@@ -293,27 +154,7 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
         output = as_url(output, "output")
     if not urls:
         raise UsageError("no shards to index")
-    sidecar = sidecar_path = index_dir = None
-    if output is not None and output != "-":
-        if scheme_of(output) == "file":
-            index_dir = os.path.dirname(os.path.abspath(output))
-        if offsets:
-            sidecar_path = offsets if isinstance(offsets, str) else sidecar_name(output)
-    elif isinstance(offsets, str):
-        sidecar_path = offsets
-    if sidecar_path is not None and output not in (None, "-"):
-        same = (os.path.realpath(sidecar_path) == os.path.realpath(output)
-                if scheme_of(sidecar_path) == scheme_of(output) == "file" else sidecar_path == output)
-        if same:  # the JSON would replace the sidecar: an index that cannot be read back
-            raise UsageError(f"--offsets {sidecar_path}: names the index itself; the offsets are another file")
-    if sidecar_path is not None:
-        # named relative to the index (a bare name when they share a directory)
-        if index_dir is not None and scheme_of(sidecar_path) == "file":
-            sidecar = os.path.relpath(os.path.abspath(sidecar_path), index_dir)
-        else:
-            sidecar = sidecar_path
-    from .scan import scan_many
-
+    index_dir, sidecar_path, sidecar = index_paths(output, offsets)
     if sidecar is not None and "-" in urls:
         raise UsageError("stdin cannot be indexed with offsets (it cannot be read again): give shard files")
     if checksum and "-" in urls:
@@ -333,6 +174,60 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
     infos = scan_many(urls, parallel, done, stats=stats, strict=strict, warn=warn, checksum=checksum,
                       seek_record=sidecar is not None, checkpoint_spacing=checkpoint_spacing, retries=retries,
                       stall_timeout=stall_timeout)
+    return publish_index(infos, output, name=name, paths=(index_dir, sidecar_path, sidecar))
+
+
+def index_paths(output, offsets=True):
+    """Where an index written to ``output`` (a path or URL; ``-`` or
+    ``None``: not written to a file) keeps its parts: ``(index_dir,
+    sidecar_path, sidecar)``, the index's local directory (``None`` when
+    not local), the offsets sidecar's path (``None`` without one: on
+    stdout, or ``offsets`` false; ``offsets`` a path chooses it) and its
+    name as the index records it (relative to the index when both are
+    local).  A sidecar named like the index itself is refused."""
+    from ..sources.open import scheme_of
+
+    sidecar = sidecar_path = index_dir = None
+    if output is not None and output != "-":
+        if scheme_of(output) == "file":
+            index_dir = os.path.dirname(os.path.abspath(output))
+        if offsets:
+            sidecar_path = offsets if isinstance(offsets, str) else sidecar_name(output)
+    elif isinstance(offsets, str):
+        sidecar_path = offsets
+    if sidecar_path is not None and output not in (None, "-"):
+        same = (os.path.realpath(sidecar_path) == os.path.realpath(output)
+                if scheme_of(sidecar_path) == scheme_of(output) == "file" else sidecar_path == output)
+        if same:  # the JSON would replace the sidecar: an index that cannot be read back
+            raise UsageError(f"--offsets {sidecar_path}: names the index itself; the offsets are another file")
+    if sidecar_path is not None:
+        # named relative to the index (a bare name when they share a directory)
+        if index_dir is not None and scheme_of(sidecar_path) == "file":
+            sidecar = os.path.relpath(os.path.abspath(sidecar_path), index_dir)
+        else:
+            sidecar = sidecar_path
+    return index_dir, sidecar_path, sidecar
+
+
+def index_files(output, offsets=True):
+    """Every file an index written to ``output`` may write: the JSON, the
+    offsets sidecar and the seek sidecar (to refuse, before anything is
+    written, an index that would replace an input)."""
+    if output in (None, "-"):
+        return [offsets] if isinstance(offsets, str) else []
+    sidecar_path = index_paths(output, offsets)[1]
+    return [output] + ([sidecar_path, seek_sidecar_name(sidecar_path)] if sidecar_path else [])
+
+
+def publish_index(infos, output=None, offsets=True, name=None, paths=None):
+    """The index ``dict`` of the shards :class:`ShardIndex` ``infos``
+    describe (in that order), written to ``output`` when given (with its
+    offsets sidecar and, when a compressed shard has a seek record, its
+    seek sidecar, named by :func:`index_paths`; each part appears only when
+    complete, the JSON last).  The one way an index is made, whether the
+    shards were read (:func:`index_shards`) or written
+    (:func:`~tarproc.sinks.split.split_samples`)."""
+    index_dir, sidecar_path, sidecar = paths if paths is not None else index_paths(output, offsets)
     index, blob = build_index(infos, index_dir, sidecar, name)
     more = ()
     if sidecar is not None and any(i.seek is not None for i in infos):
@@ -372,62 +267,47 @@ def attach_seek(index, infos, seek_name):
     return b"".join(parts)
 
 
-class IndexRecorder:
-    """Offsets of the shards :func:`~tarproc.sinks.split.split_samples`
-    writes, without reading them again: ``recorder.stage`` notes each
-    sample's key and size as it passes (the split writes exactly
-    :func:`~tarproc.sinks.split.sample_size` bytes per sample), and
-    ``recorder.shard_done(shard)`` turns the first ``shard.samples`` of them
-    into the shard's :class:`ShardIndex` (counts only for a compressed shard)."""
-
-    def __init__(self):
-        from collections import deque
-
-        self.pending = deque()
-
-    def stage(self, samples):
-        from .split import sample_size
-
-        for sample in samples:
-            self.pending.append((sample.get("__key__"), sample_size(sample)))
-            yield sample
-
-    def shard_done(self, shard, compression=None):
-        from array import array
-
-        from .split import END_MARKER
-
-        info = ShardIndex(shard.name)
-        info.nsamples = shard.samples
-        info.compression = compression
-        starts, keys, pos = array("Q"), [], 0
-        for _ in range(shard.samples):
-            key, size = self.pending.popleft()
-            starts.append(pos)
-            keys.append(key)
-            pos += size
-        if compression is None and pos + END_MARKER == shard.bytes:
-            info.starts, info.keys, info.end, info.filesize = starts, keys, pos, shard.bytes
+def written_shard_index(url, nsamples, sink, starts=None, keys=None, end=None, tar_bytes=None):
+    """The :class:`ShardIndex` of a shard as it was written, not read again:
+    ``sink`` the closed output it went to (its compression, and the groups
+    of a grouped ``.tar.gz``/``.tar.zst``), ``starts`` (an ``array('Q')``)
+    and ``keys`` where each sample began in the tar and its key (``None``:
+    counts only), ``end`` where the last sample ended and ``tar_bytes`` the
+    tar written, end marker included.  What :func:`~tarproc.sinks.scan.scan_shard` finds
+    reading the shard: offsets in the (decoded) tar; for a grouped
+    compressed shard the seek record of its groups and its compressed size;
+    counts only for other compressed shards (one stream, xz, bzip2, or a
+    zstd shard of one frame larger than
+    :data:`~tarproc.sources.seekable.MAX_GROUP`)."""
+    info = ShardIndex(url)
+    info.nsamples = nsamples
+    info.compression = sink.compression
+    if starts is None:
         return info
+    if info.compression is None:
+        info.starts, info.keys, info.end, info.filesize = starts, keys, end, tar_bytes
+        return info
+    written = sink.written_groups()
+    if written is not None:
+        from ..sources.seekscan import groups_record
+
+        groups, decoded, compressed = written
+        info.seek = groups_record(groups, decoded, info.compression)
+        if info.seek is not None:
+            info.starts, info.keys, info.end, info.filesize = starts, keys, end, compressed
+    return info
 
 
 def write_shard_index(infos, output, name=None, warn=None):
-    """Write the index of shards described by :class:`ShardIndex` objects
-    (as ``tarsplit --index`` does for the shards it wrote)."""
-    from ..sources.open import scheme_of
-
-    index_dir = os.path.dirname(os.path.abspath(output)) if output != "-" and scheme_of(output) == "file" else None
-    sidecar_path = sidecar = None
-    if output != "-" and any(i.has_offsets for i in infos):
-        sidecar_path = sidecar_name(output)
-        sidecar = os.path.basename(sidecar_path) if index_dir is not None else sidecar_path
-    packed = [i for i in infos if i.compression]
+    """Write the index of the shards :class:`~tarproc.sinks.scan.ShardIndex` ``infos`` describe
+    (as ``tarsplit --index`` does for the shards it wrote, from
+    :func:`written_shard_index`); ``warn`` hears, in one line, of the
+    compressed shards that get their sample counts only."""
+    packed = [i for i in infos if i.compression and not i.has_offsets]
     if warn is not None and packed:  # one line, however many shards
         first = packed[0]
         warn(f"{first.url}: {first.compression}-compressed: the index has its sample count only"
              if len(packed) == 1 else
              f"{len(packed)} shards are compressed ({first.compression}: {first.url}, ...): the index has "
              "their sample counts only")
-    index, blob = build_index(infos, index_dir, sidecar, name)
-    write_index(index, blob, output, sidecar_path)
-    return index
+    return publish_index(infos, output, name=name)

@@ -478,6 +478,17 @@ class Sink:
         ``.tar.gz``/``.tar.zst`` with ``group_size`` > 0)."""
         return self._cutter is not None
 
+    def written_groups(self):
+        """The groups of a grouped output once it is closed: ``(groups,
+        decoded, compressed)``, ``groups`` a list of ``(compressed start,
+        compressed end, decoded start, CRC-32 of the compressed bytes)``
+        (what ``tarindex`` finds reading the file), ``decoded`` the bytes of
+        tar, ``compressed`` the bytes written; ``None`` without groups."""
+        cutter = self._cutter
+        if cutter is None or not cutter.closed:
+            return None
+        return list(cutter.groups), cutter.decoded, cutter.compressed
+
     def start_sample(self, sample):
         """Called by :class:`~tarproc.SampleWriter` before it writes a sample:
         ends the current group first when the sample would take it past
@@ -517,6 +528,24 @@ class Sink:
             return None
         self.flush()
         return self._raw.fileno()
+
+    def write_blob(self, blob):
+        """Write a :class:`~tarproc.core.blob.Blob`'s bytes: with ``sendfile``
+        into the file (uncompressed), else through :meth:`write`.  A failed
+        write (a full disk, a closed pipe) is handled as :meth:`write`
+        handles it: an :class:`OutputError` naming this output."""
+        fd = self.blob_fd()
+        if fd is None:
+            for piece in blob.chunks():
+                self.write(piece)
+            return
+        try:
+            blob.copy_to(fd)
+        except BrokenPipeError:
+            self._broken_pipe()
+        except OSError as e:
+            raise OutputError(f"{self.url}: write failed: {e.strerror or e}") from None
+        self._written += blob.length
 
     def flush(self):
         try:

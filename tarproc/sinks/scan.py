@@ -1,13 +1,17 @@
-"""Indexing shards at disk speed: headers read, member data sought over.
+"""Reading shards to index them: what one shard holds (:class:`ShardIndex`:
+its samples' offsets and keys, its count, its seek record) found by
+reading it.  :mod:`tarproc.sinks.index` makes the index of such entries.
 
-:func:`scan_one` indexes one shard as :func:`~tarproc.sinks.index.scan_shard`
-does (the same samples, offsets, keys and counts: the same reader and
-grouping), but reads a local uncompressed file the way ``tar -t`` does:
-headers through a small buffer, and a seek over every member of 64 KiB or
-more (small members are read, as there is no faster way past them).  It
-also records the shard's stamp (size, and mtime, ETag or Last-Modified:
-:mod:`tarproc.sources.stamps`) and, with ``checksum``, the SHA-256 of its
-bytes.  :func:`scan_many` indexes many shards at once.
+:func:`scan_shard` reads a shard through the general reading path (any URL,
+compressed shards decoded, with their seek record).  :func:`scan_one`
+indexes one shard as :func:`scan_shard` does (the same samples, offsets,
+keys and counts: the same reader and grouping), but reads a local
+uncompressed file the way ``tar -t`` does: headers through a small buffer,
+and a seek over every member of 64 KiB or more (small members are read, as
+there is no faster way past them).  It also records the shard's stamp
+(size, and mtime, ETag or Last-Modified: :mod:`tarproc.sources.stamps`)
+and, with ``checksum``, the SHA-256 of its bytes.  :func:`scan_many`
+indexes many shards at once.
 
     info = scan_one("data/shard-0000.tar", checksum=True)
     info.nsamples, info.sha256, info.stamp
@@ -16,7 +20,10 @@ bytes.  :func:`scan_many` indexes many shards at once.
 import io
 import os
 
+from ..core.grouping import group
+from ..core.passthru import fast_members, leftover
 from ..core.stats import Stats
+from ..core.tario import TarReader
 from ..errors import BadInput
 from ..sources.resume import RETRIES, STALL_TIMEOUT
 
@@ -25,6 +32,148 @@ SEEK_FROM = 64 << 10
 #: The read-ahead after a seek (a header and whatever small members follow
 #: it); it doubles on every read without a seek, up to the fast path's chunk.
 SMALL_READ = 4096
+
+
+class ShardIndex:
+    """What indexing one shard found: ``url``, ``nsamples``, ``compression``
+    (``None`` or the codec), ``filesize`` (bytes read, for an uncompressed
+    shard), and for uncompressed shards ``starts`` (an ``array('Q')`` of
+    sample start offsets), ``end`` (where the last sample ends) and ``keys``
+    (a list of ``str``); ``stamp`` (a dict, :mod:`tarproc.sources.stamps`)
+    and ``sha256`` (hex, or ``None``) when :func:`~tarproc.sinks.scan.scan_one`
+    made it."""
+
+    __slots__ = ("url", "nsamples", "compression", "filesize", "starts", "end", "keys", "seek", "stamp", "sha256")
+
+    def __init__(self, url):
+        self.seek = None  # a compressed shard's seek record (sources/seekable.py), when it has random access
+        self.url = url
+        self.nsamples = 0
+        self.compression = None
+        self.filesize = None
+        self.starts = None
+        self.end = None
+        self.keys = None
+        self.stamp = None
+        self.sha256 = None
+
+    @property
+    def has_offsets(self):
+        return self.starts is not None
+
+
+class _Counting:
+    """``read(n)`` through to ``stream``, counting the bytes."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.count = 0
+
+    def read(self, n=-1):
+        data = self.stream.read(n)
+        self.count += len(data)
+        return data
+
+    def read_some(self, n=-1):
+        data = self.stream.read1(n)
+        self.count += len(data)
+        return data
+
+
+def _size_of(stream, read):
+    """The size of the file ``stream`` reads (what the reader checks against
+    the index: bytes after the end-of-archive marker, which reading stops
+    at, are part of it), or the bytes ``read`` when it is not a file."""
+    import stat
+
+    region = getattr(stream, "region_source", None)  # (fd, path) of a plain file (open_source)
+    if region is None:
+        return read
+    try:
+        st = os.fstat(region[0])
+    except OSError:
+        return read
+    return st.st_size if stat.S_ISREG(st.st_mode) and st.st_size >= read else read
+
+
+def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_spacing=None, retries=RETRIES,
+               stall_timeout=STALL_TIMEOUT):
+    """Read one shard and return its :class:`ShardIndex`.
+
+    Sample ``i`` of an uncompressed shard occupies bytes ``starts[i]`` to
+    ``starts[i+1]`` (``end`` for the last): from the first header block of
+    its first member (long-name and pax headers included) to the first
+    header block of the next sample, so members that grouping skips between
+    samples (directories, names without a dot) read back as skipped too.
+
+    With ``seek``, a gzip or zstd shard gets the same offsets, in its
+    decoded bytes, and ``seek``, the record of where decoding can restart
+    (:mod:`tarproc.sources.seekable`; ``checkpoint_spacing``: bytes of tar
+    between the checkpoints of a one-stream gzip shard)."""
+    from array import array
+
+    from ..sources.open import open_source
+
+    stats = stats if stats is not None else Stats()
+    stream = open_source(url, retries=retries, stall_timeout=stall_timeout)
+    name = "stdin" if url == "-" else url
+    info = ShardIndex(url)
+    info.compression = stream.compression
+    seekable = None
+    if seek and url != "-" and stream.compression in _seekable_codecs():
+        stream.close()  # read again by the decoder that finds the restart points
+        stream, *seekable = _open_seekable(url, stream.compression, checkpoint_spacing)
+    try:
+        counting = _Counting(stream)
+        if hasattr(stream, "read1"):  # the fast path reads what is buffered (and counts it)
+            counting.read1 = counting.read_some
+        reader = TarReader(counting, name, strict=strict, warn=warn)
+        plain = info.compression is None or seekable is not None
+        starts = array("Q")
+        keys = []
+        last = [None, 0]  # the member group() pulled last; where the last regular member ends
+
+        def tracked(members):
+            for m in members:
+                last[0] = m
+                if m.data is not None:  # its data and padding are read: here it ends
+                    last[1] = reader.offset  # (not offset + size: a sparse member stores less)
+                yield m
+
+        n = nxt = 0
+        for sample in group(tracked(fast_members(reader)), name, stats, reader.spooler):
+            if plain:
+                # the sample just completed began where the previous one ended;
+                # the member that completed it (if any) starts the next one
+                starts.append(0 if n == 0 else nxt)
+                keys.append(sample["__key__"])
+                nxt = last[0].start if last[0] is not None else 0
+            n += 1
+        info.nsamples = n
+        if plain:
+            info.starts = starts
+            info.keys = keys
+            info.end = last[1]
+            info.filesize = _size_of(stream, counting.count - leftover(reader))
+        if seekable is not None:
+            info.seek, info.filesize = seekable[0](), seekable[1]()
+            if info.seek is None:  # no restart points: counts only
+                info.starts = info.keys = info.end = info.filesize = None
+    finally:
+        stream.close()
+    return info
+
+
+def _seekable_codecs():
+    from ..sources.seekscan import CODECS
+
+    return CODECS
+
+
+def _open_seekable(url, codec, spacing):
+    from ..sources.seekscan import open_for_index
+
+    return open_for_index(url, codec, spacing)
 
 
 class _Marks:
@@ -74,8 +223,6 @@ def _scan_plain(stream, url, name, stats, strict, warn):
     :func:`~tarproc.sources.open.open_source`, at its start)."""
     from ..core.blob import Spooler
     from ..core.passthru import fast_group
-    from ..core.tario import TarReader
-    from .index import ShardIndex
 
     pos = stream.tell()
     fd, path = stream.region_source
@@ -145,17 +292,16 @@ def sha256_of(url):
 
 def scan_one(url, stats=None, strict=False, warn=None, checksum=False, seek=True, seek_record=False,
              checkpoint_spacing=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT):
-    """Index one shard: :func:`~tarproc.sinks.index.scan_shard`'s
-    :class:`~tarproc.sinks.index.ShardIndex`, read at disk speed for a local
+    """Index one shard: :func:`scan_shard`'s
+    :class:`ShardIndex`, read at disk speed for a local
     uncompressed file (``seek=False``: by the general reading path), with
     ``stamp`` (a dict, :mod:`tarproc.sources.stamps`) and ``sha256`` (with
     ``checksum``; else ``None``) set.  ``seek_record``, ``checkpoint_spacing``:
     a compressed shard's record of where decoding restarts (see
-    :func:`~tarproc.sinks.index.scan_shard`); ``retries``,
+    :func:`scan_shard`); ``retries``,
     ``stall_timeout``: resuming a broken download."""
     from ..sources.open import open_source, scheme_of
     from ..sources.stamps import stamp_of
-    from .index import scan_shard
 
     stats = stats if stats is not None else Stats()
     scheme = scheme_of(url)

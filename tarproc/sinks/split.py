@@ -12,6 +12,11 @@ failure mid-stream leaves the shards committed before it and no partial one.
 After each shard is committed an optional ``post`` callback (see
 :func:`post_command`) runs; its failure stops the split.
 
+Every mode (counts and sizes, ``shards=N``, ``fractions``) writes through
+one :class:`ShardRotator` per sequence of shards, which also makes each
+shard's index entry from what it wrote (:mod:`tarproc.sinks.index` builds
+the index from them, as ``tarindex`` does from what it reads).
+
     for shard in split_samples(samples, "out-%06d.tar", max_count=1000):
         print(shard.name, shard.samples, shard.bytes)
 """
@@ -33,18 +38,25 @@ _sizer = TarWriter(None)
 
 class Shard:
     """A finished shard: ``name`` (URL as written), ``index`` (its number),
-    ``samples`` and ``bytes`` (uncompressed tar bytes, end marker included)."""
+    ``samples`` and ``bytes`` (uncompressed tar bytes, end marker included),
+    ``info`` (its :class:`~tarproc.sinks.scan.ShardIndex`) and, for
+    ``fractions``, the name of its ``split`` (else ``None``)."""
 
-    __slots__ = ("name", "index", "samples", "bytes")
+    __slots__ = ("name", "index", "samples", "bytes", "info", "split")
 
-    def __init__(self, name, index, samples=0, nbytes=0):
+    def __init__(self, name, index, samples=0, nbytes=0, split=None):
         self.name = name
         self.index = index
         self.samples = samples
         self.bytes = nbytes
+        self.info = None
+        self.split = split
 
     def as_dict(self):
-        return {"name": self.name, "index": self.index, "samples": self.samples, "bytes": self.bytes}
+        d = {"name": self.name, "index": self.index, "samples": self.samples, "bytes": self.bytes}
+        if self.split is not None:
+            d["split"] = self.split
+        return d
 
     def __repr__(self):
         return f"Shard({self.name!r}, index={self.index}, samples={self.samples}, bytes={self.bytes})"
@@ -120,27 +132,38 @@ def _fill(pattern, index):
 #: (``%.1s``, ``{shard!s:.2}``) makes two shards share a name, and the later
 #: one would silently replace the earlier.
 _PROBES = tuple(range(21)) + tuple(i for k in range(2, 8) for i in (10 ** k - 1, 10 ** k, 10 ** k + 1))
-_checked = set()
 
 
-def shard_name(pattern, index):
-    """Fill a shard-name pattern with the shard number."""
-    if pattern not in _checked:
+class ShardNames:
+    """The names of one sequence of shards: ``names(i)`` fills ``pattern``
+    (``%06d``-style or ``{shard:06d}``) with the shard number ``i``.  The
+    pattern is checked once, when this is made (``start``: the first number
+    it will fill): its placeholders' widths are bounded, it has a shard
+    number, and no two of a range of probed numbers get the same name
+    (:class:`UsageError` otherwise)."""
+
+    def __init__(self, pattern, start=0):
         check_widths(pattern, "bad shard name pattern")
-    name = _fill(pattern, index)
-    if pattern not in _checked:
+        name = _fill(pattern, start)
         if name == pattern.replace("%%", "%") and ("%" in pattern or "{" in pattern):
             raise UsageError(f"shard name pattern {pattern!r} has no shard number")
         seen = {}
-        for i in _PROBES + (index,):
+        for i in _PROBES + (start,):
             other = _fill(pattern, i)
             if other in seen and seen[other] != i:
                 raise UsageError(f"shard name pattern {pattern!r} gives shards {seen[other]} and {i} the same "
                                  f"name {other!r} (use e.g. out-%06d.tar)")
             seen[other] = i
-        if len(_checked) < 1000:
-            _checked.add(pattern)
-    return name
+        self.pattern = pattern
+
+    def __call__(self, index):
+        return _fill(self.pattern, index)
+
+
+def shard_name(pattern, index):
+    """Fill a shard-name pattern with the shard number (checking the pattern
+    as :class:`ShardNames` does)."""
+    return ShardNames(pattern, index)(index)
 
 
 def pattern_root(pattern):
@@ -288,8 +311,8 @@ def input_guard(inputs):
 
 def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxshards=None,
                   compression="auto", post=None, stats=None, shards=None, total=None, fractions=None, seed=0,
-                  inputs=(), group_size=None, **header_defaults):
-    """Write ``samples`` to shards named by ``pattern`` (see :func:`shard_name`)
+                  inputs=(), group_size=None, index=False, **header_defaults):
+    """Write ``samples`` to shards named by ``pattern`` (see :class:`ShardNames`)
     and yield a :class:`Shard` for each shard as it is completed.
 
     A shard is closed before a sample that would make it hold more than
@@ -306,210 +329,212 @@ def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxs
     :func:`split_exact`; ``total`` is the number of samples);
     ``fractions='train=0.8,val=0.2'`` sends each sample to a split by a
     stable hash of its key and ``seed`` (see :func:`split_fractions`).
-    ``inputs``: local files no shard may replace (see :func:`input_guard`)."""
-    from .output import open_sink
+    ``inputs``: local files no shard may replace (see :func:`input_guard`).
 
+    Every shard's ``info`` is its :class:`~tarproc.sinks.scan.ShardIndex`
+    (its sample count; with ``index``, also where each sample is and its key,
+    taken from what was written, and for a grouped ``.tar.gz``/``.tar.zst``
+    the seek record of its groups: ``write_shard_index`` of the ``info`` of
+    the shards is what ``tarindex`` would write for them)."""
     from ..sources.shardlist import as_url
 
     pattern = as_url(pattern, "pattern")
-    guard = input_guard(inputs)
-
+    common = {"compression": compression, "post": post, "stats": stats if stats is not None else Stats(),
+              "guard": input_guard(inputs), "group_size": group_size, "index": index,
+              "header_defaults": header_defaults}
     if shards is not None:
         if fractions is not None or max_count is not None or max_size is not None or maxshards is not None:
             raise UsageError("shards=N cannot be combined with fractions, a count, a size or maxshards")
-        yield from split_exact(samples, pattern, shards, total, start, compression, post, stats, guard=guard,
-                               group_size=group_size, **header_defaults)
+        yield from split_exact(samples, pattern, shards, total, start, **common)
         return
     if fractions is not None:
         if maxshards is not None or start:
             raise UsageError("fractions cannot be combined with maxshards or start")
-        yield from split_fractions(samples, pattern, fractions, seed, max_count, max_size, compression, post, stats,
-                                   guard=guard, group_size=group_size, **header_defaults)
+        yield from split_fractions(samples, pattern, fractions, seed, max_count, max_size, **common)
         return
+    _check_limits(max_count, max_size)
+    if maxshards is not None and maxshards < 1:
+        return
+    rot = ShardRotator(ShardNames(pattern, start), start, max_count=max_count, max_size=max_size,
+                       maxshards=maxshards, **common)
+    yield from rotate(samples, [rot])
 
+
+def _check_limits(max_count, max_size):
     if max_count is not None and max_count < 1:
         raise UsageError(f"the sample count per shard must be at least 1 (got {max_count})")
     if max_size is not None and max_size < 1:
         raise UsageError(f"the shard size must be at least 1 byte (got {max_size})")
-    if maxshards is not None and maxshards < 1:
-        return
-    stats = stats if stats is not None else Stats()
-    count_limit = max_count if max_count is not None else float("inf")
-    size_limit = max_size if max_size is not None else float("inf")
-    index = start
-    sink = writer = shard = None
-    done = 0
-
-    def finish(shard, writer, sink):
-        """Close a full shard: end marker, commit under its final name, post command."""
-        writer.close()
-        shard.bytes = writer.bytes_written
-        sink.close()
-        if post is not None:
-            post(shard)
-
-    it = iter(samples)
-    try:
-        for sample in it:
-            nbytes = sample_size(sample)
-            if shard is not None and (shard.samples + 1 > count_limit
-                                      or shard.bytes + nbytes + END_MARKER > size_limit):
-                finish(shard, writer, sink)
-                sink = None
-                yield shard
-                done += 1
-                shard = None
-                index += 1
-                if maxshards is not None and done >= maxshards:
-                    return
-            if shard is None:
-                name = shard_name(pattern, index)
-                guard(name)
-                make_shard_dir(name, pattern)
-                sink = open_sink(name, compression, defer=False, group_size=group_size)  # each shard commits when closed
-                writer = SampleWriter(sink, stats, **header_defaults)
-                shard = Shard(name, index)
-            writer.write(sample)
-            shard.samples += 1
-            shard.bytes += nbytes
-        if shard is not None:
-            finish(shard, writer, sink)
-            sink = None
-            yield shard
-    finally:
-        if sink is not None:
-            sink.abort()
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
 
 
-# ---------------------------------------------------------------- exact counts and fractions
-# (tarsplit --shards N and --fractions; the per-shard writing of split_samples
-# above, in a push-based form so that several shard sequences can be open at once)
+class ShardRotator:
+    """Write one sequence of shards, a sample at a time: the one place where
+    shards are opened, filled, closed and indexed.
 
+    A shard is opened for the first sample that has none: named by ``names``
+    (a :class:`ShardNames`) with the next number from ``start``, refused by
+    ``guard(name)`` (see :func:`input_guard`), its directories made
+    (:func:`make_shard_dir`), written through
+    :func:`~tarproc.sinks.output.open_sink` (``compression``,
+    ``group_size``).  It is closed (:meth:`before`) before a sample that
+    would make it hold more than ``max_count`` samples or more than
+    ``max_size`` bytes, or (:meth:`write`) as soon as it holds ``counts[k]``
+    samples when a schedule of counts is given (:func:`exact_counts`).
+    Closing a shard writes its end marker, commits it under its final name
+    on its own (also inside a :class:`~tarproc.sinks.output.CommitGate`),
+    makes its :class:`~tarproc.sinks.scan.ShardIndex` (``shard.info``;
+    with ``index``, from the offsets recorded as it was written: see
+    :func:`~tarproc.sinks.index.written_shard_index`) and runs
+    ``post(shard)``; a failure there stops the split.  After ``maxshards``
+    shards the rotator is :attr:`full`.  ``split``: the name of a
+    ``fractions`` split, carried by its shards."""
 
-class IndexedShard(Shard):
-    """A :class:`Shard` that also carries its :class:`~tarproc.sinks.index.ShardIndex`
-    (``info``) and, for ``fractions``, the name of its split (``split``)."""
-
-    __slots__ = ("info", "split")
-
-    def __init__(self, name, index, split=None):
-        super().__init__(name, index)
-        self.info = None
-        self.split = split
-
-    def as_dict(self):
-        d = super().as_dict()
-        if self.split is not None:
-            d["split"] = self.split
-        return d
-
-
-class _Rotator:
-    """Write one sequence of shards, a sample at a time: a shard is closed
-    before a sample that would exceed ``max_count``/``max_size``, or as soon
-    as it holds ``counts[k]`` samples when a schedule of counts is given."""
-
-    def __init__(self, pattern, start=0, counts=None, max_count=None, max_size=None, compression="auto",
-                 post=None, stats=None, split=None, header_defaults=None, guard=None, group_size=None):
-        from .index import ShardIndex
-
-        self.group_size = group_size
-        self._ShardIndex = ShardIndex
-        self.pattern = pattern
-        self.index = start
+    def __init__(self, names, start=0, counts=None, max_count=None, max_size=None, maxshards=None,
+                 compression="auto", post=None, stats=None, split=None, guard=None, group_size=None, index=False,
+                 header_defaults=None):
+        self.names = names
+        self.next_index = start
         self.counts = counts
-        self.count_limit = max_count if max_count is not None else float("inf")
-        self.size_limit = max_size if max_size is not None else float("inf")
+        self.max_count = max_count
+        self.max_size = max_size
+        self.maxshards = maxshards
         self.compression = compression
+        self.group_size = group_size
         self.post = post
         self.stats = stats if stats is not None else Stats()
         self.split = split
-        self.header_defaults = header_defaults or {}
         self.guard = guard
+        self.index = index
+        self.header_defaults = header_defaults or {}
         self.shard = self.sink = self.writer = None
-        self.done = []  # every finished shard
-        self.samples = 0
-        self.bytes = 0
+        self.starts = self.keys = None  # of the open shard, with index
+        self.shards = 0  # shards finished
+        self.samples = 0  # samples written, in all shards
+        self.bytes = 0  # bytes of tar in finished shards
 
-    def _open(self):
-        from array import array
+    @property
+    def full(self):
+        """Whether ``maxshards`` shards are finished (read no more input)."""
+        return self.maxshards is not None and self.shards >= self.maxshards
 
-        from .output import open_sink
-
-        name = shard_name(self.pattern, self.index)
-        if self.guard is not None:
-            self.guard(name)
-        make_shard_dir(name, self.pattern)
-        self.sink = open_sink(name, self.compression, defer=False, group_size=self.group_size)  # each shard commits when closed
-        self.writer = SampleWriter(self.sink, self.stats, **self.header_defaults)
-        self.shard = IndexedShard(name, self.index, self.split)
-        info = self.shard.info = self._ShardIndex(name)
-        info.compression = getattr(self.sink, "compression", None)
-        info.starts, info.keys = array("Q"), []
-
-    def _finish(self):
-        shard, writer, sink = self.shard, self.writer, self.sink
-        info = shard.info
-        info.end = writer.bytes_written
-        info.nsamples = shard.samples
-        writer.close()
-        shard.bytes = info.filesize = writer.bytes_written
-        if info.compression:  # offsets are in the tar before compression: counts only
-            info.starts = info.keys = info.end = info.filesize = None
-        self.sink = None
-        sink.close()
-        if self.post is not None:
-            self.post(shard)
-        self.done.append(shard)
-        self.bytes += shard.bytes
-        self.shard = None
-        self.index += 1
-        return shard
+    def before(self, sample):
+        """Close the open shard if ``sample`` does not fit in it (by count or
+        size; not with a schedule); returns the shard closed, or ``None``."""
+        shard = self.shard
+        if shard is None or self.counts is not None:
+            return None
+        if self.max_count is not None and shard.samples >= self.max_count:
+            return self._finish()
+        if self.max_size is not None and \
+                self.writer.bytes_written + sample_size(sample) + END_MARKER > self.max_size:
+            return self._finish()
+        return None
 
     def write(self, sample):
-        """Write a sample; returns the list of shards finished by it."""
-        out = []
-        if self.counts is not None and len(self.done) >= len(self.counts):
-            raise UsageError(f"the input has more samples than the {sum(self.counts)} counted or given (--total)")
-        nbytes = sample_size(sample) if self.size_limit != float("inf") else 0
-        if self.shard is not None and self.counts is None and (
-                self.shard.samples + 1 > self.count_limit or self.shard.bytes + nbytes + END_MARKER > self.size_limit):
-            out.append(self._finish())
+        """Write ``sample``, opening a shard if none is open; returns the
+        shard it completed (a schedule's count reached), or ``None``."""
         if self.shard is None:
+            if self.counts is not None and self.shards >= len(self.counts):
+                raise UsageError(f"the input has more samples than the {sum(self.counts)} counted or given "
+                                 f"(--total)")
             self._open()
-        info = self.shard.info
-        info.starts.append(self.writer.bytes_written)
-        info.keys.append(sample.get("__key__"))
+        if self.starts is not None:
+            self.starts.append(self.writer.bytes_written)
+            self.keys.append(sample.get("__key__"))
         self.writer.write(sample)
         self.shard.samples += 1
-        self.shard.bytes += nbytes
         self.samples += 1
-        if self.counts is not None and self.shard.samples >= self.counts[len(self.done)]:
-            out.append(self._finish())
-        return out
+        if self.counts is not None and self.shard.samples >= self.counts[self.shards]:
+            return self._finish()
+        return None
 
     def close(self):
         """Finish the open shard (and, with a schedule, the empty shards it
-        still owes); returns the shards finished."""
+        still owes); returns the list of shards finished."""
         out = []
         if self.shard is not None:
             out.append(self._finish())
         if self.counts is not None:
             if self.samples < sum(self.counts):
                 raise UsageError(f"the input has {self.samples} samples, fewer than the {sum(self.counts)} "
-                                 f"counted or given (--total); {len(self.done)} shards written")
-            while len(self.done) < len(self.counts):  # more shards than samples: empty shards
+                                 f"counted or given (--total); {self.shards} shards written")
+            while self.shards < len(self.counts):  # more shards than samples: empty shards
                 self._open()
                 out.append(self._finish())
         return out
 
     def abort(self):
-        if self.sink is not None:
-            self.sink.abort()
-            self.sink = None
+        """Discard the open shard: nothing appears under its name."""
+        sink, self.sink, self.shard = self.sink, None, None
+        if sink is not None:
+            sink.abort()
+
+    def _open(self):
+        from array import array
+
+        from .output import open_sink
+
+        name = self.names(self.next_index)
+        if self.guard is not None:
+            self.guard(name)
+        make_shard_dir(name, self.names.pattern)
+        self.sink = open_sink(name, self.compression, defer=False, group_size=self.group_size)  # each shard commits when closed
+        self.writer = SampleWriter(self.sink, self.stats, **self.header_defaults)
+        self.shard = Shard(name, self.next_index, split=self.split)
+        if self.index:
+            self.starts, self.keys = array("Q"), []
+
+    def _finish(self):
+        from .index import written_shard_index
+
+        shard, writer, sink = self.shard, self.writer, self.sink
+        end = writer.bytes_written
+        writer.close()
+        shard.bytes = writer.bytes_written
+        sink.close()  # committed under its final name
+        self.sink = self.writer = self.shard = None
+        shard.info = written_shard_index(shard.name, shard.samples, sink, self.starts, self.keys, end, shard.bytes)
+        self.starts = self.keys = None
+        if self.post is not None:
+            self.post(shard)
+        self.shards += 1
+        self.bytes += shard.bytes
+        self.next_index += 1
+        return shard
+
+
+def rotate(samples, rotators, route=None):
+    """Write ``samples`` through :class:`ShardRotator` s and yield each shard
+    as it is completed: every sample goes to ``route(sample)`` (default: the
+    one rotator); reading stops when that rotator is :attr:`~ShardRotator.full`.
+    At the end every rotator is closed in turn; on an error, or when the
+    caller stops early, their open shards are discarded and ``samples``
+    closed."""
+    it = iter(samples)
+    if route is None:
+        rot = rotators[0]
+
+        def route(_):
+            return rot
+    try:
+        for sample in it:
+            rot = route(sample)
+            done = rot.before(sample)
+            if done is not None:
+                yield done
+                if rot.full:
+                    return
+            done = rot.write(sample)
+            if done is not None:
+                yield done
+        for rot in rotators:
+            yield from rot.close()
+    finally:
+        for rot in rotators:
+            rot.abort()
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
 
 
 def exact_counts(total, shards):
@@ -571,38 +596,29 @@ def split_of(key, fractions, seed=0):
     return fractions[-1][0]
 
 
-def split_exact(samples, pattern, shards, total=None, start=0, compression="auto", post=None, stats=None,
-                guard=None, group_size=None, **header_defaults):
+def split_exact(samples, pattern, shards, total=None, start=0, **options):
     """Write ``samples`` to exactly ``shards`` shards whose sample counts
     differ by at most one (the first ``total % shards`` get one more), and
-    yield each :class:`IndexedShard` as it is completed.  ``total`` is the
+    yield each :class:`Shard` as it is completed.  ``total`` is the
     number of samples (default: ``len(samples)``); an input with more or
-    fewer samples is a :class:`UsageError`."""
+    fewer samples is a :class:`UsageError`.  ``options``: those of
+    :class:`ShardRotator`."""
     if total is None:
         try:
             total = len(samples)
         except TypeError:
             raise UsageError("shards=N needs the total number of samples (total=, or a sequence)") from None
-    rot = _Rotator(pattern, start, exact_counts(total, shards), compression=compression, post=post, stats=stats,
-                   header_defaults=header_defaults, guard=guard, group_size=group_size)
-    it = iter(samples)
-    try:
-        for sample in it:
-            yield from rot.write(sample)
-        yield from rot.close()
-    finally:
-        rot.abort()
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
+    counts = exact_counts(total, shards)
+    rot = ShardRotator(ShardNames(pattern, start), start, counts, **options)
+    yield from rotate(samples, [rot])
 
 
-def split_fractions(samples, pattern, fractions, seed=0, max_count=None, max_size=None, compression="auto",
-                    post=None, stats=None, guard=None, group_size=None, **header_defaults):
+def split_fractions(samples, pattern, fractions, seed=0, max_count=None, max_size=None, **options):
     """Send each sample to a split chosen by :func:`split_of` and write each
     split to its own shards, named by ``pattern`` with ``{split}`` filled in
-    (``'out/{split}-%06d.tar'``); yields each :class:`IndexedShard` as it is
-    completed.  Per-split totals: ``fractions_summary`` of the shards."""
+    (``'out/{split}-%06d.tar'``); yields each :class:`Shard` as it is
+    completed (its ``split`` says which).  ``options``: those of
+    :class:`ShardRotator`."""
     fr = parse_fractions(fractions)
     if "{split}" not in pattern:
         raise UsageError(f"output pattern {pattern!r} has no {{split}} (e.g. 'out/{{split}}-%06d.tar')")
@@ -611,19 +627,6 @@ def split_fractions(samples, pattern, fractions, seed=0, max_count=None, max_siz
         pat = pattern.replace("{split}", name)
         if "%" not in pat and "{" not in pat:
             pat = shard_pattern(pat)
-        rots[name] = _Rotator(pat, 0, None, max_count, max_size, compression, post, stats, split=name,
-                              header_defaults=header_defaults, guard=guard, group_size=group_size)
-    if max_count is not None and max_count < 1:
-        raise UsageError(f"the sample count per shard must be at least 1 (got {max_count})")
-    it = iter(samples)
-    try:
-        for sample in it:
-            yield from rots[split_of(sample.get("__key__"), fr, seed)].write(sample)
-        for rot in rots.values():
-            yield from rot.close()
-    finally:
-        for rot in rots.values():
-            rot.abort()
-        close = getattr(it, "close", None)
-        if close is not None:
-            close()
+        rots[name] = ShardRotator(ShardNames(pat), 0, None, max_count, max_size, split=name, **options)
+    _check_limits(max_count, max_size)
+    yield from rotate(samples, list(rots.values()), lambda sample: rots[split_of(sample.get("__key__"), fr, seed)])

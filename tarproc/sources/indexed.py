@@ -107,7 +107,7 @@ class _Index:
     """The loaded index: shard URLs, cumulative counts, offsets and keys."""
 
     def __init__(self, source, base):
-        from ..sinks.index import KIND, MAGIC, _HEAD
+        from ..sinks.index import HEAD, KIND, MAGIC
 
         where = source if isinstance(source, str) else "index"
         if isinstance(source, str):
@@ -157,14 +157,14 @@ class _Index:
                                f"(a {scheme_of(path)}: source): a damaged or hostile index")
             blob = _read_all(path, side["bytes"], f"offsets file has more than the {side['bytes']} bytes the index "
                                                   f"says: not this index's offsets (index the shards again)")
-            if len(blob) != side.get("bytes") or len(blob) < _HEAD.size:
+            if len(blob) != side.get("bytes") or len(blob) < HEAD.size:
                 raise BadInput(f"{path}: offsets file has {len(blob)} bytes, the index says {side.get('bytes')}: "
                                f"not this index's offsets (index the shards again)")
-            magic, count, nkeys = _HEAD.unpack_from(blob)
-            if magic != MAGIC or count != side.get("samples") or _HEAD.size + 8 * count + nkeys != len(blob):
+            magic, count, nkeys = HEAD.unpack_from(blob)
+            if magic != MAGIC or count != side.get("samples") or HEAD.size + 8 * count + nkeys != len(blob):
                 raise BadInput(f"{path}: not a tarproc offsets file for this index")
-            self.starts = np.frombuffer(blob, "<u8", count, _HEAD.size)
-            self.keyblob = memoryview(blob)[_HEAD.size + 8 * count:]
+            self.starts = np.frombuffer(blob, "<u8", count, HEAD.size)
+            self.keyblob = memoryview(blob)[HEAD.size + 8 * count:]
             self.keyends = np.flatnonzero(np.frombuffer(self.keyblob, np.uint8) == 10)
             if len(self.keyends) != count:
                 raise BadInput(f"{path}: offsets file has {len(self.keyends)} keys for {count} samples")

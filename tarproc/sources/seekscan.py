@@ -479,18 +479,11 @@ def decoded_for_index(url, codec, head, read, spacing=SPACING):
     if codec == "zstd":
         scan = ZstdScanner(url)
 
-        def finish():
-            groups = scan.groups
-            big = [g for g in _group_sizes(groups, scan.out_total) if g > MAX_GROUP]
-            if big and len(groups) == 1:
-                return None
-            return _groups_record(groups, scan.out_total)
-
-        return Decoded(scan, read, head), finish
+        return Decoded(scan, read, head), lambda: groups_record(scan.groups, scan.out_total, codec)
     # gzip
     if gzip_has_groups(head, url):
         scan = GzipScanner(url)
-        return Decoded(scan, read, head), lambda: _groups_record(scan.groups, scan.out_total)
+        return Decoded(scan, read, head), lambda: groups_record(scan.groups, scan.out_total, codec)
     import os
 
     from .open import scheme_of
@@ -520,12 +513,15 @@ def decoded_for_index(url, codec, head, read, spacing=SPACING):
     return stream, finish
 
 
-def _group_sizes(groups, total):
-    us = [g[2] for g in groups] + [total]
-    return [b - a for a, b in zip(us, us[1:])]
-
-
-def _groups_record(groups, total):
+def groups_record(groups, total, codec):
+    """The seek record of a shard in ``groups`` (a list of ``(compressed
+    start, compressed end, decoded start, CRC-32 of the compressed bytes)``)
+    that decodes to ``total`` bytes; ``None`` (counts only) for a zstd shard
+    of one frame larger than :data:`MAX_GROUP`: every access would decode
+    all of it.  (The scanners here find the groups reading a shard;
+    :mod:`tarproc.sinks.grouped` records them as it writes one.)"""
+    if codec == "zstd" and len(groups) == 1 and total - groups[0][2] > MAX_GROUP:
+        return None
     n = len(groups)
     cs = [g[0] for g in groups]
     ce = [g[1] for g in groups]
