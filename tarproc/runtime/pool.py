@@ -282,7 +282,7 @@ def _serve(tasks, replies, mark, slot, setup, setup_args, since=None):
             return failure
     if since is not None:
         mark = _Mark(mark, since)
-    recv = Receiver(tasks.fileno())
+    recv = Receiver(tasks.fileno(), reuse=True)  # (a handler that keeps a view of a message gets a new buffer)
     fd = replies.fileno()
     while True:
         mark[slot] = -1
@@ -403,7 +403,7 @@ class TaskPool:
             if blob is None:
                 return
             try:
-                send_pieces(fd, [blob])
+                send_pieces(fd, blob if type(blob) is list else [blob])
             except (OSError, ValueError):
                 return  # the worker is gone: the collector sends its tasks again
 
@@ -434,7 +434,8 @@ class TaskPool:
             pass
 
     def send(self, blob, reply):
-        """Queue the message ``blob``; ``reply(data, exc)`` is called later.
+        """Queue the message ``blob`` (bytes, or a list of buffers sent as
+        one message, without joining them); ``reply(data, exc)`` is called later.
         When every started worker is busy and fewer than ``n`` run, one more
         starts first and takes it."""
         if self._wants_worker():

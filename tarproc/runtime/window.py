@@ -85,8 +85,13 @@ class Window:
         self.on_item = on_item
         if feed is None:
             def feed(window):
-                for item in items:
-                    window.acquire()
+                it = iter(items)
+                while True:
+                    window.acquire()  # before the item is read: never more than ``size`` read ahead
+                    try:
+                        item = next(it)
+                    except StopIteration:
+                        return
                     window.add(item)
 
         self.thread = threading.Thread(target=self._read, args=(feed,), name="tarproc-reader", daemon=True)

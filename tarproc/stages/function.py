@@ -17,6 +17,7 @@ of output, and counted in ``stats.failed``.
 """
 
 import os
+import struct
 import sys
 import threading
 
@@ -144,6 +145,58 @@ def user_traceback(e):
     return "".join(te.format()).encode("utf-8", "replace")
 
 
+#: Fields this large cross to the workers beside a batch's pickle, not
+#: copied into it: the message is written from the samples' own bytes.
+BESIDE = 8192
+_HEAD = struct.Struct("!II")
+
+
+def pack_batch(batch):
+    """A batch of samples as the buffers of one message (:func:`unpack_batch`
+    reads it): a pickle of the batch in which the large ``bytes`` fields of
+    plain ``dict`` samples are out-of-band buffers, followed by those
+    buffers themselves, so this process copies nothing it read."""
+    import pickle
+
+    PB = pickle.PickleBuffer
+    shallow = []
+    for sample in batch:
+        if type(sample) is dict:
+            for v in sample.values():
+                if type(v) is bytes and len(v) >= BESIDE:
+                    sample = {k: PB(v) if type(v) is bytes and len(v) >= BESIDE else v for k, v in sample.items()}
+                    break
+        shallow.append(sample)
+    bufs = []
+    head = pickle.dumps(shallow, protocol=5, buffer_callback=bufs.append)
+    bufs = [b.raw() for b in bufs]
+    lengths = struct.pack(f"!{len(bufs)}Q", *map(len, bufs))
+    return [_HEAD.pack(len(head), len(bufs)) + lengths, head] + bufs
+
+
+def unpack_batch(blob):
+    """The samples of a message written by :func:`pack_batch` (a buffer)."""
+    import pickle
+
+    view = memoryview(blob)
+    size, n = _HEAD.unpack_from(view, 0)
+    at = _HEAD.size + 8 * n
+    lengths = struct.unpack_from(f"!{n}Q", view, _HEAD.size)
+    head = view[at : at + size]
+    at += size
+    bufs = []
+    for length in lengths:
+        bufs.append(view[at : at + length])
+        at += length
+    batch = pickle.loads(head, buffers=bufs)
+    if n:
+        for sample in batch:
+            if type(sample) is dict:
+                for k in [k for k, v in sample.items() if type(v) is memoryview]:
+                    sample[k] = bytes(sample[k])
+    return batch
+
+
 def _worker_setup(spec):
     """In a worker: the handler of pickled batches (see
     :class:`~tarproc.runtime.pool.TaskPool`); ``mark[slot]`` tells the pool
@@ -155,10 +208,11 @@ def _worker_setup(spec):
 
         spec = dill.loads(spec[1])
     fn = load_function(spec)
-    loads, dumps, proto = pickle.loads, pickle.dumps, pickle.HIGHEST_PROTOCOL
+    dumps, proto = pickle.dumps, pickle.HIGHEST_PROTOCOL
 
     def handle(blob, mark, slot):
-        batch = loads(blob)
+        batch = unpack_batch(blob)
+        del blob
         results = []
         for i, sample in enumerate(batch):
             mark[slot] = i
@@ -275,7 +329,7 @@ def _submit(pool, batch, finish):
         else:
             finish((batch, data, exc))
 
-    pool.send(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL), reply)
+    pool.send(pack_batch(batch), reply)
 
 
 class _Batcher:
