@@ -235,3 +235,31 @@ def test_cli_both_modes_stop_when_the_reader_leaves(sh, tmp_path):
             p = sh(f"{run} | {reader}; echo \"${{PIPESTATUS[@]}}\"", ok=False, timeout=60)
             assert time.monotonic() - t0 < 4, (run, reader, p.stderr)
             assert p.stdout.split()[0] in (b"141", b"0") and b"Traceback" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("mode", ["function", "command"])
+def test_engines_a_failing_sample_in_the_middle(mode, tmp_path):
+    """-e abort: every sample before the failing one comes out, in order,
+    then the run stops; -e skip: the others all come out, in order."""
+    from tarproc.errors import SampleFailed
+
+    def run(error_handling, errors):
+        if mode == "function":
+            def fn(s):
+                if s["__key__"] == "0013":
+                    raise RuntimeError("bad sample")
+                return s
+            return map_function(_samples(40), fn, 2, batch=3, error_handling=error_handling,
+                                on_error=errors.append)
+        return map_command(_samples(40), '[ "$(cat sample.__key__)" != 0013 ] && cp sample.txt sample.out', 2,
+                           error_handling=error_handling, on_error=errors.append, workdir=str(tmp_path), quiet=True)
+
+    keys, errors = [], []
+    with pytest.raises(SampleFailed, match="0013"):
+        for s in run("abort", errors):
+            keys.append(s["__key__"])
+    assert keys == [f"{i:04d}" for i in range(13)]
+    errors = []
+    keys = [s["__key__"] for s in run("skip", errors)]
+    assert keys == [f"{i:04d}" for i in range(40) if i != 13]
+    assert len(errors) == 1 and "0013" in errors[0]
