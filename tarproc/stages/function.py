@@ -155,9 +155,15 @@ def pack_batch(batch):
     """A batch of samples as the buffers of one message (:func:`unpack_batch`
     reads it): a pickle of the batch in which the large ``bytes`` fields of
     plain ``dict`` samples are out-of-band buffers, followed by those
-    buffers themselves, so this process copies nothing it read."""
+    buffers themselves, so this process copies nothing it read.  (Looked
+    for when the batch's first sample has such a field: a batch of small
+    samples is pickled as it is, without a look at every field.)"""
     import pickle
 
+    first = batch[0] if batch else None
+    if type(first) is not dict or not any(type(v) is bytes and len(v) >= BESIDE for v in first.values()):
+        head = pickle.dumps(batch, protocol=5)
+        return [_HEAD.pack(len(head), 0), head]
     PB = pickle.PickleBuffer
     shallow = []
     for sample in batch:
