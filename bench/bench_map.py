@@ -110,6 +110,46 @@ def make_data(d, n):
     return path
 
 
+SPLIT = '''import resource, sys, threading, time
+cpu = []
+run = threading.Thread.run
+def timed(self):
+    try:
+        run(self)
+    finally:
+        cpu.append((self.name, time.thread_time()))
+threading.Thread.run = timed
+out, sys.argv = sys.argv[1], ["tarproc"] + sys.argv[2:]
+from tarproc.cli.tarproc import entry
+try:
+    entry()
+except SystemExit:
+    pass
+finally:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    threads = {"main": time.thread_time()}
+    for name, t in cpu:
+        name = name.rstrip("0123456789-")
+        threads[name] = threads.get(name, 0) + t
+    with open(out, "w") as f:
+        f.write(repr((me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime, threads)))
+'''
+
+
+def parent_split(d, shard):
+    """One more run of ``tarproc -p 2 --map`` in a wrapper that tells the
+    parent's CPU seconds (by thread) from its workers'."""
+    import ast
+
+    out = os.path.join(common.OUT, f".split-{os.getpid()}.txt")
+    subprocess.run([PY, "-c", SPLIT, out, "-p", "2", "--map", f"{d}/map_fn.py:resize", shard, "-o", "/dev/null"],
+                   check=True)
+    with open(out) as f:
+        parent, workers, threads = ast.literal_eval(f.read())
+    os.unlink(out)
+    return parent, workers, threads
+
+
 def run_cpu(cmd):
     t0 = time.perf_counter()
     before = os.times()
@@ -124,6 +164,7 @@ def main():
     ap.add_argument("--quick", action="store_true", help="300 samples, one turn: a smoke test")
     ap.add_argument("-n", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=None)
+    ap.add_argument("--no-webdataset", action="store_true", help="leave out the two webdataset rows (shorter)")
     args = ap.parse_args()
     n = args.n or (300 if args.quick else 3000)
     repeat = args.repeat or (1 if args.quick else 3)
@@ -138,6 +179,8 @@ def main():
         "webdataset + Pool(2).imap_unordered + TarWriter": f"{PY} -c '{RECIPE}' {shard} {d} > /dev/null",
         "tarproc -p 2 --map": f"tarproc -p 2 --map {d}/map_fn.py:resize {shard} > /dev/null",
     }
+    if args.no_webdataset:
+        cmds = {k: v for k, v in cmds.items() if "webdataset" not in k}
     for cmd in cmds.values():  # once untimed: byte code, page cache
         run_cpu(cmd)
     load0 = os.getloadavg()
@@ -147,6 +190,7 @@ def main():
             common.warm(shard)
             runs[name].append(run_cpu(cmd))
     load1 = os.getloadavg()
+    parent, workers, threads = parent_split(d, shard)
     med = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in runs.items()}
     plain = med["plain loop (1 process)"][0]
     rows = [[f"`{k}`" if k.startswith("tarproc") else k, f"{w:.2f}", f"{c:.2f}", f"{plain / w:.2f}x",
@@ -163,6 +207,10 @@ def main():
     print()
     print(common.table([["`tarproc -p 2 --map` speed-up over the plain loop", f"{speedup:.2f}x", ">= 1.7x",
                          "met" if speedup >= 1.7 else "**missed**"]], ["target", "measured", "goal", ""]))
+    print()
+    print(f"Where `tarproc -p 2 --map`'s CPU goes (one more run): parent process {parent:.2f} s ("
+          + ", ".join(f"{k} {v:.2f}" for k, v in sorted(threads.items(), key=lambda kv: -kv[1]))
+          + f"), workers {workers:.2f} s; the parent's share {parent / (parent + workers):.0%}.")
     common.save("bench_map" + ("_quick" if args.quick else ""), {"n": n, "runs": runs, "load": [load0, load1]})
 
 

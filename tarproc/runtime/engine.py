@@ -1,11 +1,10 @@
-"""The ordered engine of function mode (command mode has its own loop,
-:mod:`tarproc.runtime.spawn`): read ahead in a thread, run items on a pool,
-yield results in input order (or as they finish); and the error policy
-(``skip``, ``ignore``, ``abort``) both modes apply."""
+"""What both engines share beside their window (:mod:`tarproc.runtime.window`):
+a sample's :class:`Result`, the error policy (``skip``, ``ignore``,
+``abort``) applied to results in the consuming thread (:func:`handler`), and
+the default reporting of failures and of commands' output on stderr."""
 
 import os
 import sys
-import threading
 
 from ..core.limits import quote
 from ..errors import SampleFailed, UsageError
@@ -17,10 +16,6 @@ TAIL_LINES = 10
 #: Failures reported with their output's last lines; later ones get one line
 #: each (key and reason), so a run where most samples fail stays readable.
 DETAILED_FAILURES = 20
-#: Seconds between two calls of ``on_stall`` while the engines wait for
-#: results: a stall hook that finds the output's reader gone raises
-#: BrokenPipeError, and the run stops within about this long.
-ALIVE_GAP = 0.5
 
 
 # ---------------------------------------------------------------- helpers
@@ -34,7 +29,9 @@ def default_parallel():
         return max(1, os.cpu_count() or 1)
 
 
-def _stderr_report(prog):
+def stderr_report(prog):
+    """The default ``on_error``: ``prog: message`` on stderr, each line clipped."""
+
     def report(message):
         from ..core.limits import clip_lines
 
@@ -44,7 +41,8 @@ def _stderr_report(prog):
     return report
 
 
-def _stderr_echo(data):
+def stderr_echo(data):
+    """The default echo of a command's output (bytes): copied to stderr."""
     if data:
         sys.stderr.flush()
         try:
@@ -77,16 +75,19 @@ def _traceback_signature(log):
     return frames, lines[-1].split(":", 1)[0] if lines else ""
 
 
-def _check_mode(error_handling):
+def check_mode(error_handling):
+    """Refuse an error policy that is not one of :data:`ERROR_MODES`."""
     if error_handling not in ERROR_MODES:
         raise UsageError(f"error handling must be one of {', '.join(ERROR_MODES)}, not {error_handling!r}")
 
 
-# ---------------------------------------------------------------- the engine
+# ---------------------------------------------------------------- results
 
 
-class _Result:
-    """What a job hands back to the main thread."""
+class Result:
+    """What one sample's job hands back to the consuming thread: the
+    outputs, or an error (with the command's output or the function's
+    traceback in ``log``)."""
 
     __slots__ = ("key", "outputs", "error", "log", "sample", "fatal")
 
@@ -99,88 +100,8 @@ class _Result:
         self.sample = sample  # the input (function mode, for "ignore")
 
 
-def _engine(samples, submit, window, ordered, handle, on_stall=None, finish=None):
-    """Read ``samples`` in a thread, ``submit(index, item, done)`` each, at
-    most ``window`` unfinished; yield ``handle(result)``'s samples in input
-    order (or as they finish).  ``done(index, results)`` may be called from
-    any thread with the item's result.  ``finish(n)`` (called in the reader
-    thread after ``n`` items) returns how many results to expect.  An error
-    while reading is raised after every result before it has been handled."""
-    import queue
-
-    inbox = queue.SimpleQueue()
-    slots = threading.Semaphore(window)
-    closing = threading.Event()
-
-    def done(index, result):
-        inbox.put(("done", index, result))
-
-    def reader():
-        n = 0
-        error = None
-        try:
-            for item in samples:
-                while not slots.acquire(timeout=1.0):
-                    if closing.is_set():
-                        return
-                if closing.is_set():
-                    return
-                submit(n, item, done)
-                n += 1
-        except BaseException as e:  # forwarded to the main thread
-            error = e
-        total = n
-        if finish is not None:
-            try:
-                total = finish(n)
-            except BaseException as e:
-                error = error or e
-        inbox.put(("end", total, error))
-
-    thread = threading.Thread(target=reader, name="tarproc-reader", daemon=True)
-    thread.start()
-    total = None
-    error = None
-    emitted = 0
-    pending = {}
-    try:
-        while total is None or emitted < total:
-            try:
-                kind, index, payload = inbox.get_nowait()
-            except queue.Empty:
-                if on_stall is None:
-                    kind, index, payload = inbox.get()
-                else:
-                    while True:  # a stall every ALIVE_GAP while waiting: it raises once the reader has gone
-                        on_stall()
-                        try:
-                            kind, index, payload = inbox.get(timeout=ALIVE_GAP)
-                            break
-                        except queue.Empty:
-                            pass
-            if kind == "done":
-                if ordered:
-                    pending[index] = payload
-                    while emitted in pending:
-                        result = pending.pop(emitted)
-                        emitted += 1
-                        slots.release()
-                        yield from handle(result)
-                else:
-                    emitted += 1
-                    slots.release()
-                    yield from handle(payload)
-            else:
-                total = index
-                error = payload
-        if error is not None:
-            raise error
-    finally:
-        closing.set()
-
-
-def _handler(error_handling, stats, on_error, echo, quiet_log):
-    """The main-thread part: count, report, apply the error policy.  An
+def handler(error_handling, stats, on_error, echo, quiet_log):
+    """``handle(result)``, the consuming thread's part: count, report, apply the error policy.  An
     ``on_error`` with a ``failed(key)`` method is also given the key of
     every failed sample (``tarproc --failed-keys``)."""
 

@@ -282,7 +282,7 @@ def _serve(tasks, replies, mark, slot, setup, setup_args, since=None):
             return failure
     if since is not None:
         mark = _Mark(mark, since)
-    recv = Receiver(tasks.fileno())
+    recv = Receiver(tasks.fileno(), reuse=True)  # (a handler that keeps a view of a message gets a new buffer)
     fd = replies.fileno()
     while True:
         mark[slot] = -1
@@ -307,8 +307,14 @@ class _Worker:
 
 
 class TaskPool:
-    """``n`` worker processes running ``setup(*setup_args)``'s handler on
-    byte messages.  :meth:`send` is non-blocking and thread-safe; the reply
+    """Up to ``n`` worker processes running ``setup(*setup_args)``'s handler
+    on byte messages: one starts with the pool, another each time a message
+    is sent while every started worker is busy (so ``-p 200`` on 20 samples
+    starts at most 20).  Every worker is started through
+    :func:`~tarproc.runtime.procs.in_keeper` (by the main thread, or by one
+    thread that lives as long as the process): a worker's parent-death
+    signal follows the thread that started it, which must outlive the
+    worker's own cleanup on SIGTERM.  :meth:`send` is thread-safe; the reply
     callback ``reply(data, exc)`` runs in the pool's collector thread, with
     the reply bytes or an exception (:class:`WorkerDied` for the first task
     of a worker that died on an item; the worker's other tasks are sent
@@ -334,9 +340,11 @@ class TaskPool:
         self.since = self.ctx.RawArray("d", n) if timeout else None
         self.wake_r, self.wake_w = os.pipe()
         self.workers = []
+        self.n = n  # at most; one starts now, the others when work waits for a worker (send)
+        self.grow_lock = threading.Lock()
         try:
-            for i in range(n):
-                self.workers.append(self._start(i))
+            for i in range(min(n, 1)):
+                self.workers.append(self._start_kept(i))
         except BaseException:
             self.close()
             raise
@@ -349,6 +357,11 @@ class TaskPool:
             if w is not None and not w.dead:
                 fds += [w.tasks.fileno(), w.replies.fileno()]
         return fds
+
+    def _start_kept(self, slot):
+        from .procs import in_keeper
+
+        return in_keeper(lambda: self._start(slot))
 
     def _start(self, slot):
         ctx = self.ctx
@@ -390,12 +403,43 @@ class TaskPool:
             if blob is None:
                 return
             try:
-                send_pieces(fd, [blob])
+                send_pieces(fd, blob if type(blob) is list else [blob])
             except (OSError, ValueError):
                 return  # the worker is gone: the collector sends its tasks again
 
+    def _wants_worker(self):
+        return self.broken is None and not self.closed and len(self.workers) < self.n \
+            and all(w.inflight for w in self.workers)
+
+    def _grow(self):
+        """One more worker (the caller found every started one busy)."""
+        with self.grow_lock:
+            with self.lock:
+                if not self._wants_worker() or _exiting():
+                    return
+            try:
+                w = self._start_kept(len(self.workers))  # (only this lock adds workers)
+            except Exception:  # noqa: BLE001 - no more processes: the started workers go on
+                return
+            with self.lock:
+                self.workers.append(w)
+                closed = self.closed
+            if closed:  # (closed meanwhile: this one is not in close()'s list)
+                stop_workers([w.proc])
+                w.feed.put(None)
+                return
+        try:
+            os.write(self.wake_w, b"w")  # the collector waits on the new worker too
+        except OSError:
+            pass
+
     def send(self, blob, reply):
-        """Queue the message ``blob``; ``reply(data, exc)`` is called later."""
+        """Queue the message ``blob`` (bytes, or a list of buffers sent as
+        one message, without joining them); ``reply(data, exc)`` is called later.
+        When every started worker is busy and fewer than ``n`` run, one more
+        starts first and takes it."""
+        if self._wants_worker():
+            self._grow()
         with self.lock:
             broken = self.broken
             if broken is None:
@@ -427,7 +471,13 @@ class TaskPool:
             for fd in ready:
                 if self.closed:
                     return
-                if fd == self.wake_r or fd not in by_fd:
+                if fd == self.wake_r:  # a new worker, or the pool closes
+                    try:
+                        os.read(self.wake_r, 4096)
+                    except OSError:
+                        pass
+                    continue
+                if fd not in by_fd:
                     continue
                 w, exited = by_fd[fd]
                 if w.dead:
@@ -484,7 +534,7 @@ class TaskPool:
             if self.closed or _exiting():  # (at exit multiprocess terminates its daemons: none to replace)
                 return
             try:
-                new = self._start(w.slot)
+                new = self._start_kept(w.slot)
                 self.workers[w.slot] = new
             except Exception as e:
                 self.broken = f"worker process {w.proc.pid} ended ({how}) and cannot be replaced: {e}"

@@ -7,7 +7,9 @@ child): in a directory given by descriptor, in a new session watched by a
 watchdog, with stdin, stdout and stderr from descriptors.
 
 :func:`spawn_loop` keeps ``parallel`` commands running: samples are read
-ahead in one thread (at most ``window``), the next sample's directory is
+ahead in one thread (at most ``window``, by a
+:class:`~tarproc.runtime.window.Window`, which also hands the results out
+in order and paces the stall hook), the next sample's directory is
 prepared while commands run, a command that exits is replaced at once (one
 more thread calls ``posix_spawn``), and exits are waited for on pidfds
 (``epoll``), with a waiting thread per command only where pidfds are
@@ -18,68 +20,9 @@ import os
 import threading
 import time
 
-from .engine import ALIVE_GAP
 from .child import Spawner  # noqa: F401 - (posix_spawn: one way runtime/child starts a child)
 from .procs import killpg, wait_nowait
-
-
-class _Inbox:
-    """Samples read ahead in a thread: ``take()`` gives ``(index, sample)``
-    or None; the reader wakes a waiting loop through a pipe."""
-
-    def __init__(self, samples, window):
-        self.items = collections.deque()
-        self.slots = threading.Semaphore(window)
-        self.closing = threading.Event()
-        self.ended = False
-        self.total = None
-        self.error = None
-        self.waiting = False
-        self.rfd, self.wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self._read, args=(samples,), name="tarproc-reader", daemon=True)
-        self.thread.start()
-
-    def _read(self, samples):
-        n = 0
-        try:
-            for item in samples:
-                while not self.slots.acquire(timeout=1.0):
-                    if self.closing.is_set():
-                        return
-                if self.closing.is_set():
-                    return
-                self.items.append((n, item))
-                n += 1
-                if self.waiting:
-                    self.wake()
-        except BaseException as e:  # raised in the loop after the results before it
-            self.error = e
-        self.total = n
-        self.ended = True
-        self.wake()
-
-    def wake(self):
-        with self.lock:  # never a write to a closed (and maybe reused) descriptor
-            if self.wfd is not None:
-                try:
-                    os.write(self.wfd, b"x")
-                except OSError:  # full: a wake-up is pending anyway
-                    pass
-
-    def drain(self):
-        try:
-            while os.read(self.rfd, 4096):
-                pass
-        except (BlockingIOError, OSError):
-            pass
-
-    def close(self):
-        self.closing.set()
-        with self.lock:
-            os.close(self.wfd)
-            self.wfd = None
-        os.close(self.rfd)
+from .window import Window
 
 
 class _Poller:
@@ -108,10 +51,6 @@ class _Poller:
             self.ep.close()
 
 
-#: Seconds between two calls of ``on_stall`` while results are handed out.
-STALL_GAP = 0.02
-
-
 def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None):
     """Run ``runner``'s commands on ``samples``, ``parallel`` at a time; yield
     ``handle(result)``'s samples in input order (or as they finish).
@@ -122,8 +61,9 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
     ``wake()``: to be called after setting ``aborted``); a job has ``index``, ``log``,
     ``handle``, ``pid``, ``pidfd``, ``deadline`` and ``timed_out``.
     ``on_stall()`` is called before waiting when results were handed out
-    since its last call, at most every :data:`STALL_GAP` seconds (the wait
-    is then cut short), so output keeps pace without a flush per sample.
+    since its last call, at most every
+    :data:`~tarproc.runtime.window.STALL_GAP` seconds (the wait is then cut
+    short), so output keeps pace without a flush per sample.
 
     This thread prepares, collects and hands out; the commands are started
     by one more thread (``posix_spawn`` returns only once the child has
@@ -131,7 +71,7 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
     them with the ``epoll`` this thread waits on."""
     import queue
 
-    inbox = _Inbox(samples, window)
+    inbox = Window(window, ordered, on_stall).start(samples)
     poller = _Poller()
     poller.register(inbox.rfd)
     running = {}  # pidfd (or -pid without pidfds) -> job
@@ -139,13 +79,6 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
     exited = collections.deque()  # jobs whose waiting thread saw them exit (no pidfds)
     failed = collections.deque()  # results of jobs that did not start
     prepared = collections.deque()
-    results = {}
-    emitted = 0
-    unreleased = 0  # results handed out whose slots the reader has not got back
-    refill = max(1, window // 2)
-    stalls = on_stall is not None
-    owed = False  # results handed out since on_stall was last called
-    stalled_at = -STALL_GAP
     inflight = 0  # started or being started, not yet ended
     have_pidfd = hasattr(os, "pidfd_open")
 
@@ -185,7 +118,7 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
             try:
                 start(job)
             except BaseException as e:  # a bug: the sample's failure
-                from .engine import _Result
+                from .engine import Result
 
                 if running.get(job.pidfd) is job or running.get(-(job.pid or 0)) is job:
                     continue  # it runs and is waited for: its exit gives its result
@@ -193,7 +126,7 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
                     killpg(job.pid)
                     runner.spawner.reap(job.handle)
                 runner.discard(job)
-                failed.append((job.index, _Result(job.key, error=f"internal error: {type(e).__name__}: {e}")))
+                failed.append((job.index, Result(job.key, error=f"internal error: {type(e).__name__}: {e}")))
                 inbox.wake()
 
     jobs = queue.SimpleQueue()
@@ -204,10 +137,10 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
 
     def next_job():
         while inbox.items:
-            index, sample = inbox.items.popleft()
+            index, sample = inbox.take()
             job = runner.prepare(index, sample)
             if not hasattr(job, "pid"):  # failed before it started
-                results[index] = job
+                inbox.put(index, job)
                 continue
             return job
         return None
@@ -233,7 +166,7 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
         inflight -= 1
         if status != 127 or runner.any_ok:  # (127 first: "command not found" stops the run at once)
             fill()  # the next command starts before this one's output is collected
-        results[job.index] = runner.finish(job, status)
+        inbox.put(job.index, runner.finish(job, status))
 
     def fill():
         nonlocal inflight
@@ -262,44 +195,21 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
             while failed:
                 index, result = failed.popleft()
                 inflight -= 1
-                results[index] = result
+                inbox.put(index, result)
             fill()
-            # hand out what is done, in order
-            if ordered:
-                while emitted in results:
-                    result = results.pop(emitted)
-                    emitted += 1
-                    owed = stalls
-                    unreleased += 1
-                    yield from handle(result)
-            else:
-                for index in list(results):
-                    result = results.pop(index)
-                    emitted += 1
-                    owed = stalls
-                    unreleased += 1
-                    yield from handle(result)
-            # the reader's slots go back in batches (one wake-up of it per batch), at once when it is needed
-            if unreleased and (unreleased >= refill or len(inbox.items) <= 1):
-                inbox.slots.release(unreleased)
-                unreleased = 0
-            if inbox.ended and emitted >= inbox.total and not inbox.items:
+            # hand out what is done, in order (the reader's slots go back in batches)
+            for result in inbox.ready():
+                yield from handle(result)
+            if inbox.finished():
                 break
             # set before looking: the reader then wakes us after its next sample
             inbox.waiting = inflight < parallel or not prepared
             if inbox.items and inflight < parallel or failed:
                 inbox.waiting = False
                 continue
-            timeout = None
-            if stalls:
-                # flush what was handed out, at most every STALL_GAP (one write per sample
-                # costs); and every ALIVE_GAP anyway: the hook raises once the reader has gone
-                now = time.monotonic()
-                gap = STALL_GAP if owed else ALIVE_GAP
-                if now - stalled_at >= gap:
-                    on_stall()
-                    stalled_at, owed, gap = now, False, ALIVE_GAP
-                timeout = max(0.0, stalled_at + gap - now)
+            # flush what was handed out, at most every STALL_GAP (one write per sample
+            # costs); and every ALIVE_GAP anyway: the hook raises once the reader has gone
+            timeout = inbox.pace()
             if runner.timeout is not None and inflight:
                 now = time.monotonic()
                 timeout = min(runner.timeout, runner.timeout if timeout is None else timeout)  # one being started has a later deadline
@@ -324,8 +234,7 @@ def spawn_loop(samples, runner, parallel, window, ordered, handle, on_stall=None
                 end(job)
             while exited:
                 end(exited.popleft())
-        if inbox.error is not None:
-            raise inbox.error
+        inbox.check()
     finally:
         if os.getpid() != me:  # a copy in a forked child: the commands and directories are the parent's
             return

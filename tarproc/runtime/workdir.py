@@ -61,7 +61,7 @@ def _unlink(parent, name):
         return False
 
 
-def _remove_entry(top, name):
+def remove_entry(top, name):
     """Remove ``name`` in the directory ``top`` (a descriptor) and, if it is
     a directory, everything under it: iteratively, through descriptors,
     never following a symbolic link (a link is removed, not its target).
@@ -121,7 +121,7 @@ def _clear_dir(top, name, fd, names=None):
     """Remove directory ``name`` in ``top``, held open as ``fd`` (``names``:
     its entries, when just listed): the usual case (a few files) in a few
     calls; anything else (a subdirectory, a directory that was replaced or
-    has new entries) through :func:`_remove_entry`."""
+    has new entries) through :func:`remove_entry`."""
     try:
         for child in os.listdir(fd) if names is None else names:
             os.unlink(child, dir_fd=fd)
@@ -129,10 +129,10 @@ def _clear_dir(top, name, fd, names=None):
         return
     except OSError:
         pass
-    _remove_entry(top, name)
+    remove_entry(top, name)
 
 
-def _remove_root(path, fd):
+def remove_root(path, fd):
     """Empty the run directory held by ``fd`` and remove it, but only if
     ``path`` still names that directory (a command may have replaced it)."""
     try:
@@ -140,7 +140,7 @@ def _remove_root(path, fd):
     except OSError:
         names = []
     for name in names:
-        _remove_entry(fd, name)
+        remove_entry(fd, name)
     try:
         st, held = os.lstat(path), os.fstat(fd)
         if (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino):
@@ -195,7 +195,7 @@ class Remover:
                 for name, fd, names in batch:
                     try:
                         _clear_dir(self.top, name, fd, names)
-                    except Exception:  # noqa: BLE001 - left for _remove_root
+                    except Exception:  # noqa: BLE001 - left for remove_root
                         pass
                     finally:
                         os.close(fd)
@@ -213,7 +213,7 @@ class Remover:
             for name, fd, names in self.batch:
                 try:
                     _clear_dir(self.top, name, fd, names)
-                except Exception:  # noqa: BLE001 - left for _remove_root
+                except Exception:  # noqa: BLE001 - left for remove_root
                     pass
             self.batch, self.thread = [], False
             return

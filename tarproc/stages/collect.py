@@ -32,7 +32,7 @@ def _scan(dfd):
         return list(it)
 
 
-def _entries(dfd):
+def dir_entries(dfd):
     """``(name, is_real_directory)`` of a directory given by descriptor."""
     with os.scandir(dfd) as it:
         for entry in it:
@@ -43,10 +43,10 @@ def _entries(dfd):
 
 
 #: ``CLOCK_REALTIME_COARSE``: the clock the kernel stamps inode times from.
-_COARSE = getattr(time, "CLOCK_REALTIME_COARSE", 5 if sys.platform.startswith("linux") else None)
+COARSE = getattr(time, "CLOCK_REALTIME_COARSE", 5 if sys.platform.startswith("linux") else None)
 
 
-def _settled(ctime_ns):
+def settled(ctime_ns):
     """The coarse clock reading (ns) from which any change to a file gets a
     later change time than ``ctime_ns``.  A file system stamps times in steps
     of a power of ten ns (1 ns ext4, xfs, tmpfs; 1 s ext3; 2 s FAT, ...), so
@@ -63,7 +63,7 @@ def _settled(ctime_ns):
 ADOPT_MAX = 32
 
 
-class _Quota:
+class Quota:
     """What one sample's outputs (all its subdirectories) may hold: bytes in
     memory up to the sample budget, large files as blobs of their own up to
     :data:`ADOPT_MAX`; the rest go into one shared spool file."""
@@ -92,7 +92,7 @@ class _Quota:
         return self.pack.add(fd, size)
 
 
-def _read_files(dfd, prefix, spooler=None, names=None, written=None, quota=None):
+def read_files(dfd, prefix, spooler=None, names=None, written=None, quota=None):
     """``{suffix: bytes}`` of the regular files named ``prefix + suffix`` in a
     directory; ``(files, problem)``; ``names`` gets every entry's name.  Files of ``spooler.threshold`` bytes
     or more become blobs (hard-linked into a spool file when possible).  A symlink is a problem (the other files
@@ -104,7 +104,7 @@ def _read_files(dfd, prefix, spooler=None, names=None, written=None, quota=None)
     one the kernel stamps inode times with), in a directory whose entries
     the command did not change (its change time is older).  A regular file
     of that size whose change time is older than ``started`` by two stamp
-    steps (:func:`_settled`) still holds those bytes, since any write,
+    steps (:func:`settled`) still holds those bytes, since any write,
     truncation or chmod sets the change time, which no process can set back,
     so it is not read again: one ``lstat`` instead of open, fstat, read,
     close.  (This assumes the real-time clock is not stepped back while the
@@ -115,7 +115,7 @@ def _read_files(dfd, prefix, spooler=None, names=None, written=None, quota=None)
     files = {}
     problem = None
     if quota is None and spooler is not None:
-        quota = _Quota(spooler)
+        quota = Quota(spooler)
     entries = _scan(dfd)
     if names is not None:
         names.extend(e.name for e in entries)
@@ -133,7 +133,7 @@ def _read_files(dfd, prefix, spooler=None, names=None, written=None, quota=None)
                 if was is not None:
                     st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
                     if stat.S_ISREG(st.st_mode) and st.st_size == len(was) \
-                            and _settled(st.st_ctime_ns) <= written[1]:
+                            and settled(st.st_ctime_ns) <= written[1]:
                         files[name[len(prefix):]] = was
                         continue
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dfd)

@@ -53,12 +53,14 @@ from ..errors import UsageError, describe_exit
 from ..core.blob import Blob, Spooler
 from ..core.limits import quote
 from ..core.rules import bad_field_name, bad_key, is_extra_meta, is_meta
-from ..runtime.engine import _Result, _check_mode, _handler, _stderr_echo, _stderr_report, default_parallel
+from ..runtime.engine import Result as _Result, check_mode as _check_mode, default_parallel, handler as _handler, \
+    stderr_echo as _stderr_echo, stderr_report as _stderr_report
 from ..runtime.capture import Capture
 from ..runtime.procs import close_at_exit
 from ..runtime.spawn import Spawner, spawn_loop
-from .collect import _COARSE, _Quota, _entries, _read_files, _settled
-from ..runtime.workdir import Remover, _remove_entry, _remove_root
+from .collect import COARSE as _COARSE, Quota as _Quota, dir_entries as _entries, read_files as _read_files, \
+    settled as _settled
+from ..runtime.workdir import Remover, remove_entry as _remove_entry, remove_root as _remove_root
 
 
 class CommandRunner:

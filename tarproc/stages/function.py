@@ -17,13 +17,14 @@ of output, and counted in ``stats.failed``.
 """
 
 import os
+import struct
 import sys
 import threading
 
 from ..errors import SampleFailed, UsageError
 from ..core.blob import Blob
 from ..core.rules import bad_field_name, is_meta
-from ..runtime.engine import _Result, _check_mode, _engine, _handler, _stderr_report, default_parallel
+from ..runtime.engine import Result, check_mode, default_parallel, handler, stderr_report
 
 
 def load_function(spec):
@@ -144,6 +145,64 @@ def user_traceback(e):
     return "".join(te.format()).encode("utf-8", "replace")
 
 
+#: Fields this large cross to the workers beside a batch's pickle, not
+#: copied into it: the message is written from the samples' own bytes.
+BESIDE = 8192
+_HEAD = struct.Struct("!II")
+
+
+def pack_batch(batch):
+    """A batch of samples as the buffers of one message (:func:`unpack_batch`
+    reads it): a pickle of the batch in which the large ``bytes`` fields of
+    plain ``dict`` samples are out-of-band buffers, followed by those
+    buffers themselves, so this process copies nothing it read.  (Looked
+    for when the batch's first sample has such a field: a batch of small
+    samples is pickled as it is, without a look at every field.)"""
+    import pickle
+
+    first = batch[0] if batch else None
+    if type(first) is not dict or not any(type(v) is bytes and len(v) >= BESIDE for v in first.values()):
+        head = pickle.dumps(batch, protocol=5)
+        return [_HEAD.pack(len(head), 0), head]
+    PB = pickle.PickleBuffer
+    shallow = []
+    for sample in batch:
+        if type(sample) is dict:
+            for v in sample.values():
+                if type(v) is bytes and len(v) >= BESIDE:
+                    sample = {k: PB(v) if type(v) is bytes and len(v) >= BESIDE else v for k, v in sample.items()}
+                    break
+        shallow.append(sample)
+    bufs = []
+    head = pickle.dumps(shallow, protocol=5, buffer_callback=bufs.append)
+    bufs = [b.raw() for b in bufs]
+    lengths = struct.pack(f"!{len(bufs)}Q", *map(len, bufs))
+    return [_HEAD.pack(len(head), len(bufs)) + lengths, head] + bufs
+
+
+def unpack_batch(blob):
+    """The samples of a message written by :func:`pack_batch` (a buffer)."""
+    import pickle
+
+    view = memoryview(blob)
+    size, n = _HEAD.unpack_from(view, 0)
+    at = _HEAD.size + 8 * n
+    lengths = struct.unpack_from(f"!{n}Q", view, _HEAD.size)
+    head = view[at : at + size]
+    at += size
+    bufs = []
+    for length in lengths:
+        bufs.append(view[at : at + length])
+        at += length
+    batch = pickle.loads(head, buffers=bufs)
+    if n:
+        for sample in batch:
+            if type(sample) is dict:
+                for k in [k for k, v in sample.items() if type(v) is memoryview]:
+                    sample[k] = bytes(sample[k])
+    return batch
+
+
 def _worker_setup(spec):
     """In a worker: the handler of pickled batches (see
     :class:`~tarproc.runtime.pool.TaskPool`); ``mark[slot]`` tells the pool
@@ -155,10 +214,11 @@ def _worker_setup(spec):
 
         spec = dill.loads(spec[1])
     fn = load_function(spec)
-    loads, dumps, proto = pickle.loads, pickle.dumps, pickle.HIGHEST_PROTOCOL
+    dumps, proto = pickle.dumps, pickle.HIGHEST_PROTOCOL
 
     def handle(blob, mark, slot):
-        batch = loads(blob)
+        batch = unpack_batch(blob)
+        del blob
         results = []
         for i, sample in enumerate(batch):
             mark[slot] = i
@@ -200,7 +260,7 @@ def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=T
             load_function(fn)
         fn = _BytesFields(fn)
 
-    _check_mode(error_handling)
+    check_mode(error_handling)
     from ..runtime.pool import get_context, in_daemon
 
     if parallel is None and in_daemon():
@@ -217,7 +277,7 @@ def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=T
         get_context(start_method)  # a clear message for a bad name, here
     if not callable(fn):
         load_function(fn)  # fail early, with a clear message, in this process
-    on_error = on_error or _stderr_report(prog)
+    on_error = on_error or stderr_report(prog)
     if parallel == 1 and in_daemon():
         return _run_inline(samples, fn, error_handling, stats, on_error)
     from ..runtime.procs import close_at_exit
@@ -231,17 +291,17 @@ def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=T
 def _run_inline(samples, fn, error_handling, stats, on_error):
     """``map_function`` in this process (no worker)."""
     fn = load_function(fn)
-    per_sample = _handler(error_handling, stats, on_error, None, True)
+    per_sample = handler(error_handling, stats, on_error, None, True)
     for sample in samples:
         item = _apply(fn, sample)
         if item[2] is None:
             if item[1]:
                 yield from item[1]
             else:
-                yield from per_sample(_Result(item[0], item[1]))
+                yield from per_sample(Result(item[0], item[1]))
         else:
             kept = [sample] if error_handling == "ignore" else []
-            yield from per_sample(_Result(item[0], kept, error=f"function raised {item[2]}", log=item[3]))
+            yield from per_sample(Result(item[0], kept, error=f"function raised {item[2]}", log=item[3]))
 
 
 def _submit(pool, batch, finish):
@@ -275,86 +335,67 @@ def _submit(pool, batch, finish):
         else:
             finish((batch, data, exc))
 
-    pool.send(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL), reply)
+    pool.send(pack_batch(batch), reply)
 
 
 class _Batcher:
-    """Groups samples into batches in the reader thread (:meth:`group` is
-    what the engine reads, one item per batch, so the engine's per-item work
-    is per batch) and sends them pickled.  A partial batch is sent when the
-    input is about to block (a stall hook), so a slow input still streams.
-    ``acquire()`` is called before a batch is started (it bounds the batches
-    in flight)."""
+    """Groups samples into batches in the window's reading thread (one
+    window item per batch, so the per-item work is per batch) and sends them
+    pickled.  A partial batch is sent when the input is about to block (a
+    stall hook), so a slow input still streams.  A window slot is taken
+    before a batch's first sample is read (it bounds the batches in
+    flight)."""
 
-    def __init__(self, pool, size, acquire):
+    def __init__(self, pool, size, window):
         self.pool = pool
         self.size = size
-        self.acquire = acquire
+        self.window = window
         self.buf = []
-        self.done = None
         self.thread = None
-        self.n = 0
 
-    def group(self, samples):
-        self.thread = threading.get_ident()
-        yield []  # the engine hands over its ``done`` with the first item
-        # batches grow 1, 2, 4, ... up to ``size``: the first results come out
-        # after one sample's work, not a whole batch's, so output starts at once
-        # and a reader that leaves early (``| head``) is noticed early
-        size = 1
-        full = self.size
-        acquire = self.acquire
-        for sample in samples:
-            buf = self.buf
-            if not buf:
-                acquire()
-            buf.append(sample)
-            if len(buf) >= size:
-                self.buf = []
-                size = min(2 * size, full)
-                yield buf
+    def feed(self, samples):
+        """The window's reading: ``window.start(feed=batcher.feed(samples))``."""
 
-    def submit(self, index, batch, done):
-        self.done = done
-        if batch:
-            self._send(batch)
+        def feed(window):
+            self.thread = threading.get_ident()
+            # batches grow 1, 2, 4, ... up to ``size``: the first results come out
+            # after one sample's work, not a whole batch's, so output starts at once
+            # and a reader that leaves early (``| head``) is noticed early
+            size = 1
+            full = self.size
+            for sample in samples:
+                buf = self.buf
+                if not buf:
+                    window.acquire()
+                buf.append(sample)
+                if len(buf) >= size:
+                    self.buf = []
+                    size = min(2 * size, full)
+                    window.add(buf)
+            self.flush()
+
+        return feed
+
+    def submit(self, index, batch):
+        """The window's ``on_item``: send the batch; its results come back
+        into the window as item ``index``."""
+        put = self.window.put
+        _submit(self.pool, batch, lambda payload: put(index, payload))
 
     def flush(self):
-        if not self.buf or self.done is None or threading.get_ident() != self.thread:
+        """The stall hook: the partial batch goes now (in the reading thread only)."""
+        if not self.buf or threading.get_ident() != self.thread:
             return
         batch, self.buf = self.buf, []
-        self._send(batch)
-
-    def _send(self, batch):
-        index = self.n
-        self.n += 1
-        done = self.done
-        _submit(self.pool, batch, lambda payload: done(index, payload))
-
-    def finish(self, n_items):
-        self.flush()
-        return self.n
+        self.window.add(batch)
 
 
 def _run_function(samples, fn, parallel, error_handling, ordered, batch, stats, on_error, start_method, stall,
                   timeout=None):
     import pickle
 
-    from ..runtime.pool import TaskPool
-
-    # Batches in flight: enough to keep every worker busy, few enough that
-    # memory stays bounded.
-    window = 2 * parallel + 2
-    slots = threading.Semaphore(window)
-    closing = [False]
-
-    def acquire():
-        if not slots.acquire(blocking=False):
-            while not slots.acquire(timeout=1.0):
-                if closing[0]:
-                    raise SampleFailed("stopped")
-
-    from ..runtime.pool import get_context
+    from ..runtime.pool import TaskPool, get_context
+    from ..runtime.window import Window
 
     spec = fn
     if callable(fn) and get_context(start_method).get_start_method() != "fork":
@@ -365,14 +406,14 @@ def _run_function(samples, fn, parallel, error_handling, ordered, batch, stats, 
         spec = ("dill", dill.dumps(fn, recurse=True))
     pool = TaskPool(parallel, _worker_setup, (spec,), start_method=start_method, name="tarproc-map",
                     timeout=timeout)
-    batcher = _Batcher(pool, batch, acquire)
+    # Batches in flight: enough to keep every worker busy, few enough that
+    # memory stays bounded.
+    window = Window(2 * parallel + 2, ordered, on_stall=stall)
+    batcher = _Batcher(pool, batch, window)
     hook = batcher.flush
-    if stall is not None:
-        stall.add(hook, first=True)
-    per_sample = _handler(error_handling, stats, on_error, None, True)
+    per_sample = handler(error_handling, stats, on_error, None, True)
 
     def handle(payload):
-        slots.release()
         inputs, reply, exc = payload
         if exc is not None:
             raise SampleFailed(f"worker process failed: {exc}")
@@ -382,19 +423,21 @@ def _run_function(samples, fn, parallel, error_handling, ordered, batch, stats, 
                 if outputs:  # the common case, without the per-sample handler
                     yield from outputs
                 else:
-                    yield from per_sample(_Result(key, outputs))
+                    yield from per_sample(Result(key, outputs))
             elif len(item) > 4:  # the worker died on this sample
                 kept = [sample] if error_handling == "ignore" else []
-                yield from per_sample(_Result(key, kept, error=error))
+                yield from per_sample(Result(key, kept, error=error))
             else:
                 kept = [sample] if error_handling == "ignore" else []
-                yield from per_sample(_Result(key, kept, error=f"function raised {error}", log=item[3]))
+                yield from per_sample(Result(key, kept, error=f"function raised {error}", log=item[3]))
 
     try:
-        yield from _engine(batcher.group(samples), batcher.submit, 1 << 30, ordered, handle, on_stall=stall,
-                           finish=batcher.finish)
+        if stall is not None:
+            stall.add(hook, first=True)
+        window.start(feed=batcher.feed(samples), on_item=batcher.submit)
+        yield from window.results(handle)
     finally:
-        closing[0] = True
+        window.close()
         if stall is not None:
             stall.remove(hook)
         pool.close()
