@@ -220,3 +220,22 @@ def test_head_ends_quietly_and_directories_are_removed(sh, tmp_path):
     got = samples_of(p.stdout)
     assert len(got) == 60 and "r" in got["k00049"] and "r" not in got["k00048"]
     assert os.listdir(tmp_path / "w") == []
+
+
+def test_a_cut_input_gives_the_samples_before_it_then_exit_2(sh, tmp_path):
+    data = tar_bytes([(f"k{i:04d}.txt", b"x" * 100) for i in range(200)])
+    write(tmp_path, "cut.tar", data[:150 * 1024 + 300])  # inside the 151st header
+    one = sh("tarproc -c true cut.tar", ok=False)
+    batch = sh("tarproc --per-command 40 -c true cut.tar", ok=False)
+    assert one.returncode == batch.returncode == 2
+    # (the sample before the cut may have more members: it is not complete)
+    assert batch.stdout == one.stdout and len(samples_of(batch.stdout)) == 149  # the partial batch is run
+    assert batch.stderr == one.stderr and len(batch.stderr.splitlines()) == 1
+
+
+def test_base_name_and_a_pipe_from_gnu_tar(sh, tmp_path):
+    gnu_tar_shard(tmp_path, "gnu.tar", [(f"k{i}.{f}", b"%d" % i) for i in range(4) for f in ("txt", "cls")])
+    out = samples_of(sh("cat gnu.tar | tarproc -b img --per-command 3 -c 'mv img-000001.txt img-000001.t2 2>/dev/null; "
+                        "cat img-000000.__key__ > img-000000.k' | tarcat").stdout)
+    assert list(out) == ["k0", "k1", "k2", "k3"]
+    assert out["k1"] == {"cls": b"1", "t2": b"1"} and out["k0"]["k"] == b"k0" and out["k3"]["k"] == b"k3"
