@@ -146,8 +146,10 @@ def test_failed_batch_ignore_and_abort(sh, tmp_path):
     assert list(out) == [f"k{i}" for i in range(7)]
     assert out["k3"]["out"] == b"made\n" and "out" not in out["k4"]  # what each produced
     assert p.stderr.decode().count("(failed: kept what it produced)") == 3
-    p = sh(f"tarproc -e abort --failed-keys failed.txt {cmd}", ok=False)
+    (tmp_path / "w").mkdir()
+    p = sh(f"tarproc -w w -e abort --failed-keys failed.txt {cmd}", ok=False)
     assert p.returncode == 1
+    assert os.listdir(tmp_path / "w") == []  # every directory removed
     assert list(samples_of(p.stdout)) == ["k0", "k1", "k2"]
     assert "tarproc: sample 'k3': command failed with exit status 3" in p.stderr.decode()
     assert "'k4'" not in p.stderr.decode()
@@ -162,6 +164,16 @@ def test_a_symlink_fails_only_its_sample(sh, tmp_path):
     assert list(samples_of(p.stdout)) == ["k0", "k2"]
     assert (tmp_path / "failed.txt").read_bytes() == b"k1\n"
     assert "sample 'k1': sample-000001.pw is a symbolic link: refused" in p.stderr.decode()
+
+
+def test_a_key_with_a_newline_fails_only_its_sample(sh, tmp_path):
+    # keys from member names have no control characters (the reader refuses them); a command can try
+    write(tmp_path, "in.tar", tar_bytes([(f"k{i}.txt", b"%d" % i) for i in range(3)]))
+    p = sh("tarproc --per-command 3 -c \"printf 'a\\nb' > sample-000001.__key__\" in.tar", ok=False)
+    assert p.returncode == 1
+    assert list(samples_of(p.stdout)) == ["k0", "k2"]
+    assert "sample 'k1': output unsafe key: 'a\\nb' has control characters (failed: not written)" \
+        in p.stderr.decode()
 
 
 def test_timeout_and_command_not_found(sh, tmp_path):
