@@ -251,3 +251,11 @@ def test_base_name_and_a_pipe_from_gnu_tar(sh, tmp_path):
                         "cat img-000000.__key__ > img-000000.k' | tarcat").stdout)
     assert list(out) == ["k0", "k1", "k2", "k3"]
     assert out["k1"] == {"cls": b"1", "t2": b"1"} and out["k0"]["k"] == b"k0" and out["k3"]["k"] == b"k3"
+
+
+def test_a_successful_command_output_goes_to_stderr_once(sh, tmp_path):
+    write(tmp_path, "in.tar", tar_bytes([(f"k{i}.txt", b"%d" % i) for i in range(7)]))
+    p = sh("tarproc -p 2 --per-command 3 -c 'echo $(cat *.__key__)' in.tar", stderr_ok=True)
+    assert p.stderr == b"k0k1k2\nk3k4k5\nk6\n"  # once a command, in input order (keys without newlines)
+    assert list(samples_of(p.stdout)) == [f"k{i}" for i in range(7)]
+    assert sh("tarproc -q -p 2 --per-command 3 -c 'echo $(cat *.__key__)' in.tar").stderr == b""
