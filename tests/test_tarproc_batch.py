@@ -259,3 +259,29 @@ def test_a_successful_command_output_goes_to_stderr_once(sh, tmp_path):
     assert p.stderr == b"k0k1k2\nk3k4k5\nk6\n"  # once a command, in input order (keys without newlines)
     assert list(samples_of(p.stdout)) == [f"k{i}" for i in range(7)]
     assert sh("tarproc -q -p 2 --per-command 3 -c 'echo $(cat *.__key__)' in.tar").stderr == b""
+
+
+def test_python_api_per_command(tmp_path):
+    import threading
+
+    import pytest
+
+    from tarproc import map_command
+    from tarproc.errors import UsageError
+
+    samples = [{"__key__": f"k{i}", "txt": b"%d" % i} for i in range(5)]
+    got = []
+
+    def run():  # from a thread, as the API allows
+        got.extend(map_command(iter(samples), "for f in *.txt; do cat \"$f\" \"$f\" > \"${f%.txt}.two\"; done",
+                               parallel=2, per_command=2, workdir=str(tmp_path), quiet=True))
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(60)
+    assert [s["__key__"] for s in got] == [f"k{i}" for i in range(5)]
+    assert [s["two"] for s in got] == [b"%d%d" % (i, i) for i in range(5)]
+    assert os.listdir(tmp_path) == []
+    for kw in ({"multi": True}, {"subdirs": True}, {"add_log": "log"}, {"per_command": 0}):
+        with pytest.raises(UsageError):
+            list(map_command(iter(samples), "true", 1, **dict({"per_command": 2}, **kw)))
