@@ -20,7 +20,10 @@ content of ``sample.__key__``); symbolic links are refused and never
 followed, FIFOs and other special files are ignored.  With ``subdirs`` every
 subdirectory becomes a sample (key from its ``sample.__key__`` or
 ``KEY/NAME``); with ``multi`` files ``sample-N.*`` become samples with key
-``KEY-N``.  Small input files the command left alone are not read back (see
+``KEY-N``.  With ``per_command=N`` one command gets up to N consecutive
+samples, the ``i``-th one's files named ``sample-<i>.*`` in one directory,
+and each sample's outputs are collected back into it (see
+:meth:`CommandRunner._prepare_batch`).  Small input files the command left alone are not read back (see
 :func:`_read_files`).  A sample's directory is removed once its outputs are
 collected, by a thread (:class:`~tarproc.runtime.workdir.Remover`), and
 everything is gone when the iterator is closed (Ctrl-C, SIGTERM, an error),
