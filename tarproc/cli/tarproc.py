@@ -12,6 +12,7 @@ from .base import (replaced, BlobThreshold, TmpDir, spooler_of, Args, FileList, 
 
 EXAMPLES = """
 tarproc -p 5 -c 'gm mogrify -resize 256x256 *.jpg' small.tar > out.tar
+tarproc -p 2 --per-command 50 -c 'gm mogrify -resize 128x96 *.jpg' in.tar > out.tar  # one gm per 50 samples
 gsutil cat gs://b/scans-0042.tar | tarproc -p 16 -c 'run-ocr *.png' -o gs://b/ocr-0042.tar
 tarproc -c 'cp sample.txt sample.x.txt' data.tar -o out.tar   # add a field
 tarproc -c 'rm sample.png' data.tar > nopng.tar                 # drop a field
@@ -89,6 +90,11 @@ def tarproc_command(
     keepdir: Annotated[bool, opt("--keepdir", help="keep the working directories (for debugging)")] = False,
     batch: Annotated[int, opt("--batch", metavar="N", parser=positive(),
                      help="--map: samples sent to a worker at once (default: 32)")] = 32,
+    per_command: Annotated[int, opt("--per-command", metavar="N", parser=positive(),
+                           help="-c/-s: give one command up to N samples, the i-th sample's fields as "
+                                "sample-<i>.FIELD (i in six digits) in one directory; its files sample-<i>.* "
+                                "are collected back into sample i; a failed command fails all its samples "
+                                "(default: 1)")] = 1,
     start_method: StartMethod = None,
     map_blobs: Annotated[Literal["bytes", "blob"], opt("--map-blobs", metavar="bytes|blob",
                          help="--map: give large fields (docs/blobs.md) to the function as bytes "
@@ -135,7 +141,8 @@ def main(args, prog="tarproc"):
                          + (f" (got {' and '.join(chosen)})" if chosen else ""))
     if args.map is not None:
         for flag, bad in (("-S", args.subdirs), ("-m", args.multi),
-                          ("--add-log", args.add_log is not None), ("--keepdir", args.keepdir)):
+                          ("--add-log", args.add_log is not None), ("--keepdir", args.keepdir),
+                          ("--per-command", args.per_command != 1)):
             if bad:
                 raise UsageError(f"{flag} applies to commands, not to --map")
     parallel = args.parallel or default_parallel()
@@ -203,7 +210,7 @@ def main(args, prog="tarproc"):
                            multi=args.multi, ordered=not args.unordered, timeout=args.timeout,
                            workdir=args.workdir, keepdir=args.keepdir, add_log=args.add_log,
                            stats=stats, on_error=report, quiet=args.quiet, prog=prog,
-                           stall=rep.stall, spooler=spooler_of(args))
+                           stall=rep.stall, spooler=spooler_of(args), per_command=args.per_command)
 
     if args.output != "-":
         results = transformed()  # a usage error before the output file is made

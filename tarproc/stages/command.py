@@ -20,7 +20,10 @@ content of ``sample.__key__``); symbolic links are refused and never
 followed, FIFOs and other special files are ignored.  With ``subdirs`` every
 subdirectory becomes a sample (key from its ``sample.__key__`` or
 ``KEY/NAME``); with ``multi`` files ``sample-N.*`` become samples with key
-``KEY-N``.  Small input files the command left alone are not read back (see
+``KEY-N``.  With ``per_command=N`` one command gets up to N consecutive
+samples, the ``i``-th one's files named ``sample-<i>.*`` in one directory,
+and each sample's outputs are collected back into it (see
+:meth:`CommandRunner._prepare_batch`).  Small input files the command left alone are not read back (see
 :func:`_read_files`).  A sample's directory is removed once its outputs are
 collected, by a thread (:class:`~tarproc.runtime.workdir.Remover`), and
 everything is gone when the iterator is closed (Ctrl-C, SIGTERM, an error),
@@ -70,7 +73,8 @@ class CommandRunner:
     remove the directory).  ``close()`` removes the run directory."""
 
     def __init__(self, command=None, script=None, interpreter="bash", base="sample", subdirs=False,
-                 multi=False, timeout=None, workdir=None, keepdir=False, add_log=None, spooler=None):
+                 multi=False, timeout=None, workdir=None, keepdir=False, add_log=None, spooler=None,
+                 per_command=1):
         import tempfile
 
         if (command is None) == (script is None):
@@ -83,6 +87,7 @@ class CommandRunner:
             raise UsageError("subdirectories (-S) and multiple outputs (-m) cannot be combined")
         if timeout is not None and timeout <= 0:
             raise UsageError("the timeout must be > 0 seconds")
+        _check_per_command(per_command, subdirs, multi, add_log)
         if script is not None:
             if not os.path.isfile(script):
                 raise UsageError(f"script {script!r} not found")
@@ -97,6 +102,7 @@ class CommandRunner:
         if "\0" in "".join(self.argv):
             raise UsageError("the command contains a NUL byte")
         self.base = base
+        self.per_command = per_command  # samples in one command's directory (see _prepare_batch)
         self.subdirs = subdirs
         self.multi = multi
         self.timeout = timeout
@@ -137,7 +143,10 @@ class CommandRunner:
     # -- one sample: prepare (directory, fields), spawn, finish (collect, clean up)
 
     def prepare(self, index, sample):
-        """A :class:`_Job` ready to start, or a failed :class:`_Result`."""
+        """A :class:`_Job` ready to start, or a failed :class:`_Result`
+        (with ``per_command`` > 1, ``sample`` is a list: :meth:`_prepare_batch`)."""
+        if self.per_command > 1:
+            return self._prepare_batch(index, sample)
         if not isinstance(sample, dict):
             return _Result(None, error=f"a sample is a dict, not {type(sample).__name__}")
         key = sample.get("__key__")
@@ -146,7 +155,9 @@ class CommandRunner:
         job = _Job(index, key, sample)
         try:
             job.name, job.dfd, job.log = self._slot(index)
-            why = self._write_fields(job.dfd, sample, None if self.subdirs or self.multi else job)
+            written = None if self.subdirs or self.multi or _COARSE is None else {}
+            why = self._write_fields(job.dfd, sample, written)
+            job.written = written
         except OSError as e:
             why = f"working directory: {e.strerror or e}"
         if why:
@@ -177,6 +188,8 @@ class CommandRunner:
     def finish(self, job, status):
         """The result of a job whose command has exited with ``status`` (or
         ``"timeout"``, ``"closed"``, an error message); removes its directory."""
+        if job.batch is not None:
+            return self._finish_batch(job, status)
         key, log = job.key, job.log
         try:
             log.finish()
@@ -215,6 +228,150 @@ class CommandRunner:
             return _Result(key, error=f"working directory: {e.strerror or e}")
         finally:
             self.discard(job)
+
+    # -- several samples in one command's directory (per_command > 1)
+
+    def _prepare_batch(self, index, batch):
+        """One job for a list of samples: the ``i``-th sample's fields are
+        written as ``BASE-<i>.FIELD`` (``i`` in six digits) in one directory.
+        A sample that cannot be written fails alone (its files are removed);
+        a :class:`_Batch` of failures when none can."""
+        job = _Job(index, None, None)
+        entries = []  # per position: the sample (to run), or its failed _Result
+        try:
+            job.name, job.dfd, job.log = self._slot(index)
+        except OSError as e:
+            why = f"working directory: {e.strerror or e}"
+            return _Batch([_Result(s.get("__key__") if isinstance(s, dict) else None, error=why) for s in batch])
+        written = {} if _COARSE is not None else None
+        for i, sample in enumerate(batch):
+            if not isinstance(sample, dict):
+                entries.append(_Result(None, error=f"a sample is a dict, not {type(sample).__name__}"))
+                continue
+            key = sample.get("__key__")
+            if not isinstance(key, str) or not key:
+                entries.append(_Result(key, error="sample has no __key__"))
+                continue
+            made = []
+            try:
+                why = self._write_fields(job.dfd, sample, written, f"{self.base}-{i:06d}", made)
+            except OSError as e:
+                why = f"working directory: {e.strerror or e}"
+            if why:
+                for name in made:  # the command does not see a half-written sample
+                    try:
+                        os.unlink(name, dir_fd=job.dfd)
+                    except OSError:
+                        pass
+                    if written is not None:
+                        written.pop(name, None)
+                entries.append(_Result(key, error=why))
+                continue
+            entries.append(sample)
+        job.batch = entries
+        job.key = _Keys(e["__key__"] if isinstance(e, dict) else e.key for e in entries)
+        job.written = written
+        if not any(isinstance(e, dict) for e in entries):
+            self.discard(job)
+            return _Batch(entries)
+        return job
+
+    def _finish_batch(self, job, status):
+        """The per-sample results of a batch job (see :meth:`finish`)."""
+        log, entries = job.log, job.batch
+        runs = [e["__key__"] for e in entries if isinstance(e, dict)]
+        where = f"one command for {len(runs)} samples, {quote(runs[0])} to {quote(runs[-1])}" \
+            if len(runs) > 1 else "one command for this sample"
+        first = True  # the command's output goes with the first failure's report
+
+        def failed(key, outputs, why):
+            nonlocal first
+            tail, first = (log.tail() if first else b""), False
+            return _Result(key, outputs, error=why, log=tail)
+
+        try:
+            log.finish()
+            if isinstance(status, str):
+                why = "stopped" if status == "closed" else status if status != "timeout" \
+                    else f"timed out after {self.timeout:g} s (process group killed)"
+                return _Batch([failed(e["__key__"], (), f"{why} ({where})") if isinstance(e, dict) else e
+                               for e in entries])
+            written = None
+            if job.written and status == 0 and _settled(os.fstat(job.dfd).st_ctime_ns) <= job.started \
+                    <= time.clock_gettime_ns(_COARSE):
+                written = (job.written, job.started)
+            collected = self._collect_batch(job, written)
+            results = []
+            if status == 127 and not self.any_ok:
+                last = log.tail().decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+                for e in entries:
+                    if not isinstance(e, dict):
+                        results.append(e)
+                        continue
+                    results.append(_Result(e["__key__"], error="command not found (exit status 127)"
+                                           + (": " + last[0][:300] if last[0] else ""), fatal=True))
+                    break  # (the run stops here)
+                return _Batch(results)
+            why = None if status == 0 else ("command " + ("failed with " if status > 0 else "")
+                                            + describe_exit(status) + f" ({where})")
+            if status == 0:
+                self.any_ok = True
+            for i, e in enumerate(entries):
+                if not isinstance(e, dict):
+                    results.append(e)
+                    continue
+                outputs, problem = collected.get(i, ([], None))
+                if problem or why:
+                    results.append(failed(e["__key__"], outputs, problem or why))
+                else:
+                    results.append(_Result(e["__key__"], outputs))
+            if status == 0 and self.keep_log and log.size():
+                for r in results:  # printed once, as the first written sample's is
+                    if r.error is None:
+                        r.log = log
+                        job.log = None  # the main loop copies and closes it
+                        break
+            return _Batch(results)
+        except OSError as e:
+            why = f"working directory: {e.strerror or e}"
+            return _Batch([_Result(e_["__key__"], error=why) if isinstance(e_, dict) else e_ for e_ in entries])
+        finally:
+            self.discard(job)
+
+    def _collect_batch(self, job, written):
+        """``{position: (outputs, problem)}`` of a finished batch: the regular
+        files ``BASE-<i>.FIELD`` for each position ``i`` run, read in one pass
+        over the directory and within one memory budget (see :class:`_Quota`);
+        other names are ignored."""
+        import stat
+
+        prefix = self.base + "-"
+        files, _ = _read_files(job.dfd, prefix, self.spooler, job.names, written)
+        n = len(job.batch)
+        per = {}
+        for name, data in files.items():
+            i = _position(name, n)
+            if i is not None:
+                per.setdefault(i, {})[name[7:]] = data
+        problems = {}
+        for name in job.names:  # a symbolic link fails its sample (never followed)
+            if name.startswith(prefix) and name[len(prefix):] not in files:
+                i = _position(name[len(prefix):], n)
+                if i is not None and i not in problems:
+                    try:
+                        if stat.S_ISLNK(os.lstat(name, dir_fd=job.dfd).st_mode):
+                            problems[i] = f"{name} is a symbolic link: refused"
+                    except OSError:
+                        pass
+        out = {}
+        for i, e in enumerate(job.batch):
+            if not isinstance(e, dict):
+                continue
+            meta = {k: v for k, v in e.items() if is_extra_meta(k)}
+            got = per.get(i)
+            outputs = [self._make_sample(got, e["__key__"], meta)] if got else []
+            out[i] = self._checked(outputs, problems.get(i))
+        return out
 
     def discard(self, job):
         """Close a job's descriptors and remove its directory."""
@@ -270,12 +427,13 @@ class CommandRunner:
         os.unlink(name, dir_fd=self.rootfd)
         return fd
 
-    def _write_fields(self, dfd, sample, job=None):
-        """Write a sample's fields as files in ``dfd``; with a ``job``, note
-        in ``job.written`` what each small file holds (see :func:`_read_files`)."""
+    def _write_fields(self, dfd, sample, written=None, stem=None, made=None):
+        """Write a sample's fields as files ``STEM.FIELD`` in ``dfd`` (``stem``
+        default: the base name); note in ``written`` (a dict) what each small
+        file holds (see :func:`_read_files`), and in ``made`` (a list) the
+        name of every file made."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
         names = self.names
-        written = {} if job is not None else None
         for field, value in sample.items():
             name = names.get(field)
             if name is None:
@@ -287,6 +445,10 @@ class CommandRunner:
                 if len(names) < 4096:  # (bounded: every sample may bring new field names)
                     names[field] = f"{self.base}.{field}"
                 name = f"{self.base}.{field}"
+            if stem is not None:
+                name = f"{stem}.{field}"
+            if made is not None:
+                made.append(name)
             if isinstance(value, str):
                 value = value.encode("utf-8", "surrogateescape")  # keys keep non-UTF-8 bytes
             elif type(value) is Blob:  # large: a hard link to its spool file, or a streamed copy
@@ -307,8 +469,6 @@ class CommandRunner:
                     written[name] = value
             finally:
                 os.close(fd)
-        if job is not None and _COARSE is not None:
-            job.written = written
         return None
 
     def _collect(self, dfd, key, sample, names=None, written=None):
@@ -352,6 +512,11 @@ class CommandRunner:
         else:
             files, problem = _read_files(dfd, self.base + ".", self.spooler, names, written)
             outputs = [self._make_sample(files, key, meta)] if files else []
+        return self._checked(outputs, problem)
+
+    def _checked(self, outputs, problem=None):
+        """``(outputs, problem)``, or ``([], why)`` when an output would not
+        read back (a bad key or field name, two with the same key)."""
         seen = set()
         for out in outputs:
             k = out["__key__"]
@@ -420,7 +585,7 @@ class _Job:
     """A sample's command: its directory (name, descriptor), log, process."""
 
     __slots__ = ("index", "key", "sample", "name", "dfd", "log", "handle", "pid", "pidfd", "deadline", "timed_out",
-                 "names", "written", "started")
+                 "names", "written", "started", "batch")
 
     def __init__(self, index, key, sample):
         self.index, self.key, self.sample = index, key, sample
@@ -429,17 +594,116 @@ class _Job:
         self.started = 0  # the coarse real-time clock (ns) just before the command started
         self.name = self.dfd = self.log = self.handle = self.pid = self.pidfd = self.deadline = None
         self.timed_out = False
+        self.batch = None  # several samples: per position, the sample or its failed _Result
 
 
 def _natural(s):
     return (0, int(s), s) if s.isdigit() else (1, 0, s)
 
 
+#: The largest ``per_command``: positions in a batch have six digits.
+PER_COMMAND_MAX = 100_000
+#: Large fields (blobs, each holding a descriptor) in one batch's input samples.
+BATCH_BLOBS = 8
+
+
+def _check_per_command(per_command, subdirs, multi, add_log):
+    if type(per_command) is not int or not 1 <= per_command <= PER_COMMAND_MAX:
+        raise UsageError(f"--per-command must be a whole number from 1 to {PER_COMMAND_MAX}, not {per_command!r}")
+    if per_command > 1:
+        for flag, bad in (("-S/--subdirs", subdirs), ("-m/--multi", multi), ("--add-log", add_log is not None)):
+            if bad:
+                raise UsageError(f"--per-command N (several samples in one directory) does not go with {flag}")
+
+
+def _position(name, n):
+    """The position ``i`` of ``"<i>.FIELD"`` (six ASCII digits, ``i < n``), or None."""
+    digits = name[:6]
+    if name[6:7] != "." or not (digits.isascii() and digits.isdigit()):
+        return None
+    i = int(digits)
+    return i if i < n else None
+
+
+class _Keys(tuple):
+    """The keys of a batch job's samples (its ``key``): a result the loop
+    makes for the whole job (it could not start) is one for each of them."""
+
+
+class _Batch:
+    """The results of a batch job, one per sample, in input order."""
+
+    __slots__ = ("results",)
+
+    def __init__(self, results):
+        self.results = results
+
+
+def _batches(samples, n, budget):
+    """Lists of up to ``n`` consecutive samples, cut earlier so that one
+    holds at most ``budget`` bytes in memory and :data:`BATCH_BLOBS` large
+    fields (a sample past either is alone in its list).  An error while
+    reading comes after the samples read before it."""
+    batch, size, blobs = [], 0, 0
+    try:
+        for sample in samples:
+            more = more_blobs = 0
+            if isinstance(sample, dict):
+                for value in sample.values():
+                    if type(value) is Blob:
+                        more_blobs += 1
+                    elif isinstance(value, (bytes, bytearray, memoryview, str)):
+                        more += len(value)
+            if batch and (size + more > budget or blobs + more_blobs > BATCH_BLOBS):
+                out, batch, size, blobs = batch, [], 0, 0
+                yield out
+            batch.append(sample)
+            size += more
+            blobs += more_blobs
+            if len(batch) >= n:
+                out, batch, size, blobs = batch, [], 0, 0
+                yield out
+    except GeneratorExit:
+        raise
+    except BaseException:
+        if batch:
+            out, batch = batch, []
+            yield out
+        raise
+    if batch:
+        yield batch
+
+
+def _batch_budget(spooler):
+    """Bytes of a batch's input samples held in memory: one sample's budget
+    (16 MiB when nothing is spooled)."""
+    from ..core.pack import sample_budget
+
+    budget = sample_budget(spooler)
+    return budget if budget != float("inf") else 16 << 20
+
+
+def _each_sample(handle):
+    """The loop's ``handle`` for batch jobs: their results sample by sample."""
+    def each(result):
+        if type(result) is _Batch:
+            for r in result.results:
+                yield from handle(r)
+        elif type(result.key) is _Keys:  # the whole job failed in the loop (it could not start)
+            for i, key in enumerate(result.key):
+                yield from handle(_Result(key, error=result.error, log=result.log if i == 0 else b"",
+                                          fatal=result.fatal))
+        else:
+            yield from handle(result)
+
+    return each
+
+
 
 def map_command(samples, command=None, parallel=None, *, script=None, interpreter="bash", base="sample",
                 error_handling="skip", subdirs=False, multi=False, ordered=True, timeout=None,
                 workdir=None, keepdir=False, add_log=None, stats=None, on_error=None, echo=None,
-                quiet=False, prog="tarproc", stall=None, spooler=None):
+                quiet=False, prog="tarproc", stall=None, spooler=None, per_command=1):
     """Run ``command`` (a shell command line, or ``script=FILE``) on every
     sample; yield the output samples (see the module documentation).
 
@@ -453,7 +717,15 @@ def map_command(samples, command=None, parallel=None, *, script=None, interprete
 
     A large field (:class:`~tarproc.core.blob.Blob`) is hard-linked (or
     streamed) into the working directory; output files of
-    ``spooler.threshold`` bytes or more come back as blobs."""
+    ``spooler.threshold`` bytes or more come back as blobs.
+
+    ``per_command=N`` gives one command up to N consecutive samples: the
+    ``i``-th sample's fields are ``BASE-<i>.FIELD`` (``i`` in six digits,
+    from ``000000``) and its key ``BASE-<i>.__key__``, all in one directory,
+    so that ``gm mogrify ... *.jpg`` starts once for N samples; the files
+    ``BASE-<i>.*`` left afterwards are sample ``i``'s outputs.  A command
+    that fails fails every sample it had (each reported, counted, and
+    listed on its own).  Not with ``subdirs``, ``multi`` or ``add_log``."""
     _check_mode(error_handling)
     parallel = parallel or default_parallel()
     if parallel < 1:
@@ -462,7 +734,7 @@ def map_command(samples, command=None, parallel=None, *, script=None, interprete
 
     parallel = fit_parallel(parallel)[0]  # (the soft open-file limit raised if need be)
     runner = CommandRunner(command, script, interpreter, base, subdirs, multi, timeout, workdir, keepdir, add_log,
-                           spooler)
+                           spooler, per_command)
     runner.keep_log = not (quiet or add_log is not None)
     gen = _run_commands(samples, runner, parallel, error_handling, ordered, stats,
                         on_error or _stderr_report(prog), _log_echo(echo), quiet or add_log is not None, stall)
@@ -496,6 +768,8 @@ def _run_commands(samples, runner, parallel, error_handling, ordered, stats, on_
     runner.start()
     try:
         handle = _handler(error_handling, stats, on_error, echo, quiet_log)
+        if runner.per_command > 1:  # the loop runs lists of samples, a job each
+            samples, handle = _batches(samples, runner.per_command, _batch_budget(runner.spooler)), _each_sample(handle)
         yield from spawn_loop(samples, runner, parallel, 2 * parallel + 2, ordered, handle, on_stall=stall)
     finally:
         try:
