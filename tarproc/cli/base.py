@@ -475,8 +475,11 @@ def run(prog, cmd, argv=None):
 
             traceback.print_exc()
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-        print(f"{prog}: {_clip(where + str(e.strerror or e))}", file=sys.stderr)
         code = EXIT_USAGE
+        if not where and _stdout_closed():  # a text command writing to a stdout closed at start
+            where, code = "stdout: write failed: ", 1
+            _drop_stdout()
+        print(f"{prog}: {_clip(where + str(e.strerror or e))}", file=sys.stderr)
     except Exception as e:  # a bug: still one line, traceback on request
         if debug:
             import traceback
@@ -489,6 +492,10 @@ def run(prog, cmd, argv=None):
         _flush_stdout()
     except BrokenPipeError:
         _quiet_sigpipe()
+    except TarprocError as e:  # (the error that stopped the command may have been this one, said already)
+        if code == 0:
+            print(f"{prog}: {_clip(str(e))}", file=sys.stderr)
+            code = e.exit_code
     sys.exit(code)
 
 
@@ -532,14 +539,46 @@ def _std_streams():
     if sys.stderr is None:
         sys.stderr = io.TextIOWrapper(open(2, "wb", buffering=0, closefd=False), encoding="utf-8",
                                       errors="backslashreplace", write_through=True)
+    # closed stdin or stdout: streams over the /dev/null held there, whose
+    # reads (stdin) and writes (stdout) fail with EBADF as on a closed
+    # descriptor, so a command says "stdout: Bad file descriptor" instead of
+    # an internal error on None
+    if sys.stdout is None:
+        sys.stdout = io.TextIOWrapper(open(1, "wb", closefd=False), encoding="utf-8", errors="strict")
+    if sys.stdin is None:
+        sys.stdin = io.TextIOWrapper(open(0, "rb", closefd=False), encoding="utf-8", errors="surrogateescape")
     escaping_stream(sys.stdout)
     escaping_stream(sys.stderr)
 
 
 def _flush_stdout():
-    if sys.stdout is not None:  # None: started with stdout closed
+    """Flush what is buffered for stdout; a write that fails (other than a
+    closed pipe: stdout closed at start, a full disk) is an
+    :class:`~tarproc.errors.OutputError` naming stdout, and what is left in
+    the buffer is dropped, so the exit cannot fail on it again."""
+    if sys.stdout is None:
+        return
+    try:
         sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        from ..errors import OutputError
 
+        _drop_stdout()
+        raise OutputError(f"stdout: write failed: {e.strerror or e}") from None
+
+
+
+def _stdout_closed():
+    """Whether stdout was closed at start (fd 1 holds /dev/null opened for
+    reading: :func:`~tarproc.cli.guards.hold_closed_std_fds`)."""
+    import fcntl
+
+    try:
+        return fcntl.fcntl(1, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY
+    except OSError:
+        return True
 
 
 def _drop_stdout():

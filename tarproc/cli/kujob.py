@@ -305,6 +305,14 @@ def main(args, command, prog="kujob"):
     njobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
     if njobs < 1:
         raise UsageError(f"bad --jobs {njobs}: must be at least 1")
+    from ..runtime.procs import fit_parallel
+
+    fitted, limit = fit_parallel(min(njobs, len(ids)))  # as tarproc -p: what the open-file limit allows
+    if fitted < min(njobs, len(ids)):
+        if not args.quiet:
+            print(f"{prog}: warning: -j {njobs} needs more open files than the limit of {limit} (ulimit -n) "
+                  f"allows: running {fitted} shard{'s' if fitted > 1 else ''} at once", file=sys.stderr)
+        njobs = fitted
     progress = Progress(prog, sys.stderr.isatty() if args.progress is None else args.progress)
 
     def status(message):
