@@ -299,7 +299,7 @@ def main(args, command, prog="kujob"):
         for n, shard_id in enumerate(ids):
             if args.done_if and jobs.is_done(args.done_if, shard_id):
                 continue
-            sys.stdout.write(" ".join(shlex.quote(a) for a in jobs.fill(command, shard_id)) + "\n")
+            sys.stdout.write(" ".join(_shell_word(a) for a in jobs.fill(command, shard_id)) + "\n")
         return 0
 
     njobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
@@ -379,6 +379,29 @@ def failed_key_lists(command, ids):
             lines.append(f"[{shard_id}] {n} failed key{'' if n == 1 else 's'} in {path} (rerun them with "
                          f"tarproc --keys {shlex.quote(path)})")
     return lines
+
+
+def _shell_word(arg):
+    """One argument of a --dry-run line, quoted for the shell: as
+    ``shlex.quote`` does, or in bash's ``$'...'`` form with escapes when it
+    holds characters a terminal acts on (escape sequences, bidi overrides):
+    the line still runs in bash, and shows no raw control."""
+    import shlex
+
+    from ..core.limits import UNSAFE
+
+    if not UNSAFE.search(arg) and "\n" not in arg and "\t" not in arg and "\r" not in arg:
+        return shlex.quote(arg)
+    out = []
+    for c in arg:
+        if c in "\\'":
+            out.append("\\" + c)
+        elif UNSAFE.match(c) or c in "\n\t\r":
+            o = ord(c)
+            out.append(f"\\x{o:02x}" if o < 0x100 else (f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"))
+        else:
+            out.append(c)
+    return "$'" + "".join(out) + "'"
 
 
 def entry():

@@ -98,7 +98,9 @@ def tarserve_command(
                     drain_timeout=drain_timeout, stall_timeout=stall_timeout, quiet=quiet)
     signal.signal(signal.SIGTERM, on_term)
     server.start()
-    print(f"tarserve: serving {prefix} on {server.url}", file=sys.stderr, flush=True)
+    from ..core.limits import safe_text
+
+    print(f"tarserve: serving {safe_text(prefix)} on {server.url}", file=sys.stderr, flush=True)
     try:
         server.wait()
     except (_Terminated, Terminated, KeyboardInterrupt):  # Terminated: SIGHUP (base.run's handler)

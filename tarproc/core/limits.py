@@ -263,12 +263,20 @@ def quote(name, limit=None):
     return repr(shorten(name, limit))
 
 
-#: ``scheme://user:password@`` in a URL (the password part optional).
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]+@")
-#: Query parameters of signed URLs that are secrets (S3/GCS signatures, tokens, keys).
-_SECRET_PARAMS = re.compile(r"(?i)([?&](?:x-amz-signature|x-amz-credential|x-amz-security-token|x-goog-signature|"
-                            r"x-goog-credential|signature|sig|token|access_token|key|apikey|api_key|password|"
-                            r"secret)=)[^&\s#]*")
+#: ``scheme://user:password@`` in a URL (the password part optional; up to
+#: the last ``@`` before the path, so a password holding an unencoded ``@``
+#: is hidden whole).
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s?#]+@")
+#: Query parameters that are secrets: the signatures, credentials and tokens
+#: of signed URLs (S3 ``X-Amz-Signature``, ``X-Amz-Credential``,
+#: ``X-Amz-Security-Token``; GCS ``X-Goog-Signature``; Azure SAS ``sig``;
+#: CloudFront ``Signature``, ``Key-Pair-Id`` is not a secret), and any
+#: parameter whose name is or ends in ``token``, ``secret``, ``signature``,
+#: ``sig``, ``password``, ``passwd``, ``pwd``, ``key``, ``credential(s)``,
+#: ``auth`` or ``session`` (``access_token``, ``client_secret``, ``apikey``,
+#: ``api_key``, ``X-Api-Key``).
+_SECRET_PARAMS = re.compile(r"(?i)([?&;][a-z0-9_.-]*?(?:token|secret|signature|sig|password|passwd|pwd|key|"
+                            r"credentials?|auth|session)=)[^&;\s#]*")
 
 
 def hide_credentials(text):
@@ -440,6 +448,22 @@ def escape_char(c):
 
 def _escape_match(m):
     return escape_char(m.group())
+
+
+#: What a JSON or YAML writer escapes as ``\\uHHHH`` beyond what
+#: ``json.dumps(ensure_ascii=False)`` escapes: DEL and the C1 controls (NEL
+#: is a line break in YAML), U+2028/U+2029, the bidirectional overrides and
+#: isolates, the BOM and non-characters, and surrogates.  The escapes read
+#: back as the same characters, so data written this way is unchanged.
+JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff\ufffe\uffff\ud800-\udfff]")
+
+
+def escape_json(json_text):
+    """JSON text (or a double-quoted YAML scalar) with the characters of
+    :data:`JSON_UNSAFE` written as ``\\uHHHH`` escapes: reversible, so
+    for data (tar2json, tar2tsv's JSON lines) as well as reports."""
+    return JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json_text) if JSON_UNSAFE.search(json_text) \
+        else json_text
 
 
 def escape_unsafe(text):

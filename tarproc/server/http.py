@@ -61,6 +61,7 @@ import sys
 import threading
 import time
 
+from ..core.limits import safe_text
 from ..errors import UsageError
 from .names import SHARD_SUFFIXES, check_prefix, decode_name
 
@@ -156,7 +157,9 @@ class Server:
             raise UsageError("--stall-timeout must be > 0")
         self.stall_timeout = stall_timeout  # a job (its source) that sends nothing for this long is ended
         self.quiet = quiet
-        self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        write_log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        # every line of the log is text shown to people: controls escaped, credentials removed, bounded
+        self._log = lambda line: write_log(safe_text(line, lines=True))
         self._lock = threading.Lock()
         self._connections = 0
         self._jobs = set()
@@ -309,7 +312,7 @@ class Server:
                 self._connections -= 1
                 self._idle.notify_all()
             if not self.quiet:
-                self._log(f"tarserve: {peer} {method} {_printable(target)} {status} {sent} bytes "
+                self._log(f"tarserve: {peer} {method} {safe_text(target)} {status} {sent} bytes "
                           f"{time.monotonic() - start:.3f}s")
 
     def _read_head(self, conn):
@@ -401,7 +404,7 @@ class Server:
                 conn.recv(MAX_HEAD)
             except OSError:
                 pass
-        body = text.encode("utf-8")
+        body = safe_text(text, lines=True).encode("utf-8")
         headers = list(headers) + [("Content-Type", "text/plain; charset=utf-8"),
                                    ("Content-Length", str(len(body)))]
         self._send_head(conn, status, headers)
@@ -561,11 +564,6 @@ def _name_or_refuse(target):
         return decode_name(target)
     except (ValueError, UnicodeError) as e:
         raise _Refused(400, f"bad name: {e}") from None
-
-
-def _printable(text):
-    text = text if len(text) <= 200 else text[:200] + "..."
-    return text if text.isprintable() and " " not in text else repr(text)
 
 
 def _function_spec(fn):
