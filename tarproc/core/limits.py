@@ -276,7 +276,7 @@ _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s?#]+@")
 #: ``auth`` or ``session`` (``access_token``, ``client_secret``, ``apikey``,
 #: ``api_key``, ``X-Api-Key``).
 _SECRET_PARAMS = re.compile(r"(?i)([?&;][a-z0-9_.-]*?(?:token|secret|signature|sig|password|passwd|pwd|key|"
-                            r"credentials?|auth|session)=)[^&;\s#]*")
+                            r"credentials?|auth|session)=)(?:[^&;\s#:]|:(?!\s|$))*")  # (a ': ' after it ends the message's URL)
 
 
 def hide_credentials(text):
