@@ -43,10 +43,19 @@ def nonneg(what="N", hint=None):
             raise typer.BadParameter(f"{text!r} is not a whole number" + (f"; {hint}" if hint else "")) from None
         if value < 0:
             raise typer.BadParameter(f"{value} is negative (must be 0 or more)")
-        return value
+        return _not_huge(text, value)
 
     parse.__name__ = what
     return parse
+
+
+def _not_huge(text, value):
+    """A count past what an index holds (2**63 - 1) is a usage error, not an
+    OverflowError deep inside (``--shards 1e30`` as digits)."""
+    if value > sys.maxsize:
+        raise typer.BadParameter(f"{text[:30]}{'...' if len(text) > 30 else ''} is too large "
+                                 f"(at most {sys.maxsize})")
+    return value
 
 
 def positive(what="N"):
@@ -59,7 +68,7 @@ def positive(what="N"):
             raise typer.BadParameter(f"{text!r} is not a whole number") from None
         if value < 1:
             raise typer.BadParameter(f"{value} must be at least 1")
-        return value
+        return _not_huge(text, value)
 
     parse.__name__ = what
     return parse

@@ -138,6 +138,8 @@ class Server:
 
         if on_bad_shard not in POLICIES:
             raise UsageError(f"on_bad_shard must be one of {', '.join(POLICIES)}")
+        if not isinstance(port, int) or not 0 <= port <= 65535:
+            raise UsageError(f"--port {port}: a port is 0 to 65535 (0: any free port)")
         if max_clients < 1:
             raise UsageError("--max-clients must be >= 1")
         if token is not None and not token:
