@@ -511,17 +511,47 @@ def _encode_escaping(e):
     return "".join(escape_char(c) for c in e.object[e.start:e.end]), e.end
 
 
+def _encode_escaping_raw(e):
+    """Codec error handler ``tarproc.escape_raw`` for a stream whose errors
+    were ``surrogateescape``: the bytes of a non-UTF-8 name (``\\udcHH``)
+    written as they are, as before, and any other character the encoding
+    cannot hold escaped (``\\u65e5``) instead of failing."""
+    if not isinstance(e, UnicodeEncodeError):
+        raise e
+    out = bytearray()
+    for c in e.object[e.start:e.end]:
+        o = ord(c)
+        out += bytes([o - 0xDC00]) if 0xDC80 <= o <= 0xDCFF else escape_char(c).encode("ascii")
+    return bytes(out), e.end
+
+
 def escaping_stream(stream):
     """Make a text stream (``sys.stdout``) escape what its encoding cannot
-    hold instead of failing, when its error handler is ``strict``."""
+    hold instead of failing: when its error handler is ``strict``, or
+    ``surrogateescape`` (then non-UTF-8 names keep their bytes).  The
+    C or POSIX locale with Python's UTF-8 mode off (ASCII with
+    ``surrogateescape``) writes UTF-8, as that mode would: names and values
+    are UTF-8 already."""
     import codecs
 
     try:
         codecs.lookup_error("tarproc.escape")
     except LookupError:
         codecs.register_error("tarproc.escape", _encode_escaping)
-    if stream is not None and getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
-        try:
-            stream.reconfigure(errors="tarproc.escape")
-        except (ValueError, OSError):
-            pass
+        codecs.register_error("tarproc.escape_raw", _encode_escaping_raw)
+    errors = getattr(stream, "errors", None)
+    if stream is None or errors not in ("strict", "surrogateescape") or not hasattr(stream, "reconfigure"):
+        return
+    try:
+        encoding = codecs.lookup(stream.encoding).name
+    except (LookupError, TypeError, AttributeError):
+        encoding = None
+    options = {"errors": "tarproc.escape" if errors == "strict" else "tarproc.escape_raw"}
+    if encoding == "ascii" and errors == "surrogateescape":  # (an explicit PYTHONIOENCODING=ascii is strict)
+        options["encoding"] = "utf-8"
+    elif encoding == "utf-8" and errors == "surrogateescape":
+        return  # (everything encodes: surrogates as their bytes)
+    try:
+        stream.reconfigure(**options)
+    except (ValueError, OSError):
+        pass
