@@ -74,6 +74,31 @@ def positive(what="N"):
     return parse
 
 
+#: Longest duration an option takes (a year): more is a typo, and socket and
+#: wait timeouts past what a C timeval holds fail deep inside.
+MAX_SECONDS = 365 * 86400
+
+
+def seconds(zero_ok=False):
+    """THE parser of duration options (``--timeout``, tarserve's
+    ``--*-timeout``, kujob ``--poll``): a finite number of seconds, > 0 (or
+    >= 0 with ``zero_ok``), at most :data:`MAX_SECONDS`; ``nan``, ``inf``
+    and negative values are one usage line."""
+
+    def parse(text):
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            raise typer.BadParameter(f"{text!r} is not a number of seconds") from None
+        if not (value >= 0 if zero_ok else value > 0) or value > MAX_SECONDS:
+            raise typer.BadParameter(f"{text!r}: seconds must be {'0' if zero_ok else 'more than 0'} to "
+                                     f"{MAX_SECONDS} (a year)")
+        return value
+
+    parse.__name__ = "SECONDS"
+    return parse
+
+
 def replaced(old, new, flag=False):
     """A hidden option ``old``: an original tarproc long option whose name
     means something else in another command now.  Giving it is a usage

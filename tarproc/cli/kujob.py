@@ -9,7 +9,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from ..core.limits import safe_text
-from .base import Args, ProgressFlag, Quiet, Verbose, command, opt, replaced, run
+from .base import Args, ProgressFlag, Quiet, Verbose, command, opt, replaced, run, seconds
 
 EXAMPLES = """
 kujob -s '{0000..0009}' -j 4 -- tarcat -c 100 in-{}.tar -o small-{}.tar
@@ -113,7 +113,7 @@ def kujob_command(
     sbatch: Annotated[Optional[List[str]], opt("--sbatch", metavar="LINE",
                       help="Slurm: extra #SBATCH option, e.g. --sbatch gres=gpu:1 or --sbatch=--gres=gpu:1 "
                            "(repeatable)")] = None,
-    poll: Annotated[Optional[float], opt("--poll", metavar="SECONDS",
+    poll: Annotated[Optional[float], opt("--poll", metavar="SECONDS", parser=seconds(),
                     help="Slurm: squeue interval for --wait (default: 10)")] = None,
     verbose: Verbose = False,
     quiet: Quiet = False,

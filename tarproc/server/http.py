@@ -134,10 +134,19 @@ class Server:
             S.parse_slice(slice)
         if fields:
             S.parse_fields(fields)
+        if rekey:
+            S.rekey(rekey)  # a bad pattern ({key.x}) is a usage error now, not a failed response each time
         from ..sources.badshards import POLICIES
 
         if on_bad_shard not in POLICIES:
             raise UsageError(f"on_bad_shard must be one of {', '.join(POLICIES)}")
+        for flag, value, least in (("--client-timeout", client_timeout, 0), ("--header-timeout", header_timeout, 0),
+                                   ("--drain-timeout", drain_timeout, None), ("--stall-timeout", stall_timeout, 0)):
+            # a finite number of seconds (socket timeouts past a C timeval fail at the first client)
+            if not isinstance(value, (int, float)) or not (value > least if least is not None else value >= 0) \
+                    or value > 365 * 86400:
+                raise UsageError(f"{flag} {value!r}: seconds must be more than 0 (0 allowed for --drain-timeout) "
+                                 f"and at most a year")
         if not isinstance(port, int) or not 0 <= port <= 65535:
             raise UsageError(f"--port {port}: a port is 0 to 65535 (0: any free port)")
         if max_clients < 1:
