@@ -47,3 +47,31 @@ def test_kujob_jobs_fit_a_small_open_file_limit(sh, tmp_path):
     assert sorted(f.name for f in tmp_path.glob("done-*")) == [f"done-{i:02d}" for i in range(1, 41)]
     assert b"Too many open files" not in p.stderr
     assert b"-j 40 needs more open files than the limit of 64" in p.stderr
+
+
+def test_tarsplit_post_commands_die_with_a_killed_parent(tmp_path, uni):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    # the post command's shell starts a child of its own: both must go when tarsplit is SIGKILLed
+    proc = subprocess.Popen(["tarsplit", "-n", "1", "-o", "s-%02d.tar", "-p", "sleep 60 & echo $! > child.pid; wait",
+                             "u.tar"], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pidfile = tmp_path / "child.pid"
+    deadline = time.monotonic() + 30
+    while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(pidfile.read_text())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError("the post command's child outlived tarsplit")

@@ -239,7 +239,10 @@ def post_command(template, delete=False, env=None):
     import subprocess
     import sys
 
+    from ..runtime.procs import Watchdog, killpg, wait_nowait
     from ..sources.open import scheme_of
+
+    watchdog = Watchdog()  # tarsplit killed outright (SIGKILL, the OOM killer): the command's group goes too
 
     def post(shard):
         cmd = fill_command(template, shard.name, shard.index)
@@ -250,12 +253,14 @@ def post_command(template, delete=False, env=None):
                                     start_new_session=True)
         except OSError as e:
             raise OutputError(f"{shard.name}: cannot run post command {cmd!r}: {e.strerror}") from None
+        watchdog.add(proc.pid)
         try:
+            wait_nowait(proc.pid)  # (the group is forgotten before its leader is reaped and its number freed)
+            watchdog.discard(proc.pid)
             rc = proc.wait()
         except BaseException:  # Ctrl-C, SIGTERM: what it started goes too (a '&' of a finished one stays)
-            from ..runtime.procs import killpg
-
             killpg(proc.pid)
+            watchdog.discard(proc.pid)
             proc.wait()
             raise
         if rc != 0:
