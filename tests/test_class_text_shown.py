@@ -153,3 +153,36 @@ def test_kujob_dry_run_shows_no_raw_controls_and_still_runs(sh, tmp_path):
     assert not RAW.search(p.stdout), p.stdout
     assert b"$'\\x1b]52;c;SGVsbG8=\\x07'" in p.stdout and b"$'a\\u202eb'" in p.stdout
     assert sh("bash dry.txt").stdout == ("\x1b]52;c;SGVsbG8=\x07|a\u202eb\n" * 2).encode()
+
+
+def test_tarfirst_on_a_terminal_escapes_a_value(tmp_path):
+    import pty
+
+    (tmp_path / "v.tar").write_bytes(tar_bytes([("k.txt", (OSC52 + "caf\u00e9\n").encode()),
+                                                ("k.bin", bytes(range(256)))]))
+
+    def on_tty(*args):
+        master, slave = pty.openpty()
+        p = subprocess.Popen(["tarfirst", *args, "v.tar"], cwd=tmp_path, stdout=slave, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL)
+        os.close(slave)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: the other end closed
+                break
+            if not chunk:
+                break
+            out += chunk
+        os.close(master)
+        return p.wait(30), out, p.stderr.read()
+
+    rc, out, err = on_tty("-f", "txt")
+    assert rc == 0 and not RAW.search(out.replace(b"\r\n", b"\n")), out
+    assert "\\x1b]52;c;SGVsbG8=\\x07caf\u00e9".encode() in out, out
+    rc, out, err = on_tty("-f", "bin")
+    assert rc == 2 and b"binary data to a terminal" in err and out == b"", (out, err)
+    # in a pipe, the bytes as they are
+    p = subprocess.run(["tarfirst", "-f", "txt", "v.tar"], cwd=tmp_path, capture_output=True)
+    assert p.stdout == (OSC52 + "caf\u00e9\n").encode()
