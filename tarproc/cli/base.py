@@ -43,10 +43,19 @@ def nonneg(what="N", hint=None):
             raise typer.BadParameter(f"{text!r} is not a whole number" + (f"; {hint}" if hint else "")) from None
         if value < 0:
             raise typer.BadParameter(f"{value} is negative (must be 0 or more)")
-        return value
+        return _not_huge(text, value)
 
     parse.__name__ = what
     return parse
+
+
+def _not_huge(text, value):
+    """A count past what an index holds (2**63 - 1) is a usage error, not an
+    OverflowError deep inside (``--shards 1e30`` as digits)."""
+    if value > sys.maxsize:
+        raise typer.BadParameter(f"{text[:30]}{'...' if len(text) > 30 else ''} is too large "
+                                 f"(at most {sys.maxsize})")
+    return value
 
 
 def positive(what="N"):
@@ -59,9 +68,34 @@ def positive(what="N"):
             raise typer.BadParameter(f"{text!r} is not a whole number") from None
         if value < 1:
             raise typer.BadParameter(f"{value} must be at least 1")
-        return value
+        return _not_huge(text, value)
 
     parse.__name__ = what
+    return parse
+
+
+#: Longest duration an option takes (a year): more is a typo, and socket and
+#: wait timeouts past what a C timeval holds fail deep inside.
+MAX_SECONDS = 365 * 86400
+
+
+def seconds(zero_ok=False):
+    """THE parser of duration options (``--timeout``, tarserve's
+    ``--*-timeout``, kujob ``--poll``): a finite number of seconds, > 0 (or
+    >= 0 with ``zero_ok``), at most :data:`MAX_SECONDS`; ``nan``, ``inf``
+    and negative values are one usage line."""
+
+    def parse(text):
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            raise typer.BadParameter(f"{text!r} is not a number of seconds") from None
+        if not (value >= 0 if zero_ok else value > 0) or value > MAX_SECONDS:
+            raise typer.BadParameter(f"{text!r}: seconds must be {'0' if zero_ok else 'more than 0'} to "
+                                     f"{MAX_SECONDS} (a year)")
+        return value
+
+    parse.__name__ = "SECONDS"
     return parse
 
 
@@ -475,8 +509,11 @@ def run(prog, cmd, argv=None):
 
             traceback.print_exc()
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-        print(f"{prog}: {_clip(where + str(e.strerror or e))}", file=sys.stderr)
         code = EXIT_USAGE
+        if not where and _stdout_closed():  # a text command writing to a stdout closed at start
+            where, code = "stdout: write failed: ", 1
+            _drop_stdout()
+        print(f"{prog}: {_clip(where + str(e.strerror or e))}", file=sys.stderr)
     except Exception as e:  # a bug: still one line, traceback on request
         if debug:
             import traceback
@@ -489,6 +526,10 @@ def run(prog, cmd, argv=None):
         _flush_stdout()
     except BrokenPipeError:
         _quiet_sigpipe()
+    except TarprocError as e:  # (the error that stopped the command may have been this one, said already)
+        if code == 0:
+            print(f"{prog}: {_clip(str(e))}", file=sys.stderr)
+            code = e.exit_code
     sys.exit(code)
 
 
@@ -532,14 +573,46 @@ def _std_streams():
     if sys.stderr is None:
         sys.stderr = io.TextIOWrapper(open(2, "wb", buffering=0, closefd=False), encoding="utf-8",
                                       errors="backslashreplace", write_through=True)
+    # closed stdin or stdout: streams over the /dev/null held there, whose
+    # reads (stdin) and writes (stdout) fail with EBADF as on a closed
+    # descriptor, so a command says "stdout: Bad file descriptor" instead of
+    # an internal error on None
+    if sys.stdout is None:
+        sys.stdout = io.TextIOWrapper(open(1, "wb", closefd=False), encoding="utf-8", errors="strict")
+    if sys.stdin is None:
+        sys.stdin = io.TextIOWrapper(open(0, "rb", closefd=False), encoding="utf-8", errors="surrogateescape")
     escaping_stream(sys.stdout)
     escaping_stream(sys.stderr)
 
 
 def _flush_stdout():
-    if sys.stdout is not None:  # None: started with stdout closed
+    """Flush what is buffered for stdout; a write that fails (other than a
+    closed pipe: stdout closed at start, a full disk) is an
+    :class:`~tarproc.errors.OutputError` naming stdout, and what is left in
+    the buffer is dropped, so the exit cannot fail on it again."""
+    if sys.stdout is None:
+        return
+    try:
         sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        from ..errors import OutputError
 
+        _drop_stdout()
+        raise OutputError(f"stdout: write failed: {e.strerror or e}") from None
+
+
+
+def _stdout_closed():
+    """Whether stdout was closed at start (fd 1 holds /dev/null opened for
+    reading: :func:`~tarproc.cli.guards.hold_closed_std_fds`)."""
+    import fcntl
+
+    try:
+        return fcntl.fcntl(1, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY
+    except OSError:
+        return True
 
 
 def _drop_stdout():

@@ -9,7 +9,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from ..core.limits import safe_text
-from .base import Args, ProgressFlag, Quiet, Verbose, command, opt, replaced, run
+from .base import Args, ProgressFlag, Quiet, Verbose, command, opt, replaced, run, seconds
 
 EXAMPLES = """
 kujob -s '{0000..0009}' -j 4 -- tarcat -c 100 in-{}.tar -o small-{}.tar
@@ -113,7 +113,7 @@ def kujob_command(
     sbatch: Annotated[Optional[List[str]], opt("--sbatch", metavar="LINE",
                       help="Slurm: extra #SBATCH option, e.g. --sbatch gres=gpu:1 or --sbatch=--gres=gpu:1 "
                            "(repeatable)")] = None,
-    poll: Annotated[Optional[float], opt("--poll", metavar="SECONDS",
+    poll: Annotated[Optional[float], opt("--poll", metavar="SECONDS", parser=seconds(),
                     help="Slurm: squeue interval for --wait (default: 10)")] = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
@@ -299,12 +299,20 @@ def main(args, command, prog="kujob"):
         for n, shard_id in enumerate(ids):
             if args.done_if and jobs.is_done(args.done_if, shard_id):
                 continue
-            sys.stdout.write(" ".join(shlex.quote(a) for a in jobs.fill(command, shard_id)) + "\n")
+            sys.stdout.write(" ".join(_shell_word(a) for a in jobs.fill(command, shard_id)) + "\n")
         return 0
 
     njobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
     if njobs < 1:
         raise UsageError(f"bad --jobs {njobs}: must be at least 1")
+    from ..runtime.procs import fit_parallel
+
+    fitted, limit = fit_parallel(min(njobs, len(ids)))  # as tarproc -p: what the open-file limit allows
+    if fitted < min(njobs, len(ids)):
+        if not args.quiet:
+            print(f"{prog}: warning: -j {njobs} needs more open files than the limit of {limit} (ulimit -n) "
+                  f"allows: running {fitted} shard{'s' if fitted > 1 else ''} at once", file=sys.stderr)
+        njobs = fitted
     progress = Progress(prog, sys.stderr.isatty() if args.progress is None else args.progress)
 
     def status(message):
@@ -371,6 +379,29 @@ def failed_key_lists(command, ids):
             lines.append(f"[{shard_id}] {n} failed key{'' if n == 1 else 's'} in {path} (rerun them with "
                          f"tarproc --keys {shlex.quote(path)})")
     return lines
+
+
+def _shell_word(arg):
+    """One argument of a --dry-run line, quoted for the shell: as
+    ``shlex.quote`` does, or in bash's ``$'...'`` form with escapes when it
+    holds characters a terminal acts on (escape sequences, bidi overrides):
+    the line still runs in bash, and shows no raw control."""
+    import shlex
+
+    from ..core.limits import UNSAFE
+
+    if not UNSAFE.search(arg) and "\n" not in arg and "\t" not in arg and "\r" not in arg:
+        return shlex.quote(arg)
+    out = []
+    for c in arg:
+        if c in "\\'":
+            out.append("\\" + c)
+        elif UNSAFE.match(c) or c in "\n\t\r":
+            o = ord(c)
+            out.append(f"\\x{o:02x}" if o < 0x100 else (f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"))
+        else:
+            out.append(c)
+    return "$'" + "".join(out) + "'"
 
 
 def entry():

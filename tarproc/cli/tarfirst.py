@@ -82,7 +82,9 @@ def main(args, prog="tarfirst"):
         return 1
     key, field, data = found
     rep.info(f"{key}.{field} ({len(data)} bytes)")
-    if args.output == "-":
+    if args.output == "-" and sys.stdout.isatty():
+        _show_on_terminal(prog, data)
+    elif args.output == "-":
         out = sys.stdout.buffer
         if hasattr(data, "copy_to"):  # a large field (Blob): streamed
             data.copy_to(out)
@@ -95,6 +97,32 @@ def main(args, prog="tarfirst"):
         with open_sink(args.output, compression=None) as sink:
             data.copy_to(sink) if hasattr(data, "copy_to") else sink.write(data)
     return 0
+
+
+def _show_on_terminal(prog, data):
+    """A field written to a terminal is shown to a person: text with its
+    controls escaped (no escape sequence or OSC 52 clipboard write of a
+    value reaches the terminal, as ``cat -v``); binary data or more than
+    1 MiB is refused, as tarcat refuses a tar (exit 2).  In a pipe or a file
+    the bytes are written as they are."""
+    import sys
+
+    from ..core import limits
+    from ..errors import UsageError
+
+    size = limits.size_of(data)
+    head = limits.head(data, 1 << 20)
+    binary = b"\0" in head
+    if not binary:
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError as e:
+            binary = e.start < len(head) - 3
+    if binary or size > len(head):
+        raise UsageError(f"refusing to write {size:,} bytes of {'binary data' if binary else 'text'} to a terminal "
+                         f"(use -o FILE or a pipe)")
+    sys.stdout.write(limits.safe_text(head, limit=1 << 21, lines=True))
+    sys.stdout.flush()
 
 
 def entry():

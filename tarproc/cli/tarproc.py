@@ -6,7 +6,7 @@ import typer
 
 from .base import Retries, resume_of
 from .base import GroupSize, group_size_of
-from .base import MaxBadShards, OnBadShard
+from .base import MaxBadShards, OnBadShard, seconds
 from .base import (replaced, BlobThreshold, TmpDir, spooler_of, Args, FileList, Output, ProgressFlag, Quiet, StartMethod, Strict, Verbose, command, nonneg, open_inputs, opt,
                    positive, progress_stage, read_inputs, run, Reporter, selection_stages, Slice)
 
@@ -80,7 +80,7 @@ def tarproc_command(
     mode: Annotated[Literal["tar", "lines", "pages", "keys"], opt(
         "--mode", help="input is tar shards (default), or text: one sample per line, per form-feed page, or "
                        "per key (line); the text is in field txt")] = "tar",
-    timeout: Annotated[Optional[float], opt("--timeout", metavar="SECONDS",
+    timeout: Annotated[Optional[float], opt("--timeout", metavar="SECONDS", parser=seconds(),
                        help="kill a sample's command (its whole process group), or the --map worker running "
                             "it, after this long; the sample fails")] = None,
     unordered: Annotated[bool, opt("--unordered",

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from .base import OnBadShard
-from .base import Fields, Seed, Skip, Slice, command, nonneg, opt, positive, run
+from .base import Fields, Seed, Skip, Slice, command, nonneg, opt, positive, run, seconds
 
 EXAMPLES = """
 tarserve shards/ --map resize.py:resize -p 4          # GET /train-0000.tar, resized
@@ -66,13 +66,13 @@ def tarserve_command(
                           "TARPROC_SERVE_TOKEN)")] = None,
     max_clients: Annotated[int, opt("--max-clients", metavar="N", parser=positive(),
                            help="connections served at once (default 16); more get 503 with Retry-After")] = 16,
-    client_timeout: Annotated[float, opt("--client-timeout", metavar="SECONDS",
+    client_timeout: Annotated[float, opt("--client-timeout", metavar="SECONDS", parser=seconds(),
                               help="drop a client that reads nothing for this long (default 60)")] = 60.0,
-    header_timeout: Annotated[float, opt("--header-timeout", metavar="SECONDS",
+    header_timeout: Annotated[float, opt("--header-timeout", metavar="SECONDS", parser=seconds(),
                               help="time allowed to send the request head (default 10)")] = 10.0,
-    drain_timeout: Annotated[float, opt("--drain-timeout", metavar="SECONDS",
+    drain_timeout: Annotated[float, opt("--drain-timeout", metavar="SECONDS", parser=seconds(True),
                              help="on SIGTERM, time left to responses in flight (default 30)")] = 30.0,
-    stall_timeout: Annotated[float, opt("--stall-timeout", metavar="SECONDS",
+    stall_timeout: Annotated[float, opt("--stall-timeout", metavar="SECONDS", parser=seconds(),
                              help="end a response whose job sends nothing for this long (a hung source): "
                                   "504 before the first byte, a cut response after (default 300)")] = 300.0,
     quiet: Annotated[bool, opt("-q", "--quiet", help="no access log, only errors")] = False,
@@ -98,7 +98,9 @@ def tarserve_command(
                     drain_timeout=drain_timeout, stall_timeout=stall_timeout, quiet=quiet)
     signal.signal(signal.SIGTERM, on_term)
     server.start()
-    print(f"tarserve: serving {prefix} on {server.url}", file=sys.stderr, flush=True)
+    from ..core.limits import safe_text
+
+    print(f"tarserve: serving {safe_text(prefix)} on {server.url}", file=sys.stderr, flush=True)
     try:
         server.wait()
     except (_Terminated, Terminated, KeyboardInterrupt):  # Terminated: SIGHUP (base.run's handler)

@@ -200,6 +200,7 @@ def _grid(args, samples, wanted, rep):
     from ..sinks.output import open_sink
 
     limit = 25 if args.count is None else args.count
+    show.check_sheet(limit, args.columns, args.thumb)  # before anything is read or decoded
     items = []
     if limit > 0:
         for sample in samples:

@@ -263,12 +263,20 @@ def quote(name, limit=None):
     return repr(shorten(name, limit))
 
 
-#: ``scheme://user:password@`` in a URL (the password part optional).
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]+@")
-#: Query parameters of signed URLs that are secrets (S3/GCS signatures, tokens, keys).
-_SECRET_PARAMS = re.compile(r"(?i)([?&](?:x-amz-signature|x-amz-credential|x-amz-security-token|x-goog-signature|"
-                            r"x-goog-credential|signature|sig|token|access_token|key|apikey|api_key|password|"
-                            r"secret)=)[^&\s#]*")
+#: ``scheme://user:password@`` in a URL (the password part optional; up to
+#: the last ``@`` before the path, so a password holding an unencoded ``@``
+#: is hidden whole).
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s?#]+@")
+#: Query parameters that are secrets: the signatures, credentials and tokens
+#: of signed URLs (S3 ``X-Amz-Signature``, ``X-Amz-Credential``,
+#: ``X-Amz-Security-Token``; GCS ``X-Goog-Signature``; Azure SAS ``sig``;
+#: CloudFront ``Signature``, ``Key-Pair-Id`` is not a secret), and any
+#: parameter whose name is or ends in ``token``, ``secret``, ``signature``,
+#: ``sig``, ``password``, ``passwd``, ``pwd``, ``key``, ``credential(s)``,
+#: ``auth`` or ``session`` (``access_token``, ``client_secret``, ``apikey``,
+#: ``api_key``, ``X-Api-Key``).
+_SECRET_PARAMS = re.compile(r"(?i)([?&;][a-z0-9_.-]*?(?:token|secret|signature|sig|password|passwd|pwd|key|"
+                            r"credentials?|auth|session)=)(?:[^&;\s#:]|:(?!\s|$))*")  # (a ': ' after it ends the message's URL)
 
 
 def hide_credentials(text):
@@ -442,6 +450,22 @@ def _escape_match(m):
     return escape_char(m.group())
 
 
+#: What a JSON or YAML writer escapes as ``\\uHHHH`` beyond what
+#: ``json.dumps(ensure_ascii=False)`` escapes: DEL and the C1 controls (NEL
+#: is a line break in YAML), U+2028/U+2029, the bidirectional overrides and
+#: isolates, the BOM and non-characters, and surrogates.  The escapes read
+#: back as the same characters, so data written this way is unchanged.
+JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff\ufffe\uffff\ud800-\udfff]")
+
+
+def escape_json(json_text):
+    """JSON text (or a double-quoted YAML scalar) with the characters of
+    :data:`JSON_UNSAFE` written as ``\\uHHHH`` escapes: reversible, so
+    for data (tar2json, tar2tsv's JSON lines) as well as reports."""
+    return JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json_text) if JSON_UNSAFE.search(json_text) \
+        else json_text
+
+
 def escape_unsafe(text):
     """``text`` with the characters of :data:`UNSAFE` escaped (tab, newline,
     CR and the ``\\udcHH`` of non-UTF-8 bytes kept: for tables and previews,
@@ -487,17 +511,47 @@ def _encode_escaping(e):
     return "".join(escape_char(c) for c in e.object[e.start:e.end]), e.end
 
 
+def _encode_escaping_raw(e):
+    """Codec error handler ``tarproc.escape_raw`` for a stream whose errors
+    were ``surrogateescape``: the bytes of a non-UTF-8 name (``\\udcHH``)
+    written as they are, as before, and any other character the encoding
+    cannot hold escaped (``\\u65e5``) instead of failing."""
+    if not isinstance(e, UnicodeEncodeError):
+        raise e
+    out = bytearray()
+    for c in e.object[e.start:e.end]:
+        o = ord(c)
+        out += bytes([o - 0xDC00]) if 0xDC80 <= o <= 0xDCFF else escape_char(c).encode("ascii")
+    return bytes(out), e.end
+
+
 def escaping_stream(stream):
     """Make a text stream (``sys.stdout``) escape what its encoding cannot
-    hold instead of failing, when its error handler is ``strict``."""
+    hold instead of failing: when its error handler is ``strict``, or
+    ``surrogateescape`` (then non-UTF-8 names keep their bytes).  The
+    C or POSIX locale with Python's UTF-8 mode off (ASCII with
+    ``surrogateescape``) writes UTF-8, as that mode would: names and values
+    are UTF-8 already."""
     import codecs
 
     try:
         codecs.lookup_error("tarproc.escape")
     except LookupError:
         codecs.register_error("tarproc.escape", _encode_escaping)
-    if stream is not None and getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
-        try:
-            stream.reconfigure(errors="tarproc.escape")
-        except (ValueError, OSError):
-            pass
+        codecs.register_error("tarproc.escape_raw", _encode_escaping_raw)
+    errors = getattr(stream, "errors", None)
+    if stream is None or errors not in ("strict", "surrogateescape") or not hasattr(stream, "reconfigure"):
+        return
+    try:
+        encoding = codecs.lookup(stream.encoding).name
+    except (LookupError, TypeError, AttributeError):
+        encoding = None
+    options = {"errors": "tarproc.escape" if errors == "strict" else "tarproc.escape_raw"}
+    if encoding == "ascii" and errors == "surrogateescape":  # (an explicit PYTHONIOENCODING=ascii is strict)
+        options["encoding"] = "utf-8"
+    elif encoding == "utf-8" and errors == "surrogateescape":
+        return  # (everything encodes: surrogates as their bytes)
+    try:
+        stream.reconfigure(**options)
+    except (ValueError, OSError):
+        pass

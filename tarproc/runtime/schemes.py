@@ -171,7 +171,33 @@ def fill_command(template, url, scheme=None, **more):
     values = {"endpoint": endpoint(scheme), "bucket": _quote(bucket), "key": _quote(key), "url": _quote(url)}
     values.update((k, _quote(v)) for k, v in more.items())
     names = "|".join(re.escape(k) for k in values)
+    _refuse_quoted_placeholders(template, names)
     return re.sub(r"\{(" + names + r")\}", lambda m: values[m.group(1)], template)
+
+
+def _refuse_quoted_placeholders(template, names):
+    """A placeholder inside quotes in a template (``curl "{url}"``) is a
+    usage error: the value is quoted for the shell already, and inside
+    double quotes its own quotes are literal, so ``$(...)`` in a URL from a
+    file list would run."""
+    import re
+
+    quote = None
+    i = 0
+    placeholder = re.compile(r"\{(" + names + r")\}")
+    while i < len(template):
+        c = template[i]
+        if quote is None and c == "\\" or quote == '"' and c == "\\":
+            i += 2
+            continue
+        if quote is None and c in "'\"" or c == quote:
+            quote = None if c == quote else c
+        elif quote is not None and c == "{":
+            m = placeholder.match(template, i)
+            if m:
+                raise UsageError(f"command template {template!r}: {m.group()} is inside quotes; it is quoted "
+                                 f"for the shell already: write it without quotes")
+        i += 1
 
 
 def endpoint(scheme):

@@ -61,6 +61,7 @@ import sys
 import threading
 import time
 
+from ..core.limits import safe_text
 from ..errors import UsageError
 from .names import SHARD_SUFFIXES, check_prefix, decode_name
 
@@ -133,10 +134,21 @@ class Server:
             S.parse_slice(slice)
         if fields:
             S.parse_fields(fields)
+        if rekey:
+            S.rekey(rekey)  # a bad pattern ({key.x}) is a usage error now, not a failed response each time
         from ..sources.badshards import POLICIES
 
         if on_bad_shard not in POLICIES:
             raise UsageError(f"on_bad_shard must be one of {', '.join(POLICIES)}")
+        for flag, value, least in (("--client-timeout", client_timeout, 0), ("--header-timeout", header_timeout, 0),
+                                   ("--drain-timeout", drain_timeout, None), ("--stall-timeout", stall_timeout, 0)):
+            # a finite number of seconds (socket timeouts past a C timeval fail at the first client)
+            if not isinstance(value, (int, float)) or not (value > least if least is not None else value >= 0) \
+                    or value > 365 * 86400:
+                raise UsageError(f"{flag} {value!r}: seconds must be more than 0 (0 allowed for --drain-timeout) "
+                                 f"and at most a year")
+        if not isinstance(port, int) or not 0 <= port <= 65535:
+            raise UsageError(f"--port {port}: a port is 0 to 65535 (0: any free port)")
         if max_clients < 1:
             raise UsageError("--max-clients must be >= 1")
         if token is not None and not token:
@@ -156,7 +168,9 @@ class Server:
             raise UsageError("--stall-timeout must be > 0")
         self.stall_timeout = stall_timeout  # a job (its source) that sends nothing for this long is ended
         self.quiet = quiet
-        self._log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        write_log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        # every line of the log is text shown to people: controls escaped, credentials removed, bounded
+        self._log = lambda line: write_log(safe_text(line, lines=True))
         self._lock = threading.Lock()
         self._connections = 0
         self._jobs = set()
@@ -309,7 +323,7 @@ class Server:
                 self._connections -= 1
                 self._idle.notify_all()
             if not self.quiet:
-                self._log(f"tarserve: {peer} {method} {_printable(target)} {status} {sent} bytes "
+                self._log(f"tarserve: {peer} {method} {safe_text(target)} {status} {sent} bytes "
                           f"{time.monotonic() - start:.3f}s")
 
     def _read_head(self, conn):
@@ -401,7 +415,7 @@ class Server:
                 conn.recv(MAX_HEAD)
             except OSError:
                 pass
-        body = text.encode("utf-8")
+        body = safe_text(text, lines=True).encode("utf-8")
         headers = list(headers) + [("Content-Type", "text/plain; charset=utf-8"),
                                    ("Content-Length", str(len(body)))]
         self._send_head(conn, status, headers)
@@ -563,11 +577,6 @@ def _name_or_refuse(target):
         return decode_name(target)
     except (ValueError, UnicodeError) as e:
         raise _Refused(400, f"bad name: {e}") from None
-
-
-def _printable(text):
-    text = text if len(text) <= 200 else text[:200] + "..."
-    return text if text.isprintable() and " " not in text else repr(text)
 
 
 def _function_spec(fn):

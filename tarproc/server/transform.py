@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 
+from ..core.limits import safe_text
 from ..errors import SampleFailed, TarprocError, UsageError
 
 
@@ -34,7 +35,8 @@ def transform(url, *, map=None, command=None, parallel=None, count=None, skip=0,
     if map is not None and command is not None:
         raise UsageError("give at most one of map and command")
     stats = stats if stats is not None else Stats()
-    report = on_error or (lambda message: print(f"tarserve: {message}", file=sys.stderr, flush=True))
+    report = on_error or (lambda message: print(safe_text(f"tarserve: {message}", lines=True), file=sys.stderr,
+                                                flush=True))
     failed = [0]
 
     def on_failure(message):
@@ -87,8 +89,8 @@ def job_main():
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's business
     options, url, name = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
 
-    def say(message):
-        print(f"tarserve: {name}: {message}", file=sys.stderr, flush=True)
+    def say(message):  # (the server's log: text shown to people)
+        print(safe_text(f"tarserve: {name}: {message}", lines=True), file=sys.stderr, flush=True)
 
     code = 0
     try:

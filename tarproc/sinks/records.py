@@ -22,12 +22,6 @@ from .table import Column, cell, default_columns, parse_columns
 
 FORMATS = ("yaml", "json", "jsonlines")
 
-# Characters that must be escaped inside a double-quoted YAML scalar beyond
-# what json.dumps(ensure_ascii=False) escapes: DEL, C1 controls (NEL is a
-# line break in YAML), the Unicode line/paragraph separators, BOM and
-# non-characters, and lone surrogates.
-_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
-
 
 def record_columns(spec):
     """Columns for ``-k`` (``"cls json.label img=jpg;png"``), or ``None``
@@ -44,7 +38,9 @@ def record(sample, columns=None, hash=False):
 
 
 def _escape(json_text):
-    return _YAML_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", json_text)
+    # beyond what json.dumps(ensure_ascii=False) escapes: C1 controls (NEL is a
+    # line break in YAML), line separators, bidi overrides, BOM, surrogates
+    return limits.escape_json(json_text)
 
 
 # A string written plain (unquoted), as PyYAML's safe_dump writes it: ASCII

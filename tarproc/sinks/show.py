@@ -402,12 +402,29 @@ def sheet_size(n, columns=None, thumb=128):
     return (cols * (thumb + SHEET_PAD) + SHEET_PAD, rows * (thumb + SHEET_LABEL + SHEET_PAD) + SHEET_PAD), cols
 
 
+def check_sheet(n, columns=None, thumb=128):
+    """Refuse (:class:`~tarproc.errors.UsageError`) a contact sheet of ``n``
+    thumbnails larger than the pixel budget (``TARPROC_MAX_PIXELS``):
+    ``--thumb 100000`` asked for a 10-gigapixel image and the machine's
+    memory.  Checked before any sample is read."""
+    from ..core import limits
+    from ..errors import UsageError
+
+    (width, height), _ = sheet_size(max(1, n), columns, thumb)
+    try:
+        limits.check_pixels(width, height)
+    except limits.OverBudget as e:
+        raise UsageError(f"a contact sheet of {n} thumbnails of {thumb} px: {e}; use a smaller --thumb or -c") \
+            from None
+
+
 def contact_sheet(items, columns=None, thumb=128):
     """A contact sheet (RGB Pillow image) of ``[(key, image), ...]``: each
     image fitted into a ``thumb`` x ``thumb`` cell, its key written below.
     The size is :func:`sheet_size` of the number of items."""
     from PIL import Image, ImageDraw, ImageFont
 
+    check_sheet(len(items), columns, thumb)
     (width, height), cols = sheet_size(len(items), columns, thumb)
     sheet = Image.new("RGB", (width, height), (32, 32, 32))
     draw = ImageDraw.Draw(sheet)

@@ -543,6 +543,10 @@ def exact_counts(total, shards):
         raise UsageError(f"the number of shards must be at least 1 (got {shards})")
     if total < 0:
         raise UsageError(f"the total number of samples must be >= 0 (got {total})")
+    from ..core import limits
+
+    if shards > limits.MAX_URLS:  # (the counts are a list)
+        raise UsageError(f"{shards} shards: more than {limits.MAX_URLS} (TARPROC_MAX_URLS)")
     base, extra = divmod(total, shards)
     return [base + 1] * extra + [base] * (shards - extra)
 

@@ -683,9 +683,9 @@ def _run(cmd, url, what, shell=False):
 
 
 def _range_command(template, url, start, end):
-    import shlex
+    from ..runtime.schemes import fill_command  # THE filling of client templates: one pass, quoted, never inside quotes
 
-    cmd = template.replace("{url}", shlex.quote(url)).replace("{start}", str(start)).replace("{end}", str(end - 1))
+    cmd = fill_command(template, url, start=str(start), end=str(end - 1))
     return _run(cmd, url, cmd.split()[0], shell=True)
 
 

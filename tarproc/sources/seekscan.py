@@ -238,6 +238,7 @@ class ZstdScanner:
         self.hbuf = b""
         self.skip = 0
         self.frames = 0
+        self.skippable = 0  # skippable frames seen (a stream of only those decodes to nothing, as zstd -dc says)
 
     def feed(self, data):
         out = []
@@ -261,6 +262,7 @@ class ZstdScanner:
                     self.hbuf = b""
                     self.pos += used
                     self.skip = size
+                    self.skippable += 1
                     data = data[used:]
                     continue
                 if magic != 0xFD2FB528:
@@ -301,7 +303,7 @@ class ZstdScanner:
     def finish(self):
         if self.d is not None or self.skip or (self.hbuf and self.hbuf.strip(b"\0")):
             raise BadInput(f"{self.url}: zstd stream is truncated")
-        if not self.frames:
+        if not self.frames and not self.skippable:
             raise BadInput(f"{self.url}: zstd stream has no frame")
 
 

@@ -76,13 +76,24 @@ def url_from_data(url, origin, what="file list"):
     local file or stdin (:data:`TRUSTED_LIST_SCHEMES`): then a
     :class:`UsageError`, before anything runs.  (tarcreate plans are read
     from local files and stdin only.)"""
-    if isinstance(url, str) and url.startswith("pipe:") and origin is not None:
+    if isinstance(url, str) and _may_name_command(url) and origin is not None:
         if scheme_of(origin) not in TRUSTED_LIST_SCHEMES:
             from ..core.limits import quote, safe_text
 
             raise UsageError(f"{safe_text(origin)}: a {what} read from a remote source or a command may not name "
                              f"commands ({quote(safe_text(url))}); only a local {what} may use pipe:")
     return url
+
+
+def _may_name_command(url):
+    """Whether ``url``, or a URL its braces expand to, may be a ``pipe:``
+    command: it starts with ``pipe:``, or it has braces and a ``:`` that
+    the literal text before its first brace does not fix (``{pipe:cmd,a}``,
+    ``p{ipe:cmd,x}`` expand to commands; ``http://h/s-{0..9}.tar`` and
+    ``s-{0..9}.tar`` cannot)."""
+    if url.startswith("pipe:"):
+        return True
+    return "{" in url and ":" in url and ":" not in url.split("{", 1)[0]
 
 
 def _lines(filelist):

@@ -82,6 +82,11 @@ def slice_samples(start=None, stop=None, step=None):
     stop = _whole(stop, "slice_samples: stop", none_ok=True)
     step = _whole(step, "slice_samples: step", 1, none_ok=True)
 
+    import sys
+
+    # past sys.maxsize (islice's bound) no stream reaches: the same as sys.maxsize
+    start, stop, step = (None if x is None else min(x, sys.maxsize) for x in (start, stop, step))
+
     def stage(samples):
         return itertools.islice(samples, start, stop, step)
 

@@ -1,0 +1,74 @@
+"""Class: format corners, read as the reference tools read them (GNU tar,
+``zstd -dc``, Python's tarfile).  Instances here: a .tar.zst holding only
+a skippable frame (``zstd -dc`` decodes it to nothing; tarindex said "no
+frame"); pax numbers that Python's ``int`` accepts and GNU tar refuses
+(``size=1_0``, ``+1``, `` 1``, Arabic-Indic digits) and octal fields
+with ``_`` or ``+``: damage, one line naming the offset."""
+
+import json
+import struct
+import subprocess
+
+import pytest
+
+from helpers import tar_bytes
+
+SKIPPABLE = struct.pack("<II", 0x184D2A50, 4) + b"SKIP"
+
+
+def test_zstd_of_only_a_skippable_frame_is_an_empty_archive(sh, tmp_path):
+    (tmp_path / "s.tar.zst").write_bytes(SKIPPABLE)
+    assert subprocess.run(["zstd", "-dc", str(tmp_path / "s.tar.zst")], capture_output=True).returncode == 0
+    assert sh("tarcat s.tar.zst | tar tf -").stdout == b""
+    sh("tarindex s.tar.zst -o i.json")
+    assert json.loads((tmp_path / "i.json").read_text())["shardlist"][0]["nsamples"] == 0
+    p = sh("python -c \"import tarproc; print(len(tarproc.IndexedDataset('i.json')))\"")
+    assert p.stdout == b"0\n"
+    # and a skippable frame before real frames still indexes every sample
+    plain = tar_bytes([("a.txt", b"A"), ("b.txt", b"B")])
+    z = subprocess.run(["zstd", "-q", "-c"], input=plain, capture_output=True, check=True).stdout
+    (tmp_path / "t.tar.zst").write_bytes(SKIPPABLE + z + SKIPPABLE)
+    sh("tarindex t.tar.zst -o j.json")
+    assert sh("python -c \"import tarproc; print([s['__key__'] for s in tarproc.IndexedDataset('j.json')])\"") \
+        .stdout == b"['a', 'b']\n"
+
+
+def _header(name, size_field, typ=b"0"):
+    h = bytearray(512)
+    h[0:len(name)] = name
+    h[100:108] = b"0000644\0"
+    h[108:116] = b"0000000\0"
+    h[116:124] = b"0000000\0"
+    h[124:136] = size_field
+    h[136:148] = b"00000000000\0"
+    h[156:157] = typ
+    h[257:265] = b"ustar\x0000"
+    h[148:156] = b"        "
+    h[148:156] = b"%06o\0 " % sum(h)
+    return bytes(h)
+
+
+def _pax(key, value):
+    rec = b" " + key + b"=" + value + b"\n"
+    n = len(rec) + 2
+    while len(str(n)) + len(rec) != n:
+        n += 1
+    body = str(n).encode() + rec
+    return _header(b"././@PaxHeader", b"%011o\0" % len(body), b"x") + body + b"\0" * (-len(body) % 512)
+
+
+@pytest.mark.parametrize("archive, why", [
+    (_pax(b"size", b"1_0") + _header(b"b.txt", b"%011o\0" % 10) + b"B" * 512, b"bad pax size value"),
+    (_pax(b"size", b"+1") + _header(b"b.txt", b"%011o\0" % 1) + b"B" * 512, b"bad pax size value"),
+    (_pax(b"size", b" 1") + _header(b"b.txt", b"%011o\0" % 1) + b"B" * 512, b"bad pax size value"),
+    (_pax(b"size", "\u0661".encode()) + _header(b"b.txt", b"%011o\0" % 1) + b"B" * 512, b"bad pax size value"),
+    (_header(b"b.txt", b"0000000_001\0") + b"B" * 512, b"non-octal size field"),
+    (_header(b"b.txt", b"+0000000001\0") + b"B" * 512, b"non-octal size field"),
+])
+def test_numbers_python_accepts_and_tar_refuses(sh, tmp_path, archive, why):
+    (tmp_path / "x.tar").write_bytes(archive + b"\0" * 1024)
+    assert subprocess.run(["tar", "tf", str(tmp_path / "x.tar")], capture_output=True).returncode != 0
+    for cmd in ("tarcat x.tar", "tarcheck x.tar"):
+        p = sh(cmd, ok=False)
+        assert p.returncode == 2, (cmd, p.stderr)
+        assert why in p.stderr and b"offset" in p.stderr and b"Traceback" not in p.stderr, p.stderr
