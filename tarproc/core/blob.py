@@ -390,22 +390,21 @@ class Spooler:
     """Where and from what size member data goes to spool files.
 
     ``threshold``: members of at least this many bytes become blobs (``None``:
-    ``TARPROC_BLOB_THRESHOLD`` or 4 MiB; ``0`` or less: never).  ``tmpdir``:
+    4 MiB; ``0`` or less: never; the commands pass ``--blob-threshold`` or
+    ``TARPROC_BLOB_THRESHOLD``).  ``tmpdir``:
     the directory for spool files (``None``: ``TMPDIR`` or ``/tmp``).
     ``region_threshold``: from this size on, a member of a plain input file
     becomes a region blob (no copy at all; default: ``threshold``).  Commands
     that only pass samples through (``tarcat``, ``tarsplit``) set it low, so
-    their output is sent with ``sendfile`` from the input file."""
+    their output is sent with ``sendfile`` from the input file.
+    ``sample_memory``: bytes of one sample's fields held in memory before the
+    rest are packed (``None``: 16 MiB; see
+    :func:`tarproc.core.pack.sample_budget`)."""
 
-    def __init__(self, threshold=None, tmpdir=None, region_threshold=None):
+    def __init__(self, threshold=None, tmpdir=None, region_threshold=None, sample_memory=None):
         if threshold is None:
-            env = os.environ.get("TARPROC_BLOB_THRESHOLD")
-            if env:
-                from .units import parse_size
-
-                threshold = parse_size(env)
-            else:
-                threshold = DEFAULT_THRESHOLD
+            threshold = DEFAULT_THRESHOLD
+        self.sample_memory = sample_memory
         self.threshold = threshold if threshold and threshold > 0 else float("inf")
         self.tmpdir = tmpdir
         self.region_threshold = min(self.threshold, region_threshold) if region_threshold else self.threshold
