@@ -113,11 +113,9 @@ def tarproc_command(
     progress: ProgressFlag = None,
     silent_replaced: replaced("--silent", "-q/--quiet", flag=True) = None,
 ):
-    from .base import _PROG
-
     args = Args(locals())
     args.command = args.command_
-    return main(args, _PROG[0])
+    return main(args, args.prog)
 
 
 def main(args, prog="tarproc"):
@@ -203,7 +201,7 @@ def main(args, prog="tarproc"):
                            multi=args.multi, ordered=not args.unordered, timeout=args.timeout,
                            workdir=args.workdir, keepdir=args.keepdir, add_log=args.add_log,
                            stats=stats, on_error=report, quiet=args.quiet, prog=prog,
-                           stall=rep.stall, spooler=spooler_of(args))
+                           stall=rep.stall, spooler=spooler_of(args), capture_spill=args.settings.capture_spill)
 
     if args.output != "-":
         results = transformed()  # a usage error before the output file is made

@@ -120,6 +120,7 @@ class CommandRunner:
         self.ended = threading.Event()  # set once closed (see abort)
         self.any_ok = False  # a sample succeeded: exit 127 is then the sample's own failure
         self.keep_log = True  # False: a successful command's output is not wanted
+        self.capture_spill = None  # bytes of output kept in memory (None: capture.SPILL_BYTES)
 
     def start(self):
         """Make the run directory (mode 0700); ``close()`` removes it."""
@@ -246,7 +247,7 @@ class CommandRunner:
         dfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self.rootfd)
         try:
             if not self.keepdir:
-                return name, dfd, Capture(spill=self._spill)
+                return name, dfd, Capture(spill=self._spill, spill_bytes=self.capture_spill)
             flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
             return name, dfd, Capture(file=os.open(name + ".log", flags, 0o600, dir_fd=self.rootfd))
         except BaseException:
@@ -437,7 +438,7 @@ def _natural(s):
 def map_command(samples, command=None, parallel=None, *, script=None, interpreter="bash", base="sample",
                 error_handling="skip", subdirs=False, multi=False, ordered=True, timeout=None,
                 workdir=None, keepdir=False, add_log=None, stats=None, on_error=None, echo=None,
-                quiet=False, prog="tarproc", stall=None, spooler=None):
+                quiet=False, prog="tarproc", stall=None, spooler=None, capture_spill=None):
     """Run ``command`` (a shell command line, or ``script=FILE``) on every
     sample; yield the output samples (see the module documentation).
 
@@ -451,7 +452,8 @@ def map_command(samples, command=None, parallel=None, *, script=None, interprete
 
     A large field (:class:`~tarproc.core.blob.Blob`) is hard-linked (or
     streamed) into the working directory; output files of
-    ``spooler.threshold`` bytes or more come back as blobs."""
+    ``spooler.threshold`` bytes or more come back as blobs.  A command's
+    output past ``capture_spill`` bytes (default 256 KiB) goes to a file."""
     _check_mode(error_handling)
     parallel = parallel or default_parallel()
     if parallel < 1:
@@ -462,6 +464,7 @@ def map_command(samples, command=None, parallel=None, *, script=None, interprete
     runner = CommandRunner(command, script, interpreter, base, subdirs, multi, timeout, workdir, keepdir, add_log,
                            spooler)
     runner.keep_log = not (quiet or add_log is not None)
+    runner.capture_spill = capture_spill
     gen = _run_commands(samples, runner, parallel, error_handling, ordered, stats,
                         on_error or _stderr_report(prog), _log_echo(echo), quiet or add_log is not None, stall)
     return close_at_exit(gen, runner.abort)
