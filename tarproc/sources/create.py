@@ -25,7 +25,7 @@ failure (a ``pipe:`` command that fails) leaves no output behind.
 import os
 
 from ..errors import BadInput, SampleFailed, UsageError
-from ..core.limits import env_int, check_widths, quote
+from ..core.limits import check_widths, quote
 from ..core.rules import split_name, unsafe_name
 
 
@@ -228,26 +228,27 @@ def parse_lines(text, name, basedir=None):
 
 
 #: Largest plan (bytes) read: a plan is held and checked whole.
-MAX_PLAN = env_int("TARPROC_MAX_PLAN", 256 << 20)
+MAX_PLAN = 256 << 20
 
 
-def read_plan(path, fmt="auto", delim=None, key_format="{index:09d}", basedir=None):
+def read_plan(path, fmt="auto", delim=None, key_format="{index:09d}", basedir=None, max_plan=MAX_PLAN):
     """Read and check a plan file (``-`` for stdin); returns the list of
     :class:`PlanItem`.  Every problem is a :class:`BadInput` naming the
-    plan line; nothing is written here."""
+    plan line; nothing is written here.  A plan of more than ``max_plan``
+    bytes is refused."""
     import sys
 
     name = "stdin" if path == "-" else path
     try:
         if path == "-":
-            raw = sys.stdin.buffer.read(MAX_PLAN + 1)
+            raw = sys.stdin.buffer.read(max_plan + 1)
         else:
             with open(path, "rb") as f:
-                raw = f.read(MAX_PLAN + 1)
+                raw = f.read(max_plan + 1)
     except OSError as e:
         raise BadInput(f"{name}: cannot read the plan: {e.strerror}") from None
-    if len(raw) > MAX_PLAN:
-        raise BadInput(f"{name}: the plan is larger than {MAX_PLAN:,} bytes (TARPROC_MAX_PLAN): it is checked "
+    if len(raw) > max_plan:
+        raise BadInput(f"{name}: the plan is larger than {max_plan:,} bytes (TARPROC_MAX_PLAN): it is checked "
                        f"whole before anything is written, so split it and join the parts with tarcat")
     try:
         text = raw.decode("utf-8-sig")
