@@ -155,11 +155,18 @@ def _show_version(value):
             v = version("tarproc")
         except PackageNotFoundError:
             v = "unknown (not installed)"
-        typer.echo(f"{_PROG[0]} (tarproc) {v}")
+        typer.echo(f"{current_prog()} (tarproc) {v}")
         raise typer.Exit(0)
 
 
-_PROG = ["tarproc"]  # the program name of this process, set by run()
+def current_prog():
+    """The program name of the command being run (the ``prog_name`` that
+    :func:`run` gives click: its context, not a module global)."""
+    from typer._click.globals import get_current_context
+
+    ctx = get_current_context(silent=True)
+    name = ctx.find_root().info_name if ctx is not None else None
+    return name or "tarproc"
 
 _VERSION = typer.Option("--version", help="show the version and exit", is_eager=True,
                         callback=_show_version, show_default=False)
@@ -205,10 +212,17 @@ def command(summary, examples, notes="", context=None):
 
 
 class Args:
-    """The parsed options as attributes (``args.count``), for the helpers below."""
+    """The parsed options as attributes (``args.count``), for the helpers
+    below, with ``args.prog`` (the program name) and ``args.settings`` (the
+    :class:`~tarproc.settings.Settings` of the ``TARPROC_*`` variables, read
+    here, at the edge: a bad value is one line, exit 2)."""
 
     def __init__(self, values):
+        from ..settings import Settings
+
         self.__dict__.update(values)
+        self.prog = current_prog()
+        self.settings = Settings.from_environ(os.environ)
 
     def __getattr__(self, name):  # an option this command does not have
         return None
@@ -414,7 +428,6 @@ def run(prog, cmd, argv=None):
     from typer.main import get_command
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    _PROG[0] = prog
     from .guards import hold_closed_std_fds
 
     hold_closed_std_fds()
@@ -578,10 +591,13 @@ def _quiet_sigpipe():
 # ---------------------------------------------------------------- inputs
 
 
-def refuse_terminal(prog, urls, what="a tar archive"):
+def refuse_terminal(prog, urls, what="a tar archive", allow_tty=None):
     """No input named and stdin is a terminal: nobody types a tar archive,
-    so say what is wanted instead of waiting silently (exit 2)."""
-    if "-" in urls and sys.stdin is not None and sys.stdin.isatty() and not os.environ.get("TARPROC_ALLOW_TTY"):
+    so say what is wanted instead of waiting silently (exit 2), unless
+    ``allow_tty`` (default: ``$TARPROC_ALLOW_TTY``)."""
+    if allow_tty is None:
+        allow_tty = bool(os.environ.get("TARPROC_ALLOW_TTY"))
+    if "-" in urls and sys.stdin is not None and sys.stdin.isatty() and not allow_tty:
         raise UsageError(f"reading {what} from stdin, which is a terminal: give a file or URL, or pipe "
                          f"one in (see {prog} --help)")
 
@@ -606,9 +622,9 @@ def open_inputs(args, prog=None, tar=True):
     lazy = expand_urls(args.inputs or [], getattr(args, "filelist", None))
     urls = list(itertools.islice(lazy, URLS_AHEAD + 1))
     if tar:
-        refuse_terminal(prog or _PROG[0], urls)
+        refuse_terminal(prog or args.prog or current_prog(), urls, allow_tty=args.settings.allow_tty)
     else:
-        note_terminal(prog or _PROG[0], urls)
+        note_terminal(prog or args.prog or current_prog(), urls)
     # the one place every command's inputs pass: `cmd in.tar > in.tar` is refused here
     return refuse_reading_stdout(urls if len(urls) <= URLS_AHEAD else itertools.chain(urls, lazy))
 
@@ -661,44 +677,29 @@ def group_size_of(args):
 
 
 def spooler_of(args, pass_through=False):
-    """The :class:`~tarproc.core.blob.Spooler` of ``--blob-threshold`` and
-    ``--tmpdir`` (``pass_through``: for commands that never look at field bytes)."""
+    """The :class:`~tarproc.core.blob.Spooler` of ``--blob-threshold`` (or
+    ``TARPROC_BLOB_THRESHOLD``), ``--tmpdir`` and ``TARPROC_SAMPLE_MEMORY``
+    (``pass_through``: for commands that never look at field bytes)."""
     from ..core.blob import Spooler
 
     threshold = getattr(args, "blob_threshold", None)
     tmpdir = getattr(args, "tmpdir", None)
     if tmpdir is not None and not os.path.isdir(tmpdir):
         raise UsageError(f"--tmpdir {tmpdir}: no such directory")
-    return Spooler(parse_size(threshold) if threshold is not None else None, tmpdir,
-                   PASS_THROUGH_REGION if pass_through else None)
+    settings = args.settings
+    return Spooler(parse_size(threshold) if threshold is not None else settings.blob_threshold, tmpdir,
+                   PASS_THROUGH_REGION if pass_through else None, sample_memory=settings.sample_memory)
 
 
 def resume_of(args):
     """The keywords of resuming broken downloads (``retries``,
     ``stall_timeout``) from ``--retries``, ``$TARPROC_RETRIES`` and
     ``$TARPROC_STALL_TIMEOUT`` (seconds without a byte; 0: no limit)."""
-    from ..sources.resume import RETRIES, STALL_TIMEOUT
-
+    settings = args.settings
     retries = getattr(args, "retries", None)
     if retries is None:
-        text = os.environ.get("TARPROC_RETRIES", "").strip()
-        if not text:
-            retries = RETRIES
-        elif text.isdigit():
-            retries = int(text)
-        else:
-            raise UsageError(f"TARPROC_RETRIES={text!r}: expected a whole number")
-    timeout = STALL_TIMEOUT
-    text = os.environ.get("TARPROC_STALL_TIMEOUT", "").strip()
-    if text:
-        try:
-            timeout = float(text)
-        except ValueError:
-            raise UsageError(f"TARPROC_STALL_TIMEOUT={text!r}: expected seconds") from None
-        if not timeout >= 0 or timeout == float("inf"):
-            raise UsageError(f"TARPROC_STALL_TIMEOUT={text!r}: expected seconds (0: no limit)")
-        timeout = timeout or None
-    return {"retries": retries, "stall_timeout": timeout}
+        retries = settings.retries
+    return {"retries": retries, "stall_timeout": settings.stall_timeout or None}
 
 
 def read_inputs(args, rep, stats, urls=None, pass_through=False, spooler=None, raw=False):

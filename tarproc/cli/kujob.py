@@ -121,13 +121,11 @@ def kujob_command(
     command_: Annotated[Optional[List[str]], typer.Argument(
         metavar="-- COMMAND...", show_default=False, help="the command, with {} for the shard id")] = None,
 ):
-    from .base import _PROG
-
     args = Args(locals())
     args.command = list(args.command_ or [])
     args.env = list(args.env or [])
     args.slurm, args.sbatch = args.slurm_, list(args.sbatch or [])
-    return main(args, _AFTER[0], _PROG[0])
+    return main(args, _AFTER[0], args.prog)
 
 
 _AFTER = [None]  # the command after '--', split off before parsing (see entry)

@@ -76,12 +76,10 @@ def tarcat_command(
 ):
     import tarproc as S
     from ..sinks.output import open_sink
-    from .base import _PROG
-
     args = Args(locals())
     if args.maxout is not None:  # the original tarcat's -c
         args.count = args.maxout if args.count is None else min(args.count, args.maxout)
-    prog = _PROG[0]
+    prog = args.prog
     rep = Reporter(prog, args.verbose, args.quiet, args.progress)
     if args.cleanup is not None:
         import os
