@@ -82,9 +82,9 @@ def _quote(s):
     return shlex.quote(s)
 
 
-def command_for(url, table, direction):
+def command_for(url, table, direction, settings=None):
     scheme = scheme_of(url)
-    template = os.environ.get(f"TARPROC_{direction}_{scheme.upper()}") or table.get(scheme)
+    template = (settings.command(direction, scheme) if settings is not None else None) or table.get(scheme)
     if template is None:
         raise UsageError(f"{url}: unknown URL scheme {scheme!r}")
     return fill_command(template, url, scheme)
@@ -266,7 +266,7 @@ def is_stdout(st):
     return (out.st_dev, out.st_ino) == (st.st_dev, st.st_ino)
 
 
-def open_source(url, decompress=True, stall=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT):
+def open_source(url, decompress=True, stall=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT, settings=None):
     """Open an input by URL for reading; returns a buffered binary stream with
     ``.url`` and ``.compression`` attributes.  Compressed input is decoded.
     ``stall`` (a :class:`~tarproc.runtime.stall.Stall`) is called before a
@@ -277,7 +277,9 @@ def open_source(url, decompress=True, stall=None, retries=RETRIES, stall_timeout
     resumed where it broke, up to ``retries`` times in a row, after checking
     that the object is still the same (:mod:`tarproc.sources.resume`);
     ``retries=0`` reads with one plain request as before.  ``-``, paths and
-    ``pipe:`` cannot resume: they fail as they end."""
+    ``pipe:`` cannot resume: they fail as they end.  ``settings`` (a
+    :class:`~tarproc.settings.Settings`): its ``READ_<SCHEME>`` commands and
+    compression-bomb bounds (default: none, the default bounds)."""
     from .shardlist import as_url
 
     check_settings(retries, stall_timeout)
@@ -310,16 +312,16 @@ def open_source(url, decompress=True, stall=None, retries=RETRIES, stall_timeout
             # one simple command is exec'ed: it is then the process that dies with us
             cmd, what = exec_simple(url[5:]), "command"
         else:
-            override = os.environ.get(f"TARPROC_READ_{scheme.upper()}")
+            override = settings.command("READ", scheme) if settings is not None else None
             if not override and scheme in RESUMABLE and retries:
                 raw = Resuming(url, scheme, shown, _Children(shown), retries=retries, stall_timeout=stall_timeout,
                                stall=stall, endpoint=_endpoint(scheme))
                 try:
-                    return _finish_opening(raw, url, url, scheme, decompress)
+                    return _finish_opening(raw, url, url, scheme, decompress, settings)
                 except BaseException:
                     raw.close()
                     raise
-            cmd = command_for(url, READ_COMMANDS, "READ")
+            cmd = command_for(url, READ_COMMANDS, "READ", settings)
             what = cmd.split()[0]
             if not override:
                 # our own one-program templates: the shell becomes the program, which so
@@ -329,7 +331,7 @@ def open_source(url, decompress=True, stall=None, retries=RETRIES, stall_timeout
         raw = _FdReader(proc.stdout.fileno(), shown, proc, closefd=False, what=what, stall=stall)
         raw._keep = proc.stdout
         name = url
-    return _finish_opening(raw, name, url, scheme, decompress)
+    return _finish_opening(raw, name, url, scheme, decompress, settings)
 
 
 def _start_process(cmd, shown, pass_fds=()):
@@ -376,10 +378,10 @@ class _Children:
         proc.stdout.close()
 
 
-def _finish_opening(raw, name, url, scheme, decompress):
+def _finish_opening(raw, name, url, scheme, decompress, settings=None):
     from .compression import _wrap_compression
 
-    stream, codec = _wrap_compression(raw, "stdin" if name == "-" else hide_credentials(name)) if decompress else (io.BufferedReader(raw, BUFSIZE), None)
+    stream, codec = _wrap_compression(raw, "stdin" if name == "-" else hide_credentials(name), settings=settings) if decompress else (io.BufferedReader(raw, BUFSIZE), None)
     stream.url = name
     stream.compression = codec
     if codec is None and type(stream) is io.BufferedReader and stream.raw is raw and not raw.pollable:
