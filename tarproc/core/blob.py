@@ -31,11 +31,17 @@ DEFAULT_THRESHOLD = 4 << 20
 CHUNK = 1 << 20
 SPOOL_PREFIX = ".tarproc-spool."
 
-_live = set()  # paths of this process's spool files, removed at exit
+# The paths of this process's spool files, removed at exit.  Private to this
+# module (the one that makes and removes spool files), one per process as the
+# atexit hook is; other modules end them through remove_spool_files().
+_live = set()
 _atexit_done = False
 
 
-def _remove_live():
+def remove_spool_files():
+    """Remove every spool file this process still has (at exit; a worker
+    process that ends with ``os._exit``, which runs no atexit hook, calls
+    it first)."""
     for path in list(_live):
         try:
             os.unlink(path)
@@ -421,7 +427,7 @@ class Spooler:
         if not _atexit_done:
             import atexit
 
-            atexit.register(_remove_live)
+            atexit.register(remove_spool_files)
             _atexit_done = True
         return os.path.join(self.directory(), f"{SPOOL_PREFIX}{os.getpid()}.{secrets.token_hex(6)}")
 
