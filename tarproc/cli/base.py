@@ -728,7 +728,7 @@ def _read_inputs(args, rep, stats, urls, pass_through, spooler, raw):
     for n, url in enumerate(urls):
         rep.info(f"reading {'stdin' if url == '-' else url}")
         samples = iter_samples([url], stats, strict=args.strict, warn=rep.warn, stall=rep.stall,
-                               spooler=spooler, raw=raw, on_bad_shard=bad, **resume)
+                               spooler=spooler, raw=raw, on_bad_shard=bad, settings=args.settings, **resume)
         if sizes is None:
             yield from samples
             continue

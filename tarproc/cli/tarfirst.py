@@ -66,7 +66,7 @@ def main(args, prog="tarfirst"):
     spooler = spooler_of(args)
     bad = bad_shards_of(args, rep, spooler)
     samples = S.iter_samples(urls, strict=args.strict, warn=rep.warn, spooler=spooler, on_bad_shard=bad,
-                             **resume_of(args))
+                             settings=args.settings, **resume_of(args))
     source = S.skip(args.skip)(samples) if args.skip else samples
     check = FieldCheck(rep, args.field)
     try:

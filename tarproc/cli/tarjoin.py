@@ -149,7 +149,7 @@ def tarjoin_command(
     streams = [read_inputs(args, rep, stats, shard_lists[0], spooler=spooler, raw=raw)]
     for urls in shard_lists[1:]:
         streams.append(S.iter_samples(urls, S.Stats(), strict=args.strict, warn=rep.warn, stall=rep.stall,
-                                      spooler=spooler, raw=raw))
+                                      spooler=spooler, raw=raw, settings=args.settings))
     joined = join_samples(streams, tables, how=args.how, order=args.order, rename=renames, memory=memory,
                           tmpdir=args.tmpdir, warn=rep.warn)
     import contextlib

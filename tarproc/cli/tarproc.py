@@ -171,7 +171,7 @@ def main(args, prog="tarproc"):
         inputs = read_inputs(args, rep, stats, urls=open_inputs(args))
     else:
         inputs = iter_text_samples(open_inputs(args, tar=False), args.mode, stats, stall=rep.stall,
-                                   **resume_of(args))
+                                   settings=args.settings, **resume_of(args))
     if args.failed_keys in ("-", args.output):
         raise UsageError("--failed-keys needs a file of its own (not '-', not the output)")
     if args.keys == "-" and ("-" in (args.inputs or []) or not (args.inputs or args.filelist)):

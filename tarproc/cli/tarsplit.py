@@ -284,7 +284,7 @@ def _count_samples(urls, args, rep):
     bad = BadShards(args.on_bad_shard) if args.on_bad_shard not in (None, "fail") else None  # told in the 2nd pass
     for url in urls:
         for _ in S.iter_samples([url], stats, strict=args.strict, warn=rep.warn, on_bad_shard=bad,
-                                **resume_of(args)):
+                                settings=args.settings, **resume_of(args)):
             n += 1
     rep.info(f"counting pass: {n} samples")
     return n
