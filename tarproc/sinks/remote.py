@@ -27,23 +27,24 @@ LIST_COMMANDS = {
     "s3": "aws s3 ls {endpoint}{url}",
 }
 
-def _remote_command(table, url, what, **more):
+def _remote_command(table, url, what, settings=None, **more):
     scheme = scheme_of(url)
-    template = os.environ.get(f"TARPROC_{what}_{scheme.upper()}") or table.get(scheme)
+    template = (settings.command(what, scheme) if settings is not None else None) or table.get(scheme)
     if template is None:
         raise UsageError(f"{url}: cannot {what.lower()} {scheme}:// objects "
                          f"(set TARPROC_{what}_{scheme.upper()} to a command that can)")
     return fill_command(template, url, scheme, **more)  # (one pass: no value lands inside another's quotes)
 
 
-def cleanup_remote(prefix):
+def cleanup_remote(prefix, settings=None):
     """Remove the temporary objects (``.NAME.HOST-RANDOM.PID.tarproc-partial``)
     directly under an ``s3://`` or ``gs://`` prefix, by listing it and
     removing with the client.  Object stores have no locks: run it when no
     writer uses ``TARPROC_REMOTE_COMMIT=move`` on that prefix (the default
-    spooling never leaves temporary objects)."""
+    spooling never leaves temporary objects).  ``settings``: its
+    ``LIST_<SCHEME>`` and ``REMOVE_<SCHEME>`` commands."""
     base = prefix if prefix.endswith("/") else prefix.rsplit("/", 1)[0] + "/"
-    p = _run_client(_remote_command(LIST_COMMANDS, base, "LIST"), prefix, "list")
+    p = _run_client(_remote_command(LIST_COMMANDS, base, "LIST", settings), prefix, "list")
     removed = []
     for line in p.splitlines():
         name = line.split()[-1] if line.split() else ""
@@ -53,7 +54,7 @@ def cleanup_remote(prefix):
         if parse_partial(name) is None:
             continue
         url = base + name
-        _run_client(_remote_command(REMOVE_COMMANDS, url, "REMOVE"), url, "remove")
+        _run_client(_remote_command(REMOVE_COMMANDS, url, "REMOVE", settings), url, "remove")
         removed.append(url)
     return removed
 
