@@ -104,7 +104,7 @@ def parse_partial(name):
     return rest, None, int(pid)
 
 
-def cleanup_partials(path_or_dir, all_names=False, kept=None):
+def cleanup_partials(path_or_dir, all_names=False, kept=None, settings=None):
     """Remove temporary files whose writer is dead (see
     :mod:`tarproc.runtime.lease`: a lock, never a PID, tells).
 
@@ -112,9 +112,10 @@ def cleanup_partials(path_or_dir, all_names=False, kept=None):
     ``all_names``), every ``.*.tarproc-partial`` file in it.  A URL prefix
     (``s3://b/dir/``, ``gs://b/dir/``) removes the temporary objects of
     ``TARPROC_REMOTE_COMMIT=move`` under it.  Returns the names removed;
-    ``kept`` (a list) receives those of live writers."""
+    ``kept`` (a list) receives those of live writers.  ``settings``: the
+    client commands and ``foreign_stale_seconds``."""
     if scheme_of(path_or_dir) in REMOTE_SCHEMES:
-        return cleanup_remote(path_or_dir)
+        return cleanup_remote(path_or_dir, settings)
     if os.path.isdir(path_or_dir):
         d, base = path_or_dir, None
     else:
@@ -132,7 +133,7 @@ def cleanup_partials(path_or_dir, all_names=False, kept=None):
         if base is not None and not all_names and target != base:
             continue
         path = os.path.join(d, name)
-        if not is_stale(path, host):
+        if not is_stale(path, host, stale_seconds=None if settings is None else settings.foreign_stale_seconds):
             if kept is not None:
                 kept.append(path)
             continue
@@ -228,14 +229,20 @@ class Sink:
     context manager it closes on success and aborts on an exception.
 
     ``defer=False`` commits at ``close()`` even inside a gate (tarsplit's
-    shards: each is committed as it is closed)."""
+    shards: each is committed as it is closed).  ``settings`` (a
+    :class:`~tarproc.settings.Settings`; default: the defaults): the
+    ``WRITE``/``MOVE``/``REMOVE`` client commands, ``spool_dir``,
+    ``remote_commit`` and ``allow_tty``."""
 
-    def __init__(self, url, compression="auto", stall=None, defer=True, group_size=None):
+    def __init__(self, url, compression="auto", stall=None, defer=True, group_size=None, settings=None):
+        from ..settings import DEFAULTS
+
         from ..sources.shardlist import as_url
         from .grouped import DEFAULT_GROUP_SIZE
 
         url = as_url(url, "output")
         self.url = url
+        self.settings = settings = DEFAULTS if settings is None else settings
         self.path = url  # a local output's final path (a symlink's target)
         self.compression = compression_for(url) if compression == "auto" else compression
         self.defer = defer
@@ -250,7 +257,7 @@ class Sink:
         scheme = scheme_of(url)
         self.kind = scheme
         if scheme == "-":
-            if os.isatty(1) and not os.environ.get("TARPROC_ALLOW_TTY"):
+            if os.isatty(1) and not settings.allow_tty:
                 raise UsageError("refusing to write a tar archive to a terminal (use -o FILE or a pipe)")
             fd = os.dup(1)
             from ..sources.compression import _grow_pipe
@@ -273,7 +280,7 @@ class Sink:
             d = os.path.dirname(self.path) or "."
             if not os.path.isdir(d):
                 raise OutputError(f"{url}: directory {d} does not exist")
-            cleanup_partials(self.path)
+            cleanup_partials(self.path, settings=settings)
             fd = self._create_partial(self.path)
         elif scheme == "pipe":
             r, w = os.pipe()
@@ -283,25 +290,25 @@ class Sink:
             finally:
                 os.close(r)
             fd = w
-        elif scheme in REMOTE_SCHEMES and remote_mode(scheme) == "move":
+        elif scheme in REMOTE_SCHEMES and remote_mode(scheme, settings) == "move":
             self.kind = "move"
             self.tmp_url = partial_name(url)
-            cmd = command_for(self.tmp_url, WRITE_COMMANDS, "WRITE")
+            cmd = command_for(self.tmp_url, WRITE_COMMANDS, "WRITE", settings)
             r, w = os.pipe()
             try:
                 self.client = _Client(cmd, url, r)
             finally:
                 os.close(r)
             fd = w
-        elif scheme in REMOTE_SCHEMES or os.environ.get(f"TARPROC_WRITE_{scheme.upper()}"):
+        elif scheme in REMOTE_SCHEMES or settings.command("WRITE", scheme):
             self.kind = "spool"
-            command_for(url, WRITE_COMMANDS, "WRITE")  # unknown scheme: a usage error now
-            spool = os.environ.get("TARPROC_SPOOL_DIR") or __import__("tempfile").gettempdir()
+            command_for(url, WRITE_COMMANDS, "WRITE", settings)  # unknown scheme: a usage error now
+            spool = settings.spool_dir or __import__("tempfile").gettempdir()
             if not os.path.isdir(spool):
                 raise OutputError(f"{url}: spool directory {spool} does not exist (TARPROC_SPOOL_DIR)")
             fd = self._create_partial(os.path.join(spool, url.rstrip("/").rsplit("/", 1)[-1][:100] or "output"))
         else:
-            command_for(url, WRITE_COMMANDS, "WRITE")
+            command_for(url, WRITE_COMMANDS, "WRITE", settings)
             raise UsageError(f"{url}: unknown URL scheme {scheme!r}")
         self._zproc = None
         if self.tmp is not None or self.client is not None:
@@ -525,7 +532,7 @@ class Sink:
             elif self.kind == "spool":
                 self._upload()
             elif self.kind == "move":
-                _run_client(_remote_command(MOVE_COMMANDS, self.url, "MOVE", src=self.tmp_url), self.url, "move")
+                _run_client(_remote_command(MOVE_COMMANDS, self.url, "MOVE", self.settings, src=self.tmp_url), self.url, "move")
                 self.tmp_url = None
             self.state = "committed"
         except OSError as e:
@@ -537,7 +544,7 @@ class Sink:
         self._release()
 
     def _upload(self):
-        cmd = command_for(self.url, WRITE_COMMANDS, "WRITE")
+        cmd = command_for(self.url, WRITE_COMMANDS, "WRITE", self.settings)
         fd = os.open(self.tmp, os.O_RDONLY)
         try:
             self.client = _Client(cmd, self.url, fd)
@@ -595,7 +602,7 @@ class Sink:
             self.tmp = None
         if self.tmp_url is not None and finished:
             try:
-                _run_client(_remote_command(REMOVE_COMMANDS, self.tmp_url, "REMOVE"), self.tmp_url, "remove")
+                _run_client(_remote_command(REMOVE_COMMANDS, self.tmp_url, "REMOVE", self.settings), self.tmp_url, "remove")
             except Exception:
                 pass  # tarcat --cleanup removes it later
         self._release()
@@ -611,13 +618,14 @@ class Sink:
         return False
 
 
-def remote_mode(scheme):
+def remote_mode(scheme, settings=None):
     """How a remote output is committed: ``spool`` (default) or ``move``
-    (``TARPROC_REMOTE_COMMIT=move``, for schemes with a server-side move)."""
-    mode = os.environ.get("TARPROC_REMOTE_COMMIT", "spool")
+    (``settings.remote_commit``, ``TARPROC_REMOTE_COMMIT=move``, for schemes
+    with a server-side move)."""
+    mode = "spool" if settings is None else settings.remote_commit
     if mode not in ("spool", "move"):
         raise UsageError(f"TARPROC_REMOTE_COMMIT={mode!r}: use spool or move")
-    if mode == "move" and not (os.environ.get(f"TARPROC_MOVE_{scheme.upper()}") or scheme in MOVE_COMMANDS):
+    if mode == "move" and not ((settings is not None and settings.command("MOVE", scheme)) or scheme in MOVE_COMMANDS):
         return "spool"
     return mode
 
@@ -628,11 +636,12 @@ def _check_group_size(value):
     return value
 
 
-def open_sink(url, compression="auto", stall=None, defer=True, group_size=None):
+def open_sink(url, compression="auto", stall=None, defer=True, group_size=None, settings=None):
     """Open an output by URL; see :class:`Sink`.  With ``stall`` (a
     :class:`~tarproc.runtime.stall.Stall` also given to the source) buffered
     output is flushed whenever the input is about to block.  A ``.tar.gz``
     or ``.tar.zst`` output is cut into groups of whole samples of at most
     ``group_size`` bytes of tar (default 1 MiB; 0: one stream), each
-    decodable on its own (see :mod:`tarproc.sinks.grouped`)."""
-    return Sink(url, compression, stall, defer, group_size)
+    decodable on its own (see :mod:`tarproc.sinks.grouped`).  ``settings``:
+    see :class:`Sink`."""
+    return Sink(url, compression, stall, defer, group_size, settings)
