@@ -290,7 +290,7 @@ def input_guard(inputs):
 
 def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxshards=None,
                   compression="auto", post=None, stats=None, shards=None, total=None, fractions=None, seed=0,
-                  inputs=(), group_size=None, **header_defaults):
+                  inputs=(), group_size=None, settings=None, **header_defaults):
     """Write ``samples`` to shards named by ``pattern`` (see :func:`shard_name`)
     and yield a :class:`Shard` for each shard as it is completed.
 
@@ -301,7 +301,8 @@ def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxs
     shards no more input is read.  ``compression`` is passed to
     :func:`~tarproc.sinks.output.open_sink` (``"auto"``: from the name).  ``post(shard)``
     runs after each shard is complete (and before it is yielded).
-    ``group_size``: groups of a ``.tar.gz``/``.tar.zst`` shard (see
+    ``group_size``: groups of a ``.tar.gz``/``.tar.zst`` shard, ``settings``:
+    the client commands and commit settings of the shards (see
     :func:`~tarproc.sinks.output.open_sink`).
 
     ``shards=N`` writes exactly N shards of equal counts instead (see
@@ -320,13 +321,13 @@ def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxs
         if fractions is not None or max_count is not None or max_size is not None or maxshards is not None:
             raise UsageError("shards=N cannot be combined with fractions, a count, a size or maxshards")
         yield from split_exact(samples, pattern, shards, total, start, compression, post, stats, guard=guard,
-                               group_size=group_size, **header_defaults)
+                               group_size=group_size, settings=settings, **header_defaults)
         return
     if fractions is not None:
         if maxshards is not None or start:
             raise UsageError("fractions cannot be combined with maxshards or start")
         yield from split_fractions(samples, pattern, fractions, seed, max_count, max_size, compression, post, stats,
-                                   guard=guard, group_size=group_size, **header_defaults)
+                                   guard=guard, group_size=group_size, settings=settings, **header_defaults)
         return
 
     if max_count is not None and max_count < 1:
@@ -368,7 +369,7 @@ def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxs
                 name = shard_name(pattern, index)
                 guard(name)
                 make_shard_dir(name, pattern)
-                sink = open_sink(name, compression, defer=False, group_size=group_size)  # each shard commits when closed
+                sink = open_sink(name, compression, defer=False, group_size=group_size, settings=settings)  # each shard commits when closed
                 writer = SampleWriter(sink, stats, **header_defaults)
                 shard = Shard(name, index)
             writer.write(sample)
@@ -415,10 +416,11 @@ class _Rotator:
     as it holds ``counts[k]`` samples when a schedule of counts is given."""
 
     def __init__(self, pattern, start=0, counts=None, max_count=None, max_size=None, compression="auto",
-                 post=None, stats=None, split=None, header_defaults=None, guard=None, group_size=None):
+                 post=None, stats=None, split=None, header_defaults=None, guard=None, group_size=None, settings=None):
         from .index import ShardIndex
 
         self.group_size = group_size
+        self.settings = settings
         self._ShardIndex = ShardIndex
         self.pattern = pattern
         self.index = start
@@ -445,7 +447,7 @@ class _Rotator:
         if self.guard is not None:
             self.guard(name)
         make_shard_dir(name, self.pattern)
-        self.sink = open_sink(name, self.compression, defer=False, group_size=self.group_size)  # each shard commits when closed
+        self.sink = open_sink(name, self.compression, defer=False, group_size=self.group_size, settings=self.settings)  # each shard commits when closed
         self.writer = SampleWriter(self.sink, self.stats, **self.header_defaults)
         self.shard = IndexedShard(name, self.index, self.split)
         info = self.shard.info = self._ShardIndex(name)
@@ -574,7 +576,7 @@ def split_of(key, fractions, seed=0):
 
 
 def split_exact(samples, pattern, shards, total=None, start=0, compression="auto", post=None, stats=None,
-                guard=None, group_size=None, **header_defaults):
+                guard=None, group_size=None, settings=None, **header_defaults):
     """Write ``samples`` to exactly ``shards`` shards whose sample counts
     differ by at most one (the first ``total % shards`` get one more), and
     yield each :class:`IndexedShard` as it is completed.  ``total`` is the
@@ -586,7 +588,7 @@ def split_exact(samples, pattern, shards, total=None, start=0, compression="auto
         except TypeError:
             raise UsageError("shards=N needs the total number of samples (total=, or a sequence)") from None
     rot = _Rotator(pattern, start, exact_counts(total, shards), compression=compression, post=post, stats=stats,
-                   header_defaults=header_defaults, guard=guard, group_size=group_size)
+                   header_defaults=header_defaults, guard=guard, group_size=group_size, settings=settings)
     it = iter(samples)
     try:
         for sample in it:
@@ -600,7 +602,7 @@ def split_exact(samples, pattern, shards, total=None, start=0, compression="auto
 
 
 def split_fractions(samples, pattern, fractions, seed=0, max_count=None, max_size=None, compression="auto",
-                    post=None, stats=None, guard=None, group_size=None, **header_defaults):
+                    post=None, stats=None, guard=None, group_size=None, settings=None, **header_defaults):
     """Send each sample to a split chosen by :func:`split_of` and write each
     split to its own shards, named by ``pattern`` with ``{split}`` filled in
     (``'out/{split}-%06d.tar'``); yields each :class:`IndexedShard` as it is
@@ -614,7 +616,7 @@ def split_fractions(samples, pattern, fractions, seed=0, max_count=None, max_siz
         if "%" not in pat and "{" not in pat:
             pat = shard_pattern(pat)
         rots[name] = _Rotator(pat, 0, None, max_count, max_size, compression, post, stats, split=name,
-                              header_defaults=header_defaults, guard=guard, group_size=group_size)
+                              header_defaults=header_defaults, guard=guard, group_size=group_size, settings=settings)
     if max_count is not None and max_count < 1:
         raise UsageError(f"the sample count per shard must be at least 1 (got {max_count})")
     it = iter(samples)
