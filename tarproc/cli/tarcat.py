@@ -94,7 +94,7 @@ def tarcat_command(
         if scheme_of(args.cleanup) not in ("file", "s3", "gs"):
             raise UsageError(f"--cleanup {args.cleanup}: give a directory or an s3:// or gs:// prefix")
         kept = []
-        for path in cleanup_partials(args.cleanup, all_names=True, kept=kept):
+        for path in cleanup_partials(args.cleanup, all_names=True, kept=kept, settings=args.settings):
             rep.info(f"removed {path}")
         for path in kept:
             rep.info(f"kept {path} (its writer is alive)")
@@ -109,7 +109,7 @@ def tarcat_command(
                     pass
             from ..stages.sort import cleanup_stale
 
-            for path in cleanup_stale(args.cleanup):  # sort runs of a killed tarsort (tarsort-PID-HOST-*/)
+            for path in cleanup_stale(args.cleanup, args.settings.foreign_stale_seconds):  # sort runs of a killed tarsort (tarsort-PID-HOST-*/)
                 rep.info(f"removed {path}")
         return 0
     stats = S.Stats()
@@ -146,7 +146,7 @@ def tarcat_command(
         stages.append(S.rekey(args.rekey))
     stages.append(progress_stage(rep, stats))
 
-    with open_sink(args.output, stall=rep.stall, group_size=group_size_of(args)) as sink:
+    with open_sink(args.output, stall=rep.stall, group_size=group_size_of(args), settings=args.settings) as sink:
         writer = S.SampleWriter(sink, stats)
         # samples that go out as they came in are copied as the bytes they were read from
         raw = not (args.fields or args.rekey or args.shuffle)

@@ -92,7 +92,7 @@ def main(args, prog="tarfirst"):
     else:
         from ..sinks.output import open_sink
 
-        with open_sink(args.output, compression=None) as sink:
+        with open_sink(args.output, compression=None, settings=args.settings) as sink:
             data.copy_to(sink) if hasattr(data, "copy_to") else sink.write(data)
     return 0
 

@@ -154,7 +154,7 @@ def tarjoin_command(
                           tmpdir=args.tmpdir, warn=rep.warn)
     import contextlib
 
-    with contextlib.closing(joined), open_sink(output, stall=rep.stall) as sink:
+    with contextlib.closing(joined), open_sink(output, stall=rep.stall, settings=args.settings) as sink:
         writer = S.SampleWriter(sink, stats)
         for sample in progress_stage(rep, stats)(joined):
             writer.write(sample)

@@ -112,7 +112,7 @@ def main(args, prog="tarmix"):
     bad = bad_shards_of(args, rep)
     mixed = mix_sources(spec, seed=args.seed, stats=stats, strict=args.strict, warn=rep.warn,
                         shuffle=args.shuffle, on_bad_shard=bad)
-    with open_sink(args.output, group_size=group_size_of(args)) as sink:
+    with open_sink(args.output, group_size=group_size_of(args), settings=args.settings) as sink:
         writer = S.SampleWriter(sink, stats)
         for sample in S.pipeline(mixed, *stages):
             writer.write(sample)

@@ -100,7 +100,7 @@ def tarpcat_command(
         source = None
     written = 0
     try:
-        with open_sink(args.output, stall=stall, group_size=group_size_of(args)) as sink:
+        with open_sink(args.output, stall=stall, group_size=group_size_of(args), settings=args.settings) as sink:
             write = sink.write
             if batches is not None:
                 for lengths, data in batches:

@@ -206,7 +206,7 @@ def main(args, prog="tarproc"):
     if args.output != "-":
         results = transformed()  # a usage error before the output file is made
     try:
-        with open_sink(args.output, stall=rep.stall, group_size=group_size_of(args)) as sink:  # committed by the CLI only on exit 0
+        with open_sink(args.output, stall=rep.stall, group_size=group_size_of(args), settings=args.settings) as sink:  # committed by the CLI only on exit 0
             if args.output == "-":
                 # the sink writes to its own copy of stdout; what a --map function
                 # prints (here, at import, or in a worker) goes to stderr, never into the tar

@@ -215,7 +215,7 @@ def _grid(args, samples, wanted, rep):
 
     buf = io.BytesIO()
     sheet.save(buf, format="JPEG" if args.grid.lower().endswith((".jpg", ".jpeg")) else "PNG")
-    with open_sink(args.grid, compression=None) as sink:
+    with open_sink(args.grid, compression=None, settings=args.settings) as sink:
         sink.write(buf.getvalue())
     rep.info(f"wrote a contact sheet of {len(items)} images ({sheet.width}x{sheet.height}) to {args.grid}")
     return 0

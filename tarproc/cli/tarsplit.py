@@ -182,7 +182,7 @@ def tarsplit_command(
         infos = []
         kw = {"max_count": max_count, "max_size": max_size, "maxshards": args.maxshards, "inputs": ahead, **mode}
         for shard in split_samples(samples, pattern, start=args.start, compression=compression,
-                                   group_size=group_size_of(args),
+                                   group_size=group_size_of(args), settings=args.settings,
                                    post=post if posts else None, stats=stats, **kw):
             shards.append(shard)
             total_bytes += shard.bytes
@@ -204,7 +204,7 @@ def tarsplit_command(
             os.unlink(spooled)
         if args.manifest:
             # the manifest lists the committed shards, also when the run fails
-            with open_sink(args.manifest, compression=None, defer=False) as sink:
+            with open_sink(args.manifest, compression=None, defer=False, settings=args.settings) as sink:
                 sink.write((json.dumps([s.as_dict() for s in shards], indent=1) + "\n").encode())
     if args.fractions:
         _report_splits(rep, shards, args.quiet)
