@@ -18,20 +18,21 @@ PLACEHOLDER = "{}"
 # quoting context ('...', "...", bare): no quotes, no $, no backslash, no space.
 _SHELL_SAFE = re.compile(r"[A-Za-z0-9._,+=:@%/-]+\Z")
 _SHELL_CHARS = re.compile(r"[\s|&;<>()$`\\\"'*?\[\]#~!{}]")
-def expand_ids(patterns):
+def expand_ids(patterns, settings=None):
     """Shard ids from brace patterns, in order: ``["{00..02}"]`` -> ``00 01 02``.
 
     Several patterns are concatenated.  Duplicate ids are refused (two runs
-    would write the same output)."""
+    would write the same output), and more than ``settings.max_urls``."""
     import itertools
 
-    from ..core.limits import bounded_list
+    from ..core.limits import MAX_URLS, bounded_list
     from ..sources.shardlist import expand_braces
 
     if isinstance(patterns, str):
         patterns = [patterns]
     # expanded lazily and bounded: '{0..999999999}' is a one-line error, not gigabytes
-    ids = bounded_list(itertools.chain.from_iterable(expand_braces(p, "shard pattern") for p in patterns), "the shard ids")
+    ids = bounded_list(itertools.chain.from_iterable(expand_braces(p, "shard pattern") for p in patterns), "the shard ids",
+                       max_urls=MAX_URLS if settings is None else settings.max_urls)
     if not ids:
         raise UsageError("no shard ids (give -s PATTERN, e.g. -s '{0000..0999}')")
     seen = set()
@@ -88,8 +89,8 @@ def check_command(command, ids=()):
         raise UsageError(f"command not found: {command[0]}")
 
 
-# Exit 0 when the object exists.  Replace with TARPROC_EXISTS_<SCHEME> (a shell
-# command with {url}, {bucket} and {key}, quoted), like urls.py's commands.
+# Exit 0 when the object exists.  Replaced by settings.command("EXISTS", scheme)
+# (TARPROC_EXISTS_<SCHEME>: a shell command with {url}, {bucket} and {key}, quoted).
 EXISTS_COMMANDS = {
     "http": "curl -gsfIL -o /dev/null {url}",
     "https": "curl -gsfIL -o /dev/null {url}",
@@ -102,7 +103,7 @@ def done_path(template, shard_id):
     return template.replace(PLACEHOLDER, shard_id)
 
 
-def check_done_template(template, nids=1):
+def check_done_template(template, nids=1, settings=None):
     """Refuse a ``--done-if`` that cannot be checked, or one without ``{}``
     over several ids: every shard would check the same output, and the
     first to make it would mark all the others done."""
@@ -114,17 +115,19 @@ def check_done_template(template, nids=1):
     scheme = scheme_of(template)
     if scheme in ("-", "pipe"):
         raise UsageError(f"--done-if {template!r}: give a file name or a URL, e.g. out-{{}}.tar")
-    if scheme != "file" and not (os.environ.get(f"TARPROC_EXISTS_{scheme.upper()}") or scheme in EXISTS_COMMANDS):
+    if scheme != "file" and not ((settings is not None and settings.command("EXISTS", scheme))
+                                 or scheme in EXISTS_COMMANDS):
         raise UsageError(f"--done-if {template!r}: cannot check whether a {scheme}:// URL exists "
                          f"(set TARPROC_EXISTS_{scheme.upper()} to a command that can)")
 
 
-def is_done(template, shard_id):
+def is_done(template, shard_id, settings=None):
     """True when the output named by ``template`` exists: a local file, or a
     URL whose existence command (``EXISTS_COMMANDS``) succeeds.  tarproc's
     writers make a file or object visible only when it is complete, so
     existing means complete.  A check that fails for another reason (no
-    credentials) counts as "not done": the shard runs."""
+    credentials) counts as "not done": the shard runs.  ``settings``: its
+    ``EXISTS_<SCHEME>`` commands."""
     if not template:
         return False
     target = done_path(template, shard_id)
@@ -133,7 +136,7 @@ def is_done(template, shard_id):
     scheme = scheme_of(target)
     if scheme == "file":
         return os.path.exists(target)
-    command = os.environ.get(f"TARPROC_EXISTS_{scheme.upper()}") or EXISTS_COMMANDS.get(scheme)
+    command = (settings.command("EXISTS", scheme) if settings is not None else None) or EXISTS_COMMANDS.get(scheme)
     if not command:
         return False
     command = fill_command(command, target, scheme)  # one pass: a key holding "{url}" stays quoted
@@ -216,7 +219,8 @@ class Runner:
     Runner after every change, for a progress line."""
 
     def __init__(self, command, ids, jobs=1, retries=0, done_if=None, log=None, status=None,
-                 progress=None, verbose=False, first_index=0, env=None, retry_all=False):
+                 progress=None, verbose=False, first_index=0, env=None, retry_all=False, settings=None):
+        self.settings = settings  # the EXISTS_<SCHEME> commands of is_done
         self.command = list(command)
         # exit status 2 (usage or bad input) is the same on every try: not
         # retried unless retry_all
@@ -279,7 +283,7 @@ class Runner:
             self._changed()
 
     def _run_one(self, r):
-        if self.done_if and is_done(self.done_if, r.shard_id):
+        if self.done_if and is_done(self.done_if, r.shard_id, self.settings):
             r.status = "skipped"
             if self.verbose:
                 self._say(f"[{r.shard_id}] skipped, {done_path(self.done_if, r.shard_id)} exists")
@@ -297,7 +301,7 @@ class Runner:
                 again = f" (attempt {r.attempts})" if r.attempts > 1 else ""
                 self._say(f"[{r.shard_id}] start{again}: {_shell_line(argv)}")
             r.returncode, r.message = self._exec(argv, env, r.shard_id)
-            if r.returncode == 0 and self.done_if and not is_done(self.done_if, r.shard_id):
+            if r.returncode == 0 and self.done_if and not is_done(self.done_if, r.shard_id, self.settings):
                 r.returncode = None
                 r.message = f"exited 0 but {done_path(self.done_if, r.shard_id)} does not exist"
             if r.returncode == 0:
@@ -319,7 +323,7 @@ class Runner:
         r.seconds = time.monotonic() - t0
         self._say(f"[{r.shard_id}] failed ({r.message})")
         if (self.done_if and r.returncode is not None and not (self._stop.is_set() and "://" in self.done_if)
-                and is_done(self.done_if, r.shard_id)):
+                and is_done(self.done_if, r.shard_id, self.settings)):
             # made by this run (it was checked missing before): not a tarproc
             # writer (a shell redirect '> out.tar' creates its file at once)
             self._say(f"[{r.shard_id}] warning: {done_path(self.done_if, r.shard_id)} exists although the shard "
