@@ -117,7 +117,7 @@ def main(args, prog="tarshow"):
     spooler = spooler_of(args)
     if not draw and not args.grid:
         # only previews: large members are read past, keeping their first bytes (a bomb fills no disk)
-        spooler = show.prefix_only(spooler)
+        spooler = show.prefix_only(spooler, args.settings.preview_bytes)
     samples = S.pipeline(read_inputs(args, rep, stats, spooler=spooler), *stages)
 
     if args.grid:
@@ -141,7 +141,7 @@ def main(args, prog="tarshow"):
             if not first:
                 out.write("\n")
             wide = max((len(k) for k in (names or sample)), default=8)
-            out.write("\n".join(show.format_sample(sample, names, max(16, columns - wide - 16))) + "\n")
+            out.write("\n".join(show.format_sample(sample, names, max(16, columns - wide - 16), args.settings)) + "\n")
         first = False
         if draw:
             for name in names:
@@ -185,7 +185,8 @@ def _image(show, rep, sample, name, args, max_size):
     from ..core import limits
 
     try:
-        return show.to_image(name, sample[name], args.normalize, args.cmap, max_size=max_size)
+        return show.to_image(name, sample[name], args.normalize, args.cmap, max_size=max_size,
+                             max_pixels=args.settings.max_pixels)
     except limits.OverBudget as e:
         rep.warn(f"sample {limits.quote(sample.get('__key__'))}: {name}: not drawn: {e}")
         return None
