@@ -253,21 +253,22 @@ def _product(factories):
             iters[i] = factories[i]()
 
 
-def shuffle_urls(urls, seed=None):
+def shuffle_urls(urls, seed=None, max_urls=None):
     """The URLs in a random order, reproducible with ``seed``: a full shuffle
-    of up to :data:`~tarproc.core.limits.MAX_URLS` of them; a longer list is
+    of up to ``max_urls`` (:data:`~tarproc.core.limits.MAX_URLS`) of them; a longer list is
     shuffled lazily through a buffer of that many (memory stays bounded)."""
     import itertools
     import random
 
     from ..core import limits
 
+    max_urls = limits.MAX_URLS if max_urls is None else max_urls
     it = iter(urls)
-    head = list(itertools.islice(it, limits.MAX_URLS + 1))
+    head = list(itertools.islice(it, max_urls + 1))
     rng = random.Random(seed)
-    if len(head) <= limits.MAX_URLS:
+    if len(head) <= max_urls:
         rng.shuffle(head)
         return head
     from ..stages.basic import shuffle
 
-    return shuffle(limits.MAX_URLS, rng=rng)(itertools.chain(head, it))
+    return shuffle(max_urls, rng=rng)(itertools.chain(head, it))
