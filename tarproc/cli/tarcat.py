@@ -117,7 +117,7 @@ def tarcat_command(
     if args.shuffle > 0:
         from ..sources.shardlist import shuffle_urls
 
-        urls = shuffle_urls(urls, args.seed)  # bounded: a longer list is shuffled through a buffer
+        urls = shuffle_urls(urls, args.seed, args.settings.max_urls)  # bounded: a longer list is shuffled through a buffer
 
     stages = [S.shuffle(args.shuffle, args.seed)] if args.shuffle > 0 else []
     if args.keys or args.exclude_keys:

@@ -76,7 +76,7 @@ def tarindex_command(
         raise UsageError("give --offsets FILE or --no-offsets, not both")
     from ..core.limits import bounded_list
 
-    urls = bounded_list(open_inputs(args), "the shard list")  # (a long list comes as an iterator)
+    urls = bounded_list(open_inputs(args), "the shard list", max_urls=args.settings.max_urls)  # (a long list comes as an iterator)
     urls = refuse_overwriting_inputs([args.output, args.offsets], urls, "an index describes its shards")
     rep = Reporter("tarindex", args.verbose, args.quiet, args.progress, total=len(urls), unit="shards")
     offsets = False if args.no_offsets else (args.offsets or True)

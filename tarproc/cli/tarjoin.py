@@ -105,7 +105,7 @@ def tarjoin_command(
     for t in tables:
         if t == "-" or not os.path.isfile(t):
             raise UsageError(f"--table {shown(t)}: not a file (a table is read from a local file)")
-    outputs = bounded_list(expand_urls([args.output]), "the outputs") if "{" in args.output else [args.output]
+    outputs = bounded_list(expand_urls([args.output]), "the outputs", max_urls=args.settings.max_urls) if "{" in args.output else [args.output]
     if not outputs:
         raise UsageError(f"-o {shown(args.output)}: names no output")
     pairwise = len(outputs) > 1
@@ -116,7 +116,7 @@ def tarjoin_command(
     shard_lists = []
     for p in patterns:
         if pairwise:
-            urls = bounded_list(expand_urls([p]), "the shard list")
+            urls = bounded_list(expand_urls([p]), "the shard list", max_urls=args.settings.max_urls)
         else:
             urls = expand_urls([p])
         shard_lists.append(refuse_overwriting_inputs(outputs, urls, "a join keeps its inputs"))

@@ -161,7 +161,7 @@ def tarsplit_command(
                 if not isinstance(urls, list):  # read twice: a long lazy list is held (bounded)
                     from ..core.limits import bounded_list
 
-                    urls = bounded_list(urls, "--shards without --total")
+                    urls = bounded_list(urls, "--shards without --total", max_urls=args.settings.max_urls)
                 if "-" in urls:
                     if urls != ["-"]:
                         raise UsageError("--shards without --total reads its input twice: stdin cannot be mixed "
