@@ -105,8 +105,9 @@ def _scan_plain(stream, url, name, stats, strict, warn):
     return info
 
 
-def sha256_of(url):
-    """The SHA-256 (hex) of the bytes at ``url``, as stored (compressed or not)."""
+def sha256_of(url, settings=None):
+    """The SHA-256 (hex) of the bytes at ``url``, as stored (compressed or
+    not; ``settings``: the reading commands)."""
     import hashlib
 
     from ..sources.open import open_source, scheme_of
@@ -131,7 +132,7 @@ def sha256_of(url):
         finally:
             os.close(fd)
         return h.hexdigest()
-    stream = open_source(url, decompress=False)
+    stream = open_source(url, decompress=False, settings=settings)
     try:
         while True:
             piece = stream.read(4 << 20)
@@ -144,7 +145,7 @@ def sha256_of(url):
 
 
 def scan_one(url, stats=None, strict=False, warn=None, checksum=False, seek=True, seek_record=False,
-             checkpoint_spacing=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT):
+             checkpoint_spacing=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT, settings=None):
     """Index one shard: :func:`~tarproc.sinks.index.scan_shard`'s
     :class:`~tarproc.sinks.index.ShardIndex`, read at disk speed for a local
     uncompressed file (``seek=False``: by the general reading path), with
@@ -152,7 +153,8 @@ def scan_one(url, stats=None, strict=False, warn=None, checksum=False, seek=True
     ``checksum``; else ``None``) set.  ``seek_record``, ``checkpoint_spacing``:
     a compressed shard's record of where decoding restarts (see
     :func:`~tarproc.sinks.index.scan_shard`); ``retries``,
-    ``stall_timeout``: resuming a broken download."""
+    ``stall_timeout``: resuming a broken download; ``settings``: the
+    reading settings (client commands, bounds)."""
     from ..sources.open import open_source, scheme_of
     from ..sources.stamps import stamp_of
     from .index import scan_shard
@@ -160,24 +162,24 @@ def scan_one(url, stats=None, strict=False, warn=None, checksum=False, seek=True
     stats = stats if stats is not None else Stats()
     scheme = scheme_of(url)
     local = scheme == "file"
-    stamp = stamp_of(url) if url != "-" else {}
+    stamp = stamp_of(url, settings) if url != "-" else {}
     regular = local and "filesize" in stamp  # (a FIFO, /dev/stdin: no stamp, and read only once)
     if checksum and (scheme in ("-", "pipe") or (local and not regular)):
         raise BadInput(f"{url}: not a file or a URL: it cannot be read twice, to checksum and to index it "
                        f"(index it without --checksum, or give a file)")
-    digest = sha256_of(url) if checksum else None
+    digest = sha256_of(url, settings) if checksum else None
     info = None
     if regular and seek:
-        stream = open_source(url)
+        stream = open_source(url, settings=settings)
         if stream.compression is None and getattr(stream, "region_source", None) is not None:
             info = _scan_plain(stream, url, url, stats, strict, warn)  # (it closes the stream)
         else:
             stream.close()
     if info is None:
         info = scan_shard(url, stats, strict, warn, seek=seek_record, checkpoint_spacing=checkpoint_spacing,
-                          retries=retries, stall_timeout=stall_timeout)
+                          retries=retries, stall_timeout=stall_timeout, settings=settings)
     if local:
-        if stamp_of(url) != stamp:
+        if stamp_of(url, settings) != stamp:
             raise BadInput(f"{url}: the shard changed while it was being indexed (index it again)")
     elif info.filesize is not None and stamp.get("filesize") not in (None, info.filesize):
         raise BadInput(f"{url}: {info.filesize} bytes were read, its server says it has {stamp['filesize']}: it "
