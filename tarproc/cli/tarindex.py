@@ -103,7 +103,7 @@ def tarindex_command(
             raise UsageError(f"--checkpoint-spacing {args.checkpoint_spacing}: give 64KiB to 1GiB")
     index_shards(urls, args.output, offsets=offsets, name=args.name, stats=stats, strict=args.strict,
                  warn=rep.warn, progress=progress, checkpoint_spacing=spacing, parallel=args.parallel,
-                 checksum=args.checksum, **resume_of(args))
+                 checksum=args.checksum, settings=args.settings, **resume_of(args))
     rep.done(stats)
     rep.info(f"{done[0]} shards, {done[1]} samples")
     return 0

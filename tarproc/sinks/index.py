@@ -95,7 +95,7 @@ def _size_of(stream, read):
 
 
 def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_spacing=None, retries=RETRIES,
-               stall_timeout=STALL_TIMEOUT):
+               stall_timeout=STALL_TIMEOUT, settings=None):
     """Read one shard and return its :class:`ShardIndex`.
 
     Sample ``i`` of an uncompressed shard occupies bytes ``starts[i]`` to
@@ -113,7 +113,7 @@ def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_
     from ..sources.open import open_source
 
     stats = stats if stats is not None else Stats()
-    stream = open_source(url, retries=retries, stall_timeout=stall_timeout)
+    stream = open_source(url, retries=retries, stall_timeout=stall_timeout, settings=settings)
     name = "stdin" if url == "-" else url
     info = ShardIndex(url)
     info.compression = stream.compression
@@ -125,7 +125,8 @@ def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_
         counting = _Counting(stream)
         if hasattr(stream, "read1"):  # the fast path reads what is buffered (and counts it)
             counting.read1 = counting.read_some
-        reader = TarReader(counting, name, strict=strict, warn=warn)
+        reader = TarReader(counting, name, strict=strict, warn=warn,
+                           sparse_holes=None if settings is None else settings.sparse_holes)
         plain = info.compression is None or seekable is not None
         starts = array("Q")
         keys = []
@@ -244,7 +245,7 @@ def _le(arr):
     return swapped.tobytes()
 
 
-def write_index(index, blob, output, sidecar_path=None, more=()):
+def write_index(index, blob, output, sidecar_path=None, more=(), settings=None):
     """Write the index JSON to ``output`` (a URL, ``-`` for stdout) and the
     sidecar to ``sidecar_path`` (and each ``(path, bytes)`` of ``more``);
     each appears only when complete (the sidecars first, so an index never
@@ -253,15 +254,15 @@ def write_index(index, blob, output, sidecar_path=None, more=()):
 
     for path, data in ((sidecar_path, blob),) + tuple(more):
         if data is not None:
-            with open_sink(path, compression=None) as sink:
+            with open_sink(path, compression=None, settings=settings) as sink:
                 sink.write(data)
-    with open_sink(output, compression=None) as sink:
+    with open_sink(output, compression=None, settings=settings) as sink:
         sink.write((json.dumps(index, indent=1, ensure_ascii=False) + "\n").encode("utf-8", "surrogateescape"))
 
 
 def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=False, warn=None,
                  progress=None, checkpoint_spacing=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT,
-                 parallel=1, checksum=False):
+                 parallel=1, checksum=False, settings=None):
     """Index shards (a URL, a brace pattern, or a list of URLs) and return the
     index ``dict``.
 
@@ -286,9 +287,10 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
     from ..sources.open import scheme_of
     from ..sources.shardlist import as_url, as_urls
 
-    from ..core.limits import bounded_list
+    from ..core.limits import MAX_URLS, bounded_list
 
-    urls = bounded_list(as_urls(urls), "the shard list")  # the index holds one entry per shard
+    urls = bounded_list(as_urls(urls), "the shard list",  # the index holds one entry per shard
+                        max_urls=MAX_URLS if settings is None else settings.max_urls)
     if output is not None:
         output = as_url(output, "output")
     if not urls:
@@ -332,14 +334,14 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
 
     infos = scan_many(urls, parallel, done, stats=stats, strict=strict, warn=warn, checksum=checksum,
                       seek_record=sidecar is not None, checkpoint_spacing=checkpoint_spacing, retries=retries,
-                      stall_timeout=stall_timeout)
+                      stall_timeout=stall_timeout, settings=settings)
     index, blob = build_index(infos, index_dir, sidecar, name)
     more = ()
     if sidecar is not None and any(i.seek is not None for i in infos):
         seek_path = seek_sidecar_name(sidecar_path)
         more = ((seek_path, attach_seek(index, infos, seek_sidecar_name(sidecar))),)
     if output is not None:
-        write_index(index, blob, output, sidecar_path, more)
+        write_index(index, blob, output, sidecar_path, more, settings)
     return index
 
 
