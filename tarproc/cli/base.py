@@ -619,7 +619,7 @@ def open_inputs(args, prog=None, tar=True):
 
     from .guards import refuse_reading_stdout
 
-    lazy = expand_urls(args.inputs or [], getattr(args, "filelist", None))
+    lazy = expand_urls(args.inputs or [], getattr(args, "filelist", None), settings=args.settings)
     urls = list(itertools.islice(lazy, URLS_AHEAD + 1))
     if tar:
         refuse_terminal(prog or args.prog or current_prog(), urls, allow_tty=args.settings.allow_tty)

@@ -62,7 +62,7 @@ def main(args, prog="lines2tar"):
     stats = S.Stats()
     with open_sink(args.output, stall=rep.stall, group_size=group_size_of(args), settings=args.settings) as sink:
         writer = S.SampleWriter(sink, stats)
-        for sample in iter_line_samples(urls, keys, sep, args.keyformat, stats, stall=rep.stall):
+        for sample in iter_line_samples(urls, keys, sep, args.keyformat, stats, stall=rep.stall, settings=args.settings):
             writer.write(sample)
         writer.close()
     rep.done(stats)

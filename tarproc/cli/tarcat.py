@@ -129,7 +129,7 @@ def tarcat_command(
         keyfile = args.keys or args.exclude_keys
         if keyfile == "-" and isinstance(urls, list) and "-" in urls:  # (a long lazy list is not consumed)
             raise UsageError("the key list and the samples cannot both come from stdin")
-        keys = read_keys(keyfile)
+        keys = read_keys(keyfile, args.settings)
 
         def missing(n, examples):  # every listed key is looked for: say which never came
             rep.warn(f"{n} of the {len(keys)} keys listed in {keyfile} were never found (e.g. "

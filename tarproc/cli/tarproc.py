@@ -180,7 +180,7 @@ def main(args, prog="tarproc"):
     if args.keys is not None:
         from ..stages.keys import read_keys, select_keys
 
-        middle.append(select_keys(read_keys(args.keys), stats=stats))
+        middle.append(select_keys(read_keys(args.keys, args.settings), stats=stats))
     # --skip, --slice, --keys, --count, as in tarcat
     inputs = S.pipeline(inputs, *selection_stages(args, middle=middle))
     report = rep.say
