@@ -106,6 +106,18 @@ class Settings:
             changes["commands"] = _pairs(changes["commands"])
         return dataclasses.replace(self, **changes)
 
+    def as_dict(self):
+        """The settings as a JSON-ready ``dict`` (for a child process)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values):
+        """The inverse of :meth:`as_dict`."""
+        values = dict(values)
+        if "commands" in values:
+            values["commands"] = _pairs(values["commands"])
+        return cls(**values)
+
     @classmethod
     def from_environ(cls, environ=None):
         """The settings of a command: each from its ``TARPROC_*`` variable
