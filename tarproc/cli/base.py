@@ -168,6 +168,14 @@ def current_prog():
     name = ctx.find_root().info_name if ctx is not None else None
     return name or "tarproc"
 
+
+def _run_extra():
+    """What :func:`run` was given as ``extra`` (a dict; click's context object)."""
+    from typer._click.globals import get_current_context
+
+    ctx = get_current_context(silent=True)
+    return (ctx.find_root().obj if ctx is not None else None) or {}
+
 _VERSION = typer.Option("--version", help="show the version and exit", is_eager=True,
                         callback=_show_version, show_default=False)
 _DEBUG = typer.Option("--debug", help="show the Python traceback of an error", show_default=False)
@@ -222,6 +230,7 @@ class Args:
 
         self.__dict__.update(values)
         self.prog = current_prog()
+        self.extra = _run_extra()
         self.settings = Settings.from_environ(os.environ)
 
     def __getattr__(self, name):  # an option this command does not have
@@ -413,7 +422,7 @@ def _usage_error(prog, e):
     print(f"{prog}: error: {_clip(message)}", file=sys.stderr)
 
 
-def run(prog, cmd, argv=None):
+def run(prog, cmd, argv=None, extra=None):
     """Run the typer command ``cmd`` (a function made by :func:`command`) as
     program ``prog`` and exit with its status.
 
@@ -423,7 +432,8 @@ def run(prog, cmd, argv=None):
     errors become one line on stderr and their exit code; a closed
     downstream pipe ends the command quietly (exit by SIGPIPE, like ``cat``);
     Ctrl-C, SIGTERM and SIGHUP run cleanup and exit 130/143/129.  ``--debug`` (or
-    ``TARPROC_DEBUG=1``) shows the traceback."""
+    ``TARPROC_DEBUG=1``) shows the traceback.  ``extra`` (a dict) reaches the
+    command as ``args.extra`` (kujob's command after ``--``)."""
     from typer._click.exceptions import ClickException, UsageError as ClickUsageError
     from typer.main import get_command
 
@@ -445,7 +455,7 @@ def run(prog, cmd, argv=None):
     try:
         # Outputs commit only when the command exits 0 (the commit hook).
         with CommitGate() as gate:
-            code = _once(get_command(cmd.app)).main(argv, prog_name=prog, standalone_mode=False)
+            code = _once(get_command(cmd.app)).main(argv, prog_name=prog, standalone_mode=False, obj=extra)
             code = code if isinstance(code, int) else 0
             if code == 130:
                 _drop_stdout()

@@ -125,10 +125,7 @@ def kujob_command(
     args.command = list(args.command_ or [])
     args.env = list(args.env or [])
     args.slurm, args.sbatch = args.slurm_, list(args.sbatch or [])
-    return main(args, _AFTER[0], args.prog)
-
-
-_AFTER = [None]  # the command after '--', split off before parsing (see entry)
+    return main(args, args.extra.get("after"), args.prog)
 
 
 SLURM_OPTIONS = ("submit", "wait", "partition", "account", "time", "mem", "cpus_per_task", "log_dir", "sbatch",
@@ -372,5 +369,5 @@ def failed_key_lists(command, ids):
 
 
 def entry():
-    opts, _AFTER[0] = split_argv(sys.argv[1:])
-    run("kujob", kujob_command, opts)
+    opts, after = split_argv(sys.argv[1:])  # the command after '--', split off before parsing
+    run("kujob", kujob_command, opts, extra={"after": after})
