@@ -22,8 +22,9 @@ SPILL_BYTES = 256 << 10
 
 
 class Capture:
-    def __init__(self, file=None, spill=None, spill_bytes=None):
+    def __init__(self, file=None, spill=None, spill_bytes=None, tail_bytes=None):
         self.spill_bytes = SPILL_BYTES if spill_bytes is None else spill_bytes
+        self.tail_bytes = tail_bytes  # None: limits.TAIL_BYTES
         self.fd = file  # a file holding the output (or None: all in buf)
         self.buf = bytearray()
         self.spill = spill  # () -> a new file descriptor (read/write)
@@ -86,9 +87,10 @@ class Capture:
     def tail(self):
         from ..core.limits import TAIL_BYTES, tail_of_fd
 
+        limit = TAIL_BYTES if self.tail_bytes is None else self.tail_bytes
         if self.fd is None:
-            return bytes(self.buf[-TAIL_BYTES:])
-        return tail_of_fd(self.fd)[0]
+            return bytes(self.buf[-limit:])
+        return tail_of_fd(self.fd, limit)[0]
 
     def read(self):
         chunks = []
