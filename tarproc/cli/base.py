@@ -578,10 +578,22 @@ def _drop_stdout():
 
 def _clip(message):
     """Every message line goes through the one function that makes text
-    safe to show (credentials removed, controls escaped, lines bounded)."""
+    safe to show (credentials removed, controls escaped, lines bounded to
+    four times ``TARPROC_NAME_CHARS``)."""
     from ..core.limits import safe_text
 
-    return safe_text(message, lines=True)
+    return safe_text(message, 4 * _name_chars(), lines=True)
+
+
+def _name_chars():
+    """``TARPROC_NAME_CHARS`` (read here, at the edge; a bad value is
+    reported by the command itself, through ``args.settings``)."""
+    from ..settings import DEFAULTS, Settings
+
+    try:
+        return Settings.from_environ(os.environ).name_chars
+    except UsageError:
+        return DEFAULTS.name_chars
 
 
 def _quiet_sigpipe():

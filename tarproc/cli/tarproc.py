@@ -201,7 +201,8 @@ def main(args, prog="tarproc"):
                            multi=args.multi, ordered=not args.unordered, timeout=args.timeout,
                            workdir=args.workdir, keepdir=args.keepdir, add_log=args.add_log,
                            stats=stats, on_error=report, quiet=args.quiet, prog=prog,
-                           stall=rep.stall, spooler=spooler_of(args), capture_spill=args.settings.capture_spill)
+                           stall=rep.stall, spooler=spooler_of(args), capture_spill=args.settings.capture_spill,
+                           tail_bytes=args.settings.tail_bytes)
 
     if args.output != "-":
         results = transformed()  # a usage error before the output file is made
