@@ -92,6 +92,10 @@ class Settings:
         metadata={"env": "TARPROC_<KIND>_<SCHEME>", "kind": "commands",
                   "doc": "client command replacing a scheme's default (" + ", ".join(COMMAND_KINDS) + ")"})
 
+    def __post_init__(self):
+        if not isinstance(self.commands, tuple) or any(not isinstance(p, tuple) for p in self.commands):
+            object.__setattr__(self, "commands", _pairs(self.commands))  # a dict given: pairs (hashable)
+
     def command(self, kind, scheme):
         """The template of ``TARPROC_<KIND>_<SCHEME>`` (``None``: the default)."""
         name = f"{kind}_{scheme.upper()}"
@@ -102,8 +106,6 @@ class Settings:
 
     def replace(self, **changes):
         """A copy with some settings changed."""
-        if "commands" in changes:  # a dict or pairs
-            changes["commands"] = _pairs(changes["commands"])
         return dataclasses.replace(self, **changes)
 
     def as_dict(self):
@@ -113,9 +115,6 @@ class Settings:
     @classmethod
     def from_dict(cls, values):
         """The inverse of :meth:`as_dict`."""
-        values = dict(values)
-        if "commands" in values:
-            values["commands"] = _pairs(values["commands"])
         return cls(**values)
 
     @classmethod
@@ -161,7 +160,7 @@ def _commands(environ):
 
 def _pairs(commands):
     items = commands.items() if hasattr(commands, "items") else commands
-    return tuple(sorted((str(k).upper(), v) for k, v in items))
+    return tuple(sorted((str(k).upper(), str(v)) for k, v in items))
 
 
 def _parse(name, text, kind):
