@@ -120,7 +120,7 @@ def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_
     seekable = None
     if seek and url != "-" and stream.compression in _seekable_codecs():
         stream.close()  # read again by the decoder that finds the restart points
-        stream, *seekable = _open_seekable(url, stream.compression, checkpoint_spacing)
+        stream, *seekable = _open_seekable(url, stream.compression, checkpoint_spacing, settings)
     try:
         counting = _Counting(stream)
         if hasattr(stream, "read1"):  # the fast path reads what is buffered (and counts it)
@@ -169,10 +169,10 @@ def _seekable_codecs():
     return CODECS
 
 
-def _open_seekable(url, codec, spacing):
+def _open_seekable(url, codec, spacing, settings=None):
     from ..sources.seekscan import open_for_index
 
-    return open_for_index(url, codec, spacing)
+    return open_for_index(url, codec, spacing, settings)
 
 
 def sidecar_name(index_path):
