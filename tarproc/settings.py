@@ -22,8 +22,6 @@ The variables, their defaults and meanings: :data:`FIELDS` (and
 :func:`table`; docs/settings.md lists them).
 """
 
-import dataclasses
-
 from .errors import UsageError
 
 #: Kinds of client command a scheme's default can be replaced with:
@@ -32,69 +30,102 @@ from .errors import UsageError
 COMMAND_KINDS = ("READ", "WRITE", "RANGE", "MOVE", "REMOVE", "LIST", "EXISTS")
 
 
-def _field(default, env, doc, kind="count"):
-    return dataclasses.field(default=default, metadata={"env": env, "doc": doc, "kind": kind})
+def _field(name, default, env, doc, kind="count"):
+    return name, default, env, kind, doc
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """Every bound and knob of the toolkit (frozen: make a changed copy with
-    :meth:`replace`).  ``commands`` holds ``("READ_GS", TEMPLATE)`` pairs:
-    the client command templates that replace a scheme's default client
-    (``TARPROC_READ_GS``...)."""
-
+#: (name, default, variable, kind, meaning) of every setting.  (A plain
+#: class below, not a dataclass: every command builds one at its start, and
+#: ``dataclasses`` costs a few milliseconds of start-up.)
+_SPEC = (
     # bounds on input-controlled sizes (see tarproc.core.limits)
-    preview_bytes: int = _field(64 << 10, "TARPROC_PREVIEW_BYTES",
-                                "bytes of a field that a preview or a text/binary decision looks at", "size")
-    max_pixels: int = _field(32 << 20, "TARPROC_MAX_PIXELS", "most pixels of an image (or .npy array / 4) drawn")
-    json_depth: int = _field(200, "TARPROC_JSON_DEPTH", "deepest nesting of JSON that is parsed")
-    tail_bytes: int = _field(8 << 10, "TARPROC_TAIL_BYTES",
-                             "bytes of a failed command's output (or a reader's stderr) kept for a message", "size")
-    name_chars: int = _field(200, "TARPROC_NAME_CHARS",
-                             "characters of a name in a message; a message line is at most 4x this")
-    check_keys: int = _field(200_000, "TARPROC_CHECK_KEYS", "keys tarcheck keeps in memory (then on disk)")
-    check_fields: int = _field(10_000, "TARPROC_CHECK_FIELDS",
-                               "distinct field names one tarcheck report keeps (the rest are 'other')")
-    sparse_holes: int = _field(1 << 30, "TARPROC_SPARSE_HOLES", "zero bytes a GNU sparse member may expand to",
-                               "size")
-    max_ratio: int = _field(1000, "TARPROC_MAX_RATIO", "decoded : compressed bytes past ratio_floor")
-    ratio_floor: int = _field(256 << 20, "TARPROC_RATIO_FLOOR", "decoded bytes before max_ratio applies", "size")
-    max_urls: int = _field(1_000_000, "TARPROC_MAX_URLS", "URLs (or ids) a command holds as a list")
-    max_plan: int = _field(256 << 20, "TARPROC_MAX_PLAN", "bytes of a tarcreate plan", "size")
-    max_index: int = _field(1 << 28, "TARPROC_MAX_INDEX", "bytes of an index JSON read", "size")
-    max_sample: int = _field(1 << 34, "TARPROC_MAX_SAMPLE", "bytes of one sample read through an index", "size")
-    sample_memory: int = _field(16 << 20, "TARPROC_SAMPLE_MEMORY",
-                                "bytes of one sample's small fields packed in memory", "size")
-    capture_spill: int = _field(256 << 10, "TARPROC_CAPTURE_SPILL",
-                                "bytes of a per-sample command's output kept in memory (then a file)", "size")
+    _field("preview_bytes", 64 << 10, "TARPROC_PREVIEW_BYTES",
+           "bytes of a field that a preview or a text/binary decision looks at", "size"),
+    _field("max_pixels", 32 << 20, "TARPROC_MAX_PIXELS", "most pixels of an image (or .npy array / 4) drawn"),
+    _field("json_depth", 200, "TARPROC_JSON_DEPTH", "deepest nesting of JSON that is parsed"),
+    _field("tail_bytes", 8 << 10, "TARPROC_TAIL_BYTES",
+           "bytes of a failed command's output (or a reader's stderr) kept for a message", "size"),
+    _field("name_chars", 200, "TARPROC_NAME_CHARS",
+           "characters of a name in a message; a message line is at most 4x this"),
+    _field("check_keys", 200_000, "TARPROC_CHECK_KEYS", "keys tarcheck keeps in memory (then on disk)"),
+    _field("check_fields", 10_000, "TARPROC_CHECK_FIELDS",
+           "distinct field names one tarcheck report keeps (the rest are 'other')"),
+    _field("sparse_holes", 1 << 30, "TARPROC_SPARSE_HOLES", "zero bytes a GNU sparse member may expand to",
+           "size"),
+    _field("max_ratio", 1000, "TARPROC_MAX_RATIO", "decoded : compressed bytes past ratio_floor"),
+    _field("ratio_floor", 256 << 20, "TARPROC_RATIO_FLOOR", "decoded bytes before max_ratio applies", "size"),
+    _field("max_urls", 1_000_000, "TARPROC_MAX_URLS", "URLs (or ids) a command holds as a list"),
+    _field("max_plan", 256 << 20, "TARPROC_MAX_PLAN", "bytes of a tarcreate plan", "size"),
+    _field("max_index", 1 << 28, "TARPROC_MAX_INDEX", "bytes of an index JSON read", "size"),
+    _field("max_sample", 1 << 34, "TARPROC_MAX_SAMPLE", "bytes of one sample read through an index", "size"),
+    _field("sample_memory", 16 << 20, "TARPROC_SAMPLE_MEMORY",
+           "bytes of one sample's small fields packed in memory", "size"),
+    _field("capture_spill", 256 << 10, "TARPROC_CAPTURE_SPILL",
+           "bytes of a per-sample command's output kept in memory (then a file)", "size"),
     # knobs
-    blob_threshold: int = _field(4 << 20, "TARPROC_BLOB_THRESHOLD",
-                                 "members from this size on are spooled blobs (0: never); --blob-threshold",
-                                 "size0")
-    foreign_stale_seconds: float = _field(24 * 3600.0, "TARPROC_FOREIGN_STALE_SECONDS",
-                                          "age after which another machine's temporary file is taken as dead",
-                                          "seconds")
-    spool_dir: str = _field(None, "TARPROC_SPOOL_DIR",
-                            "directory of the spool of uploads (default: TMPDIR, /tmp)", "text")
-    remote_commit: str = _field("spool", "TARPROC_REMOTE_COMMIT",
-                                "spool (upload on success) or move (temporary object, server-side move)",
-                                "text")
-    allow_tty: bool = _field(False, "TARPROC_ALLOW_TTY",
-                             "read a tar archive from (write one to) a terminal", "flag")
-    retries: int = _field(5, "TARPROC_RETRIES", "times a broken download is resumed in a row (0: never); --retries",
-                          "count0")
-    stall_timeout: float = _field(60.0, "TARPROC_STALL_TIMEOUT",
-                                  "seconds without a byte that count as a broken download (0: no limit)",
-                                  "seconds")
-    debug: bool = _field(False, "TARPROC_DEBUG", "1: show the traceback of an error (--debug)", "flag")
-    commands: tuple = dataclasses.field(
-        default=(),
-        metadata={"env": "TARPROC_<KIND>_<SCHEME>", "kind": "commands",
-                  "doc": "client command replacing a scheme's default (" + ", ".join(COMMAND_KINDS) + ")"})
+    _field("blob_threshold", 4 << 20, "TARPROC_BLOB_THRESHOLD",
+           "members from this size on are spooled blobs (0: never); --blob-threshold",
+           "size0"),
+    _field("foreign_stale_seconds", 24 * 3600.0, "TARPROC_FOREIGN_STALE_SECONDS",
+           "age after which another machine's temporary file is taken as dead",
+           "seconds"),
+    _field("spool_dir", None, "TARPROC_SPOOL_DIR",
+           "directory of the spool of uploads (default: TMPDIR, /tmp)", "text"),
+    _field("remote_commit", "spool", "TARPROC_REMOTE_COMMIT",
+           "spool (upload on success) or move (temporary object, server-side move)",
+           "text"),
+    _field("allow_tty", False, "TARPROC_ALLOW_TTY",
+           "read a tar archive from (write one to) a terminal", "flag"),
+    _field("retries", 5, "TARPROC_RETRIES", "times a broken download is resumed in a row (0: never); --retries",
+           "count0"),
+    _field("stall_timeout", 60.0, "TARPROC_STALL_TIMEOUT",
+           "seconds without a byte that count as a broken download (0: no limit)",
+           "seconds"),
+    _field("debug", False, "TARPROC_DEBUG", "1: show the traceback of an error (--debug)", "flag"),
+    _field("commands", (), "TARPROC_<KIND>_<SCHEME>",
+           "client command replacing a scheme's default (" + ", ".join(COMMAND_KINDS) + ")", "commands"),
+)
+_NAMES = tuple(spec[0] for spec in _SPEC)
 
-    def __post_init__(self):
-        if not isinstance(self.commands, tuple) or any(not isinstance(p, tuple) for p in self.commands):
-            object.__setattr__(self, "commands", _pairs(self.commands))  # a dict given: pairs (hashable)
+
+class Settings:
+    """Every bound and knob of the toolkit, as attributes (``s.max_urls``;
+    keyword arguments of the constructor, the rest the defaults).  Frozen
+    (hashable, shared safely between threads): make a changed copy with
+    :meth:`replace`.  ``commands`` holds ``("READ_GS", TEMPLATE)`` pairs (a
+    dict is accepted): the client command templates that replace a
+    scheme's default client (``TARPROC_READ_GS``...)."""
+
+    __slots__ = _NAMES
+
+    def __init__(self, **values):
+        unknown = set(values) - set(_NAMES)
+        if unknown:
+            raise TypeError(f"Settings: unknown setting(s) {', '.join(sorted(unknown))}")
+        for name, default, *_ in _SPEC:
+            object.__setattr__(self, name, values.get(name, default))
+        object.__setattr__(self, "commands", _pairs(self.commands))
+
+    def __setattr__(self, name, value):
+        raise AttributeError("Settings are frozen: use .replace(...)")
+
+    __delattr__ = __setattr__
+
+    def _values(self):
+        return tuple(getattr(self, name) for name in _NAMES)
+
+    def __eq__(self, other):
+        return type(other) is Settings and self._values() == other._values()
+
+    def __hash__(self):
+        return hash(self._values())
+
+    def __repr__(self):
+        changed = ", ".join(f"{n}={getattr(self, n)!r}" for n, d, *_ in _SPEC if getattr(self, n) != d)
+        return f"Settings({changed})"
+
+    def __reduce__(self):  # pickled for worker processes
+        return (_from_dict, (self.as_dict(),))
 
     def command(self, kind, scheme):
         """The template of ``TARPROC_<KIND>_<SCHEME>`` (``None``: the default)."""
@@ -106,11 +137,11 @@ class Settings:
 
     def replace(self, **changes):
         """A copy with some settings changed."""
-        return dataclasses.replace(self, **changes)
+        return Settings(**dict(self.as_dict(), **changes))
 
     def as_dict(self):
         """The settings as a JSON-ready ``dict`` (for a child process)."""
-        return dataclasses.asdict(self)
+        return {name: getattr(self, name) for name in _NAMES}
 
     @classmethod
     def from_dict(cls, values):
@@ -128,23 +159,19 @@ class Settings:
 
         environ = os.environ if environ is None else environ
         values = {}
-        for f in dataclasses.fields(cls):
-            kind = f.metadata["kind"]
+        for name, _, env, kind, _ in _SPEC:
             if kind == "commands":
-                values[f.name] = _pairs(_commands(environ))
+                values[name] = _commands(environ)
                 continue
-            text = environ.get(f.metadata["env"])
+            text = environ.get(env)
             if text is None or not text.strip():
                 continue
-            values[f.name] = _parse(f.metadata["env"], text.strip(), kind)
+            values[name] = _parse(env, text.strip(), kind)
         return cls(**values)
 
 
-#: Every setting: (field name, variable, default, meaning).
-FIELDS = tuple((f.name, f.metadata["env"], f.default, f.metadata["doc"]) for f in dataclasses.fields(Settings))
-
-#: The defaults (an immutable value; the library's default everywhere).
-DEFAULTS = Settings()
+def _from_dict(values):
+    return Settings(**values)
 
 
 def _commands(environ):
@@ -201,3 +228,10 @@ def table():
     width = max(len(r[0]) for r in rows)
     dwidth = max(len(r[1]) for r in rows)
     return "\n".join(f"{env:<{width}}  {d:<{dwidth}}  {doc}" for env, d, doc in rows)
+
+
+#: Every setting: (field name, variable, default, meaning).
+FIELDS = tuple((name, env, default, doc) for name, default, env, _, doc in _SPEC)
+
+#: The defaults (an immutable value; the library's default everywhere).
+DEFAULTS = Settings()
