@@ -588,12 +588,14 @@ def _clip(message):
 def _name_chars():
     """``TARPROC_NAME_CHARS`` (read here, at the edge; a bad value is
     reported by the command itself, through ``args.settings``)."""
-    from ..settings import DEFAULTS, Settings
-
     try:
+        from ..settings import Settings
+
         return Settings.from_environ(os.environ).name_chars
-    except UsageError:
-        return DEFAULTS.name_chars
+    except Exception:  # (this bounds the message of any error, its own too)
+        from ..core.limits import NAME_CHARS
+
+        return NAME_CHARS
 
 
 def _quiet_sigpipe():
