@@ -13,8 +13,9 @@ Inputs (:func:`open_source`) and outputs (:func:`open_sink`) are named by URL:
                    (``AWS_ENDPOINT_URL`` is passed on as ``--endpoint-url``)
 =================  ==========================================================
 
-The command of each scheme can be replaced with an environment variable,
-``TARPROC_READ_<SCHEME>`` or ``TARPROC_WRITE_<SCHEME>`` (scheme in upper case,
+The command of each scheme can be replaced (``settings=``, a
+:class:`~tarproc.settings.Settings`; for the commands the environment variables
+``TARPROC_READ_<SCHEME>`` or ``TARPROC_WRITE_<SCHEME>``, scheme in upper case,
 ``HTTP``, ``HTTPS``, ``GS``, ``S3``), a shell command in which ``{url}`` stands
 for the quoted URL (and ``{bucket}``, ``{key}`` for its parts).  A command
 that exits non-zero is an error naming the URL.  Reads of ``http(s)``,
