@@ -176,6 +176,7 @@ def _run_extra():
     ctx = get_current_context(silent=True)
     return (ctx.find_root().obj if ctx is not None else None) or {}
 
+
 _VERSION = typer.Option("--version", help="show the version and exit", is_eager=True,
                         callback=_show_version, show_default=False)
 _DEBUG = typer.Option("--debug", help="show the Python traceback of an error", show_default=False)
