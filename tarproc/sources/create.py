@@ -357,16 +357,17 @@ def item_bytes(item, basedir=None):
         return Blob(_File(os.dup(outf.fileno()), None, False), 0, size)
 
 
-def write_plan(items, output="-", basedir=None, on_item=None, group_size=None):
+def write_plan(items, output="-", basedir=None, on_item=None, group_size=None, settings=None):
     """Write the members of a checked plan to ``output`` (a URL); returns
     the number of members.  On any failure the output is discarded.
     ``group_size``: groups of a ``.tar.gz``/``.tar.zst`` output (see
-    :func:`~tarproc.sinks.output.open_sink`), cut where a key starts."""
+    :func:`~tarproc.sinks.output.open_sink`), cut where a key starts;
+    ``settings``: the output's (see :class:`~tarproc.sinks.output.Sink`)."""
     from ..core.rules import split_name
     from ..core.tario import TarWriter
     from ..sinks.output import open_sink
 
-    with open_sink(output, group_size=group_size) as sink:
+    with open_sink(output, group_size=group_size, settings=settings) as sink:
         tar = TarWriter(sink)
         last = None
         for item in items:

@@ -125,13 +125,13 @@ class KeyList:
     or :meth:`abort` leaves no file under that name.  Written under a
     temporary name (see :mod:`tarproc.sinks.output`) until then."""
 
-    def __init__(self, url):
+    def __init__(self, url, settings=None):
         from ..sinks.output import open_sink
 
         self.url = url
         self.count = 0
         self.committed = False
-        self.sink = open_sink(url, compression=None, defer=False)
+        self.sink = open_sink(url, compression=None, defer=False, settings=settings)
 
     def add(self, key):
         self.sink.write(escape_key(str(key)).encode("utf-8", "surrogateescape") + b"\n")
