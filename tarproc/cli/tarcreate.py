@@ -68,7 +68,7 @@ def main(args, prog="tarcreate"):
                       max_plan=args.settings.max_plan)
     if not items:
         rep.info("the plan makes no members (writing an empty archive)")
-    n = write_plan(items, args.output, args.dir, group_size=group_size_of(args),
+    n = write_plan(items, args.output, args.dir, group_size=group_size_of(args), settings=args.settings,
                    on_item=(lambda item, size: rep.info(f"{item.name} ({size} bytes) from {item.where}"))
                    if args.verbose else None)
     rep.info(f"{n} members written")

@@ -137,8 +137,10 @@ def tarjoin_command(
 
         written = join_shards(shard_lists, outputs, tables, how=args.how, order=args.order, rename=renames,
                               parallel=args.parallel, memory=memory, tmpdir=args.tmpdir, strict=args.strict,
-                              blob_threshold=parse_size(args.blob_threshold) if args.blob_threshold else None,
-                              spool_dir=args.tmpdir, start_method=args.start_method, done=done, warn=rep.warn)
+                              blob_threshold=parse_size(args.blob_threshold) if args.blob_threshold
+                              else args.settings.blob_threshold,
+                              spool_dir=args.tmpdir, start_method=args.start_method, done=done, warn=rep.warn,
+                              settings=args.settings)
         rep.info(f"{len(outputs)} outputs, {written} samples")
         return 0
 

@@ -187,7 +187,7 @@ def main(args, prog="tarproc"):
     if args.failed_keys is not None:
         from ..stages.keys import KeyList
 
-        report = _Failures(rep.say, KeyList(args.failed_keys))
+        report = _Failures(rep.say, KeyList(args.failed_keys, args.settings))
 
     def transformed():
         if args.map is not None:
