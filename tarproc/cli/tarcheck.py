@@ -134,7 +134,7 @@ def check_index(args, prog):
             out.write(f"{shorten(rep['url'])}: {rep['problem'] if not rep['unreadable'] else 'unreadable'}\n")
         out.flush()
 
-    reports = verify_index(args.index, parallel=args.parallel, on_shard=on_shard)
+    reports = verify_index(args.index, parallel=args.parallel, on_shard=on_shard, settings=args.settings)
     if not args.json and not args.quiet:
         bad = counts["bad"] + counts["unreadable"]
         line = f"{args.index}: {len(reports)} shards, {bad} bad" if bad else f"{args.index}: {len(reports)} shards ok"

@@ -246,6 +246,11 @@ class IndexedDataset:
         self._checked = set()
         _LIVE.add(self)
 
+    @property
+    def settings(self):
+        """The :class:`~tarproc.settings.Settings` this dataset reads with."""
+        return self._settings
+
     # ------------------------------------------------------------ pickling
 
     def __getstate__(self):
