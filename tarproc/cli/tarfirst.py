@@ -70,7 +70,8 @@ def main(args, prog="tarfirst"):
     source = S.skip(args.skip)(samples) if args.skip else samples
     check = FieldCheck(rep, args.field)
     try:
-        found = find_match(check.before(source), args.field, args.select, args.nth)
+        found = find_match(check.before(source), args.field, args.select, args.nth,
+                           json_depth=args.settings.json_depth)
     finally:
         samples.close()  # closes the input: stop reading at the match
     end_bad_shards(bad, rep, args)  # those met before the match (or all, when none matched)

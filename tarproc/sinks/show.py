@@ -461,23 +461,31 @@ class Value(bytes):
     def text(self):
         return str(self)
 
+    json_depth = None  # the depth bound (None: limits.JSON_DEPTH); SampleView sets it
+
     @property
     def json(self):
-        return limits.json_loads(bytes(self))
+        return limits.json_loads(bytes(self), self.json_depth)
 
 
 class SampleView:
     """The ``_`` of a select expression: ``_.cls``, ``_["seg.png"]``,
     ``"cls" in _``, ``_.get("cls")``, ``_.__key__``."""
 
-    __slots__ = ("_sample",)
+    __slots__ = ("_sample", "_json_depth")
 
-    def __init__(self, sample):
+    def __init__(self, sample, json_depth=None):
         object.__setattr__(self, "_sample", sample)
+        object.__setattr__(self, "_json_depth", json_depth)
 
     def _value(self, name):
         v = self._sample[name]
-        return Value(v) if isinstance(v, (bytes, bytearray, memoryview)) else v
+        if not isinstance(v, (bytes, bytearray, memoryview)):
+            return v
+        v = Value(v)
+        if self._json_depth is not None:
+            v.json_depth = self._json_depth
+        return v
 
     def __getattr__(self, name):
         try:
@@ -498,9 +506,10 @@ class SampleView:
         return self._sample.keys()
 
 
-def compile_select(expr):
+def compile_select(expr, json_depth=None):
     """A predicate ``f(sample) -> bool`` from a Python expression over
-    ``_`` (a :class:`SampleView`).  A sample that lacks a field the
+    ``_`` (a :class:`SampleView`; ``_.x.json`` parses at most
+    ``json_depth`` deep).  A sample that lacks a field the
     expression uses does not match; other errors raise :class:`UsageError`
     naming the sample."""
     import math
@@ -513,7 +522,7 @@ def compile_select(expr):
 
     def predicate(sample):
         try:
-            return bool(eval(code, env, {"_": SampleView(sample)}))
+            return bool(eval(code, env, {"_": SampleView(sample, json_depth)}))
         except (KeyError, AttributeError):
             return False
         except Exception as e:
@@ -526,14 +535,14 @@ def compile_select(expr):
 DEFAULT_FIRST_FIELDS = "jpg;jpeg;png;ppm;pgm;gif;bmp;tif;tiff;webp"
 
 
-def find_match(samples, fields=DEFAULT_FIRST_FIELDS, select=None, nth=1):
+def find_match(samples, fields=DEFAULT_FIRST_FIELDS, select=None, nth=1, json_depth=None):
     """``(key, field, bytes)`` of the ``nth`` sample (1-based) that passes
     ``select`` and has one of ``fields`` (``"jpg;png"``: the first present),
     or ``None``.  Stops pulling samples at the match."""
     candidates = [f for f in re.split(r"[;,\s]+", fields) if f]
     if not candidates:
         raise UsageError("empty field list")
-    pred = compile_select(select) if select and select.strip() not in ("", "True") else None
+    pred = compile_select(select, json_depth) if select and select.strip() not in ("", "True") else None
     seen = 0
     for sample in samples:
         field = next((f for f in candidates if f in sample), None)
