@@ -329,6 +329,8 @@ COMMANDS = [
     ("TARPROC_MAX_URLS", "3", "tarindex 's{0..4}.tar' -o i.json", "", "more than 3 entries"),
     ("TARPROC_CHECK_FIELDS", "3", "tarcheck --json in.tar", "", "too_many_fields"),
     ("TARPROC_JSON_DEPTH", "2", "tar2tsv --format jsonl -f json.x in.tar", '"json.x": [[[1]]]', '"json.x": null'),
+    ("TARPROC_JSON_DEPTH", "2", "tarfirst -f png --select '_.json.json[\"x\"] == [[[1]]]' in.tar | wc -c", "",
+     "nested deeper than 2 levels"),
     ("TARPROC_MAX_PIXELS", "100", "tarshow -f png --images always in.tar", "", "not drawn"),
     ("TARPROC_MAX_PLAN", "10", "tarcreate plan.tsv -o plan.tar", "", "larger than 10 bytes (TARPROC_MAX_PLAN)"),
     ("TARPROC_MAX_RATIO", "50", "TARPROC_RATIO_FLOOR=1000000 tarcat bomb.tar.gz -o b.tar", "",
@@ -341,7 +343,8 @@ COMMANDS = [
 ]
 
 
-@pytest.mark.parametrize("name, value, cmd, default_shows, value_shows", COMMANDS, ids=[c[0] for c in COMMANDS])
+@pytest.mark.parametrize("name, value, cmd, default_shows, value_shows", COMMANDS,
+                         ids=[f"{c[0]}-{c[2].split()[0]}" for c in COMMANDS])
 def test_the_commands_honour_the_variables(data, name, value, cmd, default_shows, value_shows):
     env = {"TARPROC_WRITE_MEM": 'f={url}; cat > "up-${f#mem://}"'} if "mem://o" in cmd else {}
     before = _run(cmd, data, env)
