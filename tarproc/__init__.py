@@ -36,7 +36,7 @@ _LAZY = {
     "index_shards": "sinks.index", "IndexedDataset": "sources.indexed", "select_keys": "stages.keys",
     "read_keys": "stages.keys", "BadShards": "sources.badshards", "escape_key": "stages.keys",
     "join_samples": "stages.join", "join_shards": "sinks.joinshards",
-    "verify_index": "sinks.verify",
+    "verify_index": "sinks.verify", "Settings": "settings",
 }
 
 

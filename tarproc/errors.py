@@ -5,6 +5,8 @@ carries the exit code a command should end with, so the CLI layer turns any of
 them into one line on stderr and that code, and never needs a traceback.
 """
 
+from .core.shorten import quote, shorten
+
 EXIT_OK = 0
 EXIT_FAILED = 1  # some samples (or an output) failed
 EXIT_USAGE = 2  # bad usage, unreadable or damaged input
@@ -32,8 +34,6 @@ class BadArchive(BadInput):
     """
 
     def __init__(self, source, offset, problem):
-        from .core.limits import shorten
-
         self.source = source
         self.offset = offset
         self.problem = problem
@@ -45,8 +45,6 @@ class BadSample(BadInput):
     """A sample breaks the sample rules (duplicate field, unwritable key)."""
 
     def __init__(self, key, problem, source=None):
-        from .core.limits import quote, shorten
-
         self.key = key
         self.source = source
         prefix = f"{shorten(source)}: " if source else ""

@@ -129,13 +129,16 @@ def test_a_name_holding_a_placeholder_stays_quoted(tmp_path, monkeypatch, where)
     if where == "exists":
         from tarproc.jobs.local import is_done
 
-        monkeypatch.setenv("TARPROC_EXISTS_S3", "echo {bucket} {key} {url} > seen.txt")
-        is_done(url + "-{}", "1")
+        import tarproc
+
+        is_done(url + "-{}", "1", tarproc.Settings(commands={"EXISTS_S3": "echo {bucket} {key} {url} > seen.txt"}))
     elif where == "remove":
         from tarproc.sinks.remote import run_client
 
-        monkeypatch.setenv("TARPROC_REMOVE_S3", "echo {url} > seen.txt")
-        run_client("REMOVE", url, "remove")
+        import tarproc
+
+        settings = tarproc.Settings(commands={"REMOVE_S3": "echo {url} > seen.txt"})
+        run_client("REMOVE", url, "remove", settings)
     else:
         from tarproc.sources.open import fill_command
 

@@ -71,5 +71,6 @@ def test_source_of_a_remote_index_has_its_dot_segments_resolved(sh, tmp_path, mo
     assert [s["__source__"] for s in ds] == ["gs://bucket/x/small.tar"] * 4 and ds[3]["txt"] == b"s3"
     asked = set(log.read_text().split())
     assert asked == {"gs://bucket/idx/i.json", "gs://bucket/idx/i.offsets", "gs://bucket/x/small.tar"}, asked
-    ref = [s for s in tarproc.iter_samples("gs://bucket/x/small.tar")]
+    # (the library reads no environment: the reference read is given the settings the dataset took from it)
+    ref = [s for s in tarproc.iter_samples("gs://bucket/x/small.tar", settings=tarproc.Settings.from_environ())]
     assert [s["__source__"] for s in ref] == [s["__source__"] for s in ds] and ref == list(ds)

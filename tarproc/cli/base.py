@@ -189,11 +189,27 @@ def _show_version(value):
             v = version("tarproc")
         except PackageNotFoundError:
             v = "unknown (not installed)"
-        typer.echo(f"{_PROG[0]} (tarproc) {v}")
+        typer.echo(f"{current_prog()} (tarproc) {v}")
         raise typer.Exit(0)
 
 
-_PROG = ["tarproc"]  # the program name of this process, set by run()
+def current_prog():
+    """The program name of the command being run (the ``prog_name`` that
+    :func:`run` gives click: its context, not a module global)."""
+    from typer._click.globals import get_current_context
+
+    ctx = get_current_context(silent=True)
+    name = ctx.find_root().info_name if ctx is not None else None
+    return name or "tarproc"
+
+
+def _run_extra():
+    """What :func:`run` was given as ``extra`` (a dict; click's context object)."""
+    from typer._click.globals import get_current_context
+
+    ctx = get_current_context(silent=True)
+    return (ctx.find_root().obj if ctx is not None else None) or {}
+
 
 _VERSION = typer.Option("--version", help="show the version and exit", is_eager=True,
                         callback=_show_version, show_default=False)
@@ -239,10 +255,18 @@ def command(summary, examples, notes="", context=None):
 
 
 class Args:
-    """The parsed options as attributes (``args.count``), for the helpers below."""
+    """The parsed options as attributes (``args.count``), for the helpers
+    below, with ``args.prog`` (the program name) and ``args.settings`` (the
+    :class:`~tarproc.settings.Settings` of the ``TARPROC_*`` variables, read
+    here, at the edge: a bad value is one line, exit 2)."""
 
     def __init__(self, values):
+        from ..settings import Settings
+
         self.__dict__.update(values)
+        self.prog = current_prog()
+        self.extra = _run_extra()
+        self.settings = Settings.from_environ(os.environ)
 
     def __getattr__(self, name):  # an option this command does not have
         return None
@@ -433,7 +457,7 @@ def _usage_error(prog, e):
     print(f"{prog}: error: {_clip(message)}", file=sys.stderr)
 
 
-def run(prog, cmd, argv=None):
+def run(prog, cmd, argv=None, extra=None):
     """Run the typer command ``cmd`` (a function made by :func:`command`) as
     program ``prog`` and exit with its status.
 
@@ -443,12 +467,12 @@ def run(prog, cmd, argv=None):
     errors become one line on stderr and their exit code; a closed
     downstream pipe ends the command quietly (exit by SIGPIPE, like ``cat``);
     Ctrl-C, SIGTERM and SIGHUP run cleanup and exit 130/143/129.  ``--debug`` (or
-    ``TARPROC_DEBUG=1``) shows the traceback."""
+    ``TARPROC_DEBUG=1``) shows the traceback.  ``extra`` (a dict) reaches the
+    command as ``args.extra`` (kujob's command after ``--``)."""
     from typer._click.exceptions import ClickException, UsageError as ClickUsageError
     from typer.main import get_command
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    _PROG[0] = prog
     from .guards import hold_closed_std_fds
 
     hold_closed_std_fds()
@@ -466,7 +490,7 @@ def run(prog, cmd, argv=None):
     try:
         # Outputs commit only when the command exits 0 (the commit hook).
         with CommitGate() as gate:
-            code = _once(get_command(cmd.app)).main(argv, prog_name=prog, standalone_mode=False)
+            code = _once(get_command(cmd.app)).main(argv, prog_name=prog, standalone_mode=False, obj=extra)
             code = code if isinstance(code, int) else 0
             if code == 130:
                 _drop_stdout()
@@ -628,10 +652,24 @@ def _drop_stdout():
 
 def _clip(message):
     """Every message line goes through the one function that makes text
-    safe to show (credentials removed, controls escaped, lines bounded)."""
+    safe to show (credentials removed, controls escaped, lines bounded to
+    four times ``TARPROC_NAME_CHARS``)."""
     from ..core.limits import safe_text
 
-    return safe_text(message, lines=True)
+    return safe_text(message, 4 * _name_chars(), lines=True)
+
+
+def _name_chars():
+    """``TARPROC_NAME_CHARS`` (read here, at the edge; a bad value is
+    reported by the command itself, through ``args.settings``)."""
+    try:
+        from ..settings import Settings
+
+        return Settings.from_environ(os.environ).name_chars
+    except Exception:  # (this bounds the message of any error, its own too)
+        from ..core.limits import NAME_CHARS
+
+        return NAME_CHARS
 
 
 def _quiet_sigpipe():
@@ -651,10 +689,13 @@ def _quiet_sigpipe():
 # ---------------------------------------------------------------- inputs
 
 
-def refuse_terminal(prog, urls, what="a tar archive"):
+def refuse_terminal(prog, urls, what="a tar archive", allow_tty=None):
     """No input named and stdin is a terminal: nobody types a tar archive,
-    so say what is wanted instead of waiting silently (exit 2)."""
-    if "-" in urls and sys.stdin is not None and sys.stdin.isatty() and not os.environ.get("TARPROC_ALLOW_TTY"):
+    so say what is wanted instead of waiting silently (exit 2), unless
+    ``allow_tty`` (default: ``$TARPROC_ALLOW_TTY``)."""
+    if allow_tty is None:
+        allow_tty = bool(os.environ.get("TARPROC_ALLOW_TTY"))
+    if "-" in urls and sys.stdin is not None and sys.stdin.isatty() and not allow_tty:
         raise UsageError(f"reading {what} from stdin, which is a terminal: give a file or URL, or pipe "
                          f"one in (see {prog} --help)")
 
@@ -676,12 +717,12 @@ def open_inputs(args, prog=None, tar=True):
 
     from .guards import refuse_reading_stdout
 
-    lazy = expand_urls(args.inputs or [], getattr(args, "filelist", None))
+    lazy = expand_urls(args.inputs or [], getattr(args, "filelist", None), settings=args.settings)
     urls = list(itertools.islice(lazy, URLS_AHEAD + 1))
     if tar:
-        refuse_terminal(prog or _PROG[0], urls)
+        refuse_terminal(prog or args.prog or current_prog(), urls, allow_tty=args.settings.allow_tty)
     else:
-        note_terminal(prog or _PROG[0], urls)
+        note_terminal(prog or args.prog or current_prog(), urls)
     # the one place every command's inputs pass: `cmd in.tar > in.tar` is refused here
     return refuse_reading_stdout(urls if len(urls) <= URLS_AHEAD else itertools.chain(urls, lazy))
 
@@ -734,44 +775,29 @@ def group_size_of(args):
 
 
 def spooler_of(args, pass_through=False):
-    """The :class:`~tarproc.core.blob.Spooler` of ``--blob-threshold`` and
-    ``--tmpdir`` (``pass_through``: for commands that never look at field bytes)."""
+    """The :class:`~tarproc.core.blob.Spooler` of ``--blob-threshold`` (or
+    ``TARPROC_BLOB_THRESHOLD``), ``--tmpdir`` and ``TARPROC_SAMPLE_MEMORY``
+    (``pass_through``: for commands that never look at field bytes)."""
     from ..core.blob import Spooler
 
     threshold = getattr(args, "blob_threshold", None)
     tmpdir = getattr(args, "tmpdir", None)
     if tmpdir is not None and not os.path.isdir(tmpdir):
         raise UsageError(f"--tmpdir {tmpdir}: no such directory")
-    return Spooler(parse_size(threshold) if threshold is not None else None, tmpdir,
-                   PASS_THROUGH_REGION if pass_through else None)
+    settings = args.settings
+    return Spooler(parse_size(threshold) if threshold is not None else settings.blob_threshold, tmpdir,
+                   PASS_THROUGH_REGION if pass_through else None, sample_memory=settings.sample_memory)
 
 
 def resume_of(args):
     """The keywords of resuming broken downloads (``retries``,
     ``stall_timeout``) from ``--retries``, ``$TARPROC_RETRIES`` and
     ``$TARPROC_STALL_TIMEOUT`` (seconds without a byte; 0: no limit)."""
-    from ..sources.resume import RETRIES, STALL_TIMEOUT
-
+    settings = args.settings
     retries = getattr(args, "retries", None)
     if retries is None:
-        text = os.environ.get("TARPROC_RETRIES", "").strip()
-        if not text:
-            retries = RETRIES
-        elif text.isdigit():
-            retries = int(text)
-        else:
-            raise UsageError(f"TARPROC_RETRIES={text!r}: expected a whole number")
-    timeout = STALL_TIMEOUT
-    text = os.environ.get("TARPROC_STALL_TIMEOUT", "").strip()
-    if text:
-        try:
-            timeout = float(text)
-        except ValueError:
-            raise UsageError(f"TARPROC_STALL_TIMEOUT={text!r}: expected seconds") from None
-        if not timeout >= 0 or timeout == float("inf"):
-            raise UsageError(f"TARPROC_STALL_TIMEOUT={text!r}: expected seconds (0: no limit)")
-        timeout = timeout or None
-    return {"retries": retries, "stall_timeout": timeout}
+        retries = settings.retries
+    return {"retries": retries, "stall_timeout": settings.stall_timeout or None}
 
 
 def read_inputs(args, rep, stats, urls=None, pass_through=False, spooler=None, raw=False):
@@ -800,7 +826,7 @@ def _read_inputs(args, rep, stats, urls, pass_through, spooler, raw):
     for n, url in enumerate(urls):
         rep.info(f"reading {'stdin' if url == '-' else url}")
         samples = iter_samples([url], stats, strict=args.strict, warn=rep.warn, stall=rep.stall,
-                               spooler=spooler, raw=raw, on_bad_shard=bad, **resume)
+                               spooler=spooler, raw=raw, on_bad_shard=bad, settings=args.settings, **resume)
         if sizes is None:
             yield from samples
             continue

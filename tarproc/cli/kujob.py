@@ -121,16 +121,11 @@ def kujob_command(
     command_: Annotated[Optional[List[str]], typer.Argument(
         metavar="-- COMMAND...", show_default=False, help="the command, with {} for the shard id")] = None,
 ):
-    from .base import _PROG
-
     args = Args(locals())
     args.command = list(args.command_ or [])
     args.env = list(args.env or [])
     args.slurm, args.sbatch = args.slurm_, list(args.sbatch or [])
-    return main(args, _AFTER[0], _PROG[0])
-
-
-_AFTER = [None]  # the command after '--', split off before parsing (see entry)
+    return main(args, args.extra.get("after"), args.prog)
 
 
 SLURM_OPTIONS = ("submit", "wait", "partition", "account", "time", "mem", "cpus_per_task", "log_dir", "sbatch",
@@ -173,7 +168,7 @@ def slurm(args, command, prog):
         raise UsageError(f"bad --jobs {args.jobs}: must be at least 1")
     job = slurm.plan(command, args.shards, name=args.name, log_dir=args.log_dir or slurm.DEFAULT_LOG_DIR,
                      kujob=args.kujob if args.kujob != "kujob" else _this_kujob(), done_if=args.done_if,
-                     retries=args.retries, retry_all=args.retry_all, throttle=args.jobs,
+                     retries=args.retries, retry_all=args.retry_all, throttle=args.jobs, settings=args.settings,
                      cpus_per_task=args.cpus_per_task, mem=args.mem,
                      time_limit=args.time, partition=args.partition, account=args.account, sbatch=args.sbatch,
                      env=args.env, status=status, warn=None if args.quiet else status)
@@ -261,7 +256,7 @@ def main(args, command, prog="kujob"):
             command, args.shards, args.image, name=args.name, namespace=args.namespace,
             parallelism=args.parallelism, cpu=args.cpu, memory=args.memory, retries=args.retries,
             max_failed=args.max_failed, done_if=args.done_if, env=args.env, kujob=args.kujob, ttl=args.ttl,
-            retry_all=args.retry_all)
+            retry_all=args.retry_all, settings=args.settings)
         text = jobs.manifest_json(manifest)
         if args.apply:
             code = jobs.kubectl_apply(text)
@@ -272,9 +267,9 @@ def main(args, command, prog="kujob"):
         sys.stdout.write(text)
         return 0
 
-    ids = jobs.expand_ids(args.shards)
+    ids = jobs.expand_ids(args.shards, args.settings)
     if args.done_if:
-        jobs.check_done_template(args.done_if, len(ids))
+        jobs.check_done_template(args.done_if, len(ids), args.settings)
     first = 0
     first_only = args.index is not None or args.index_from_env
     if first_only:
@@ -297,7 +292,7 @@ def main(args, command, prog="kujob"):
         import shlex
 
         for n, shard_id in enumerate(ids):
-            if args.done_if and jobs.is_done(args.done_if, shard_id):
+            if args.done_if and jobs.is_done(args.done_if, shard_id, args.settings):
                 continue
             sys.stdout.write(" ".join(_shell_word(a) for a in jobs.fill(command, shard_id)) + "\n")
         return 0
@@ -322,7 +317,7 @@ def main(args, command, prog="kujob"):
     runner = jobs.Runner(command, ids, jobs=njobs, retries=args.retries, retry_all=args.retry_all,
                          done_if=args.done_if,
                          log=sys.stderr.buffer, status=status, progress=progress,
-                         verbose=args.verbose, first_index=first)
+                         verbose=args.verbose, first_index=first, settings=args.settings)
     try:
         summary = runner.run()
     finally:
@@ -405,5 +400,5 @@ def _shell_word(arg):
 
 
 def entry():
-    opts, _AFTER[0] = split_argv(sys.argv[1:])
-    run("kujob", kujob_command, opts)
+    opts, after = split_argv(sys.argv[1:])  # the command after '--', split off before parsing
+    run("kujob", kujob_command, opts, extra={"after": after})

@@ -60,9 +60,9 @@ def main(args, prog="lines2tar"):
     urls = open_inputs(args, prog, tar=False)  # a list, or lazy when long (expand_urls is a generator)
     urls = refuse_overwriting_inputs([args.output], urls, "choose another output name")
     stats = S.Stats()
-    with open_sink(args.output, stall=rep.stall, group_size=group_size_of(args)) as sink:
+    with open_sink(args.output, stall=rep.stall, group_size=group_size_of(args), settings=args.settings) as sink:
         writer = S.SampleWriter(sink, stats)
-        for sample in iter_line_samples(urls, keys, sep, args.keyformat, stats, stall=rep.stall):
+        for sample in iter_line_samples(urls, keys, sep, args.keyformat, stats, stall=rep.stall, settings=args.settings):
             writer.write(sample)
         writer.close()
     rep.done(stats)

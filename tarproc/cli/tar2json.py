@@ -79,7 +79,7 @@ def main(args, prog="tar2json"):
             out.flush()
             return 0
         for sample in samples:
-            out.write(format_record(record(sample, columns, args.hash), args.format))
+            out.write(format_record(record(sample, columns, args.hash, args.settings), args.format))
             n += 1
             if n % 64 == 0:
                 out.flush()

@@ -107,14 +107,15 @@ def main(args, prog="tar2tsv"):
     key = not args.nokey and not any(c.name == "__key__" for c in columns or ())
     if columns is None and fmt == "jsonl":  # no header: each object has its own sample's fields
         rows = (row for sample in samples
-                for row in T.rows([sample], T.default_columns(sample), key=key, hash=args.hash, native=True))
+                for row in T.rows([sample], T.default_columns(sample), key=key, hash=args.hash, native=True,
+                                  settings=args.settings))
     else:
         if columns is None:
             samples, columns = _scan_columns(samples, args.scan, rep)
         if not header_done:
             out.write(T.format_row((["__key__"] if key else []) + [c.name for c in columns], fmt))
             header_done = True
-        rows = T.rows(samples, columns, key=key, hash=args.hash, native=fmt == "jsonl")
+        rows = T.rows(samples, columns, key=key, hash=args.hash, native=fmt == "jsonl", settings=args.settings)
     n = 0
     for names, values in rows:
         if not header_done:

@@ -76,12 +76,10 @@ def tarcat_command(
 ):
     import tarproc as S
     from ..sinks.output import open_sink
-    from .base import _PROG
-
     args = Args(locals())
     if args.maxout is not None:  # the original tarcat's -c
         args.count = args.maxout if args.count is None else min(args.count, args.maxout)
-    prog = _PROG[0]
+    prog = args.prog
     rep = Reporter(prog, args.verbose, args.quiet, args.progress)
     if args.cleanup is not None:
         import os
@@ -96,7 +94,7 @@ def tarcat_command(
         if scheme_of(args.cleanup) not in ("file", "s3", "gs"):
             raise UsageError(f"--cleanup {args.cleanup}: give a directory or an s3:// or gs:// prefix")
         kept = []
-        for path in cleanup_partials(args.cleanup, all_names=True, kept=kept):
+        for path in cleanup_partials(args.cleanup, all_names=True, kept=kept, settings=args.settings):
             rep.info(f"removed {path}")
         for path in kept:
             rep.info(f"kept {path} (its writer is alive)")
@@ -111,7 +109,7 @@ def tarcat_command(
                     pass
             from ..stages.sort import cleanup_stale
 
-            for path in cleanup_stale(args.cleanup):  # sort runs of a killed tarsort (tarsort-PID-HOST-*/)
+            for path in cleanup_stale(args.cleanup, args.settings.foreign_stale_seconds):  # sort runs of a killed tarsort (tarsort-PID-HOST-*/)
                 rep.info(f"removed {path}")
         return 0
     stats = S.Stats()
@@ -119,7 +117,7 @@ def tarcat_command(
     if args.shuffle > 0:
         from ..sources.shardlist import shuffle_urls
 
-        urls = shuffle_urls(urls, args.seed)  # bounded: a longer list is shuffled through a buffer
+        urls = shuffle_urls(urls, args.seed, args.settings.max_urls)  # bounded: a longer list is shuffled through a buffer
 
     stages = [S.shuffle(args.shuffle, args.seed)] if args.shuffle > 0 else []
     if args.keys or args.exclude_keys:
@@ -131,7 +129,7 @@ def tarcat_command(
         keyfile = args.keys or args.exclude_keys
         if keyfile == "-" and isinstance(urls, list) and "-" in urls:  # (a long lazy list is not consumed)
             raise UsageError("the key list and the samples cannot both come from stdin")
-        keys = read_keys(keyfile)
+        keys = read_keys(keyfile, args.settings)
 
         def missing(n, examples):  # every listed key is looked for: say which never came
             rep.warn(f"{n} of the {len(keys)} keys listed in {keyfile} were never found (e.g. "
@@ -148,7 +146,7 @@ def tarcat_command(
         stages.append(S.rekey(args.rekey))
     stages.append(progress_stage(rep, stats))
 
-    with open_sink(args.output, stall=rep.stall, group_size=group_size_of(args)) as sink:
+    with open_sink(args.output, stall=rep.stall, group_size=group_size_of(args), settings=args.settings) as sink:
         writer = S.SampleWriter(sink, stats)
         # samples that go out as they came in are copied as the bytes they were read from
         raw = not (args.fields or args.rekey or args.shuffle)

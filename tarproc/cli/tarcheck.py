@@ -93,7 +93,8 @@ def main(args, prog="tarcheck"):
     first = [True]
     if args.json:
         out.write('{\n  "shards": [\n')
-    report = check.check_shards(urls, args.majority, args.strict, on_shard, keep=False, **resume_of(args))
+    report = check.check_shards(urls, args.majority, args.strict, on_shard, keep=False, settings=args.settings,
+                                **resume_of(args))
     if args.json:
         out.write(f'\n  ],\n  "total": {_indent(json.dumps(report["total"], indent=2, ensure_ascii=False), 2)[2:]},'
                   f'\n  "ok": {json.dumps(report["ok"])}\n}}\n')
@@ -133,7 +134,7 @@ def check_index(args, prog):
             out.write(f"{shorten(rep['url'])}: {rep['problem'] if not rep['unreadable'] else 'unreadable'}\n")
         out.flush()
 
-    reports = verify_index(args.index, parallel=args.parallel, on_shard=on_shard)
+    reports = verify_index(args.index, parallel=args.parallel, on_shard=on_shard, settings=args.settings)
     if not args.json and not args.quiet:
         bad = counts["bad"] + counts["unreadable"]
         line = f"{args.index}: {len(reports)} shards, {bad} bad" if bad else f"{args.index}: {len(reports)} shards ok"

@@ -48,9 +48,8 @@ def tarcreate_command(
     verbose: Annotated[bool, opt("-v", "--verbose", help="one line per member on stderr")] = False,
     quiet: Annotated[bool, opt("-q", "--quiet", help="no warnings")] = False,
 ):
-    from .base import _PROG
-
-    return main(Args(locals()), _PROG[0])
+    args = Args(locals())
+    return main(args, args.prog)
 
 
 def main(args, prog="tarcreate"):
@@ -65,10 +64,11 @@ def main(args, prog="tarcreate"):
 
         refuse_reading_stdout([args.plan])
         refuse_overwriting_inputs([args.output], [args.plan], "the plan")
-    items = read_plan(args.plan, args.plan_format, args.delim, args.key, args.dir)
+    items = read_plan(args.plan, args.plan_format, args.delim, args.key, args.dir,
+                      max_plan=args.settings.max_plan)
     if not items:
         rep.info("the plan makes no members (writing an empty archive)")
-    n = write_plan(items, args.output, args.dir, group_size=group_size_of(args),
+    n = write_plan(items, args.output, args.dir, group_size=group_size_of(args), settings=args.settings,
                    on_item=(lambda item, size: rep.info(f"{item.name} ({size} bytes) from {item.where}"))
                    if args.verbose else None)
     rep.info(f"{n} members written")

@@ -66,11 +66,12 @@ def main(args, prog="tarfirst"):
     spooler = spooler_of(args)
     bad = bad_shards_of(args, rep, spooler)
     samples = S.iter_samples(urls, strict=args.strict, warn=rep.warn, spooler=spooler, on_bad_shard=bad,
-                             **resume_of(args))
+                             settings=args.settings, **resume_of(args))
     source = S.skip(args.skip)(samples) if args.skip else samples
     check = FieldCheck(rep, args.field)
     try:
-        found = find_match(check.before(source), args.field, args.select, args.nth)
+        found = find_match(check.before(source), args.field, args.select, args.nth,
+                           json_depth=args.settings.json_depth)
     finally:
         samples.close()  # closes the input: stop reading at the match
     end_bad_shards(bad, rep, args)  # those met before the match (or all, when none matched)
@@ -94,7 +95,7 @@ def main(args, prog="tarfirst"):
     else:
         from ..sinks.output import open_sink
 
-        with open_sink(args.output, compression=None) as sink:
+        with open_sink(args.output, compression=None, settings=args.settings) as sink:
             data.copy_to(sink) if hasattr(data, "copy_to") else sink.write(data)
     return 0
 

@@ -76,7 +76,9 @@ def tarindex_command(
         raise UsageError("give --offsets FILE or --no-offsets, not both")
     from ..core.limits import bounded_list
 
-    urls = bounded_list(open_inputs(args), "the shard list")  # (a long list comes as an iterator)
+    urls = bounded_list(open_inputs(args), "the shard list", max_urls=args.settings.max_urls)  # (a long list comes as an iterator)
+    urls = refuse_overwriting_inputs([args.output, args.offsets], urls, "an index describes its shards")
+    rep = Reporter("tarindex", args.verbose, args.quiet, args.progress, total=len(urls), unit="shards")
     offsets = False if args.no_offsets else (args.offsets or True)
     from ..sinks.index import index_files
 
@@ -106,7 +108,7 @@ def tarindex_command(
             raise UsageError(f"--checkpoint-spacing {args.checkpoint_spacing}: give 64KiB to 1GiB")
     index_shards(urls, args.output, offsets=offsets, name=args.name, stats=stats, strict=args.strict,
                  warn=rep.warn, progress=progress, checkpoint_spacing=spacing, parallel=args.parallel,
-                 checksum=args.checksum, **resume_of(args))
+                 checksum=args.checksum, settings=args.settings, **resume_of(args))
     rep.done(stats)
     rep.info(f"{done[0]} shards, {done[1]} samples")
     return 0

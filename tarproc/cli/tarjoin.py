@@ -105,7 +105,7 @@ def tarjoin_command(
     for t in tables:
         if t == "-" or not os.path.isfile(t):
             raise UsageError(f"--table {shown(t)}: not a file (a table is read from a local file)")
-    outputs = bounded_list(expand_urls([args.output]), "the outputs") if "{" in args.output else [args.output]
+    outputs = bounded_list(expand_urls([args.output]), "the outputs", max_urls=args.settings.max_urls) if "{" in args.output else [args.output]
     if not outputs:
         raise UsageError(f"-o {shown(args.output)}: names no output")
     pairwise = len(outputs) > 1
@@ -116,7 +116,7 @@ def tarjoin_command(
     shard_lists = []
     for p in patterns:
         if pairwise:
-            urls = bounded_list(expand_urls([p]), "the shard list")
+            urls = bounded_list(expand_urls([p]), "the shard list", max_urls=args.settings.max_urls)
         else:
             urls = expand_urls([p])
         shard_lists.append(refuse_overwriting_inputs(outputs, urls, "a join keeps its inputs"))
@@ -137,8 +137,10 @@ def tarjoin_command(
 
         written = join_shards(shard_lists, outputs, tables, how=args.how, order=args.order, rename=renames,
                               parallel=args.parallel, memory=memory, tmpdir=args.tmpdir, strict=args.strict,
-                              blob_threshold=parse_size(args.blob_threshold) if args.blob_threshold else None,
-                              spool_dir=args.tmpdir, start_method=args.start_method, done=done, warn=rep.warn)
+                              blob_threshold=parse_size(args.blob_threshold) if args.blob_threshold
+                              else args.settings.blob_threshold,
+                              spool_dir=args.tmpdir, start_method=args.start_method, done=done, warn=rep.warn,
+                              settings=args.settings)
         rep.info(f"{len(outputs)} outputs, {written} samples")
         return 0
 
@@ -149,12 +151,12 @@ def tarjoin_command(
     streams = [read_inputs(args, rep, stats, shard_lists[0], spooler=spooler, raw=raw)]
     for urls in shard_lists[1:]:
         streams.append(S.iter_samples(urls, S.Stats(), strict=args.strict, warn=rep.warn, stall=rep.stall,
-                                      spooler=spooler, raw=raw))
+                                      spooler=spooler, raw=raw, settings=args.settings))
     joined = join_samples(streams, tables, how=args.how, order=args.order, rename=renames, memory=memory,
                           tmpdir=args.tmpdir, warn=rep.warn)
     import contextlib
 
-    with contextlib.closing(joined), open_sink(output, stall=rep.stall) as sink:
+    with contextlib.closing(joined), open_sink(output, stall=rep.stall, settings=args.settings) as sink:
         writer = S.SampleWriter(sink, stats)
         for sample in progress_stage(rep, stats)(joined):
             writer.write(sample)

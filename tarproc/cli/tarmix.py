@@ -80,7 +80,7 @@ def main(args, prog="tarmix"):
 
     rep = Reporter(prog, args.verbose, args.quiet, args.progress)
     refuse_overwriting_inputs([args.output], [args.spec], "it is the mix spec")
-    stream = open_source(args.spec, decompress=False)
+    stream = open_source(args.spec, decompress=False, settings=args.settings)
     try:
         chunks, size = [], 0
         while size <= 1 << 20:
@@ -98,7 +98,7 @@ def main(args, prog="tarmix"):
         raise UsageError(f"{args.spec}: a mix spec larger than 1 MiB")
     name = "stdin" if args.spec == "-" else args.spec
     spec = load_spec(data.decode("utf-8", "replace"), name, origin=args.spec)
-    _refuse_output_among_shards(args.output, spec)
+    _refuse_output_among_shards(args.output, spec, args.settings.max_urls)
     stats = S.Stats()
     stages = []
     if args.skip:
@@ -111,8 +111,8 @@ def main(args, prog="tarmix"):
     stages.append(progress_stage(rep, stats))
     bad = bad_shards_of(args, rep)
     mixed = mix_sources(spec, seed=args.seed, stats=stats, strict=args.strict, warn=rep.warn,
-                        shuffle=args.shuffle, on_bad_shard=bad)
-    with open_sink(args.output, group_size=group_size_of(args)) as sink:
+                        shuffle=args.shuffle, on_bad_shard=bad, settings=args.settings)
+    with open_sink(args.output, group_size=group_size_of(args), settings=args.settings) as sink:
         writer = S.SampleWriter(sink, stats)
         for sample in S.pipeline(mixed, *stages):
             writer.write(sample)
@@ -122,16 +122,15 @@ def main(args, prog="tarmix"):
     return 0
 
 
-def _refuse_output_among_shards(output, spec):
+def _refuse_output_among_shards(output, spec, max_urls):
     """-o naming a shard of a source is refused: a mix is not an edited copy
     of its sources (it ends when one runs out), so the commit would destroy it."""
     import itertools
 
-    from ..core import limits
     from ..sources.shardlist import expand_urls
 
     for src in spec["sources"]:
-        urls = itertools.islice(expand_urls([src["shards"]]), limits.MAX_URLS + 1)
+        urls = itertools.islice(expand_urls([src["shards"]]), max_urls + 1)
         checked = refuse_overwriting_inputs([output], urls, "a mix does not keep its sources")
         if checked is urls:  # the output is not an existing local file: nothing to check
             return

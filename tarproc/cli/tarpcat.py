@@ -74,9 +74,7 @@ def tarpcat_command(
     if args.ignore_errors:  # the older flag: the rest of a bad shard skipped, any number of them
         args.on_bad_shard = "partial" if args.on_bad_shard == "fail" else args.on_bad_shard
     bad = bad_shards_of(args, rep)
-    spooler = spooler_of(args)  # the workers inherit it through the environment
-    if args.blob_threshold is not None:
-        os.environ["TARPROC_BLOB_THRESHOLD"] = str(spooler.threshold if spooler.threshold != float("inf") else 0)
+    spooler = spooler_of(args)  # handed to the workers (with the settings)
     if args.tmpdir is not None:
         os.environ["TMPDIR"] = os.path.abspath(args.tmpdir)
     stats = S.Stats()
@@ -92,7 +90,7 @@ def tarpcat_command(
     stall = Stall()  # waiting for a worker flushes the output (slow inputs show at once)
     common = dict(workers=args.workers, strict=args.strict, warn=rep.warn, on_bad_shard=bad,
                   info=rep.info, stats=stats, failed=failed, start_method=args.start_method, stall=stall,
-                  **resume_of(args))
+                  spooler=spooler, settings=args.settings, **resume_of(args))
     # The workers are started (forked) here, before the output is opened.
     if args.shuffle or args.count is not None:
         source = parallel_encoded(urls, shuffle=args.shuffle, seed=args.seed, **common)
@@ -102,7 +100,7 @@ def tarpcat_command(
         source = None
     written = 0
     try:
-        with open_sink(args.output, stall=stall, group_size=group_size_of(args)) as sink:
+        with open_sink(args.output, stall=stall, group_size=group_size_of(args), settings=args.settings) as sink:
             write = sink.write
             if batches is not None:
                 for lengths, data in batches:

@@ -119,11 +119,9 @@ def tarproc_command(
     progress: ProgressFlag = None,
     silent_replaced: replaced("--silent", "-q/--quiet", flag=True) = None,
 ):
-    from .base import _PROG
-
     args = Args(locals())
     args.command = args.command_
-    return main(args, _PROG[0])
+    return main(args, args.prog)
 
 
 def main(args, prog="tarproc"):
@@ -180,7 +178,7 @@ def main(args, prog="tarproc"):
         inputs = read_inputs(args, rep, stats, urls=open_inputs(args))
     else:
         inputs = iter_text_samples(open_inputs(args, tar=False), args.mode, stats, stall=rep.stall,
-                                   **resume_of(args))
+                                   settings=args.settings, **resume_of(args))
     if args.failed_keys in ("-", args.output):
         raise UsageError("--failed-keys needs a file of its own (not '-', not the output)")
     if args.keys == "-" and ("-" in (args.inputs or []) or not (args.inputs or args.filelist)):
@@ -189,14 +187,14 @@ def main(args, prog="tarproc"):
     if args.keys is not None:
         from ..stages.keys import read_keys, select_keys
 
-        middle.append(select_keys(read_keys(args.keys), stats=stats))
+        middle.append(select_keys(read_keys(args.keys, args.settings), stats=stats))
     # --skip, --slice, --keys, --count, as in tarcat
     inputs = S.pipeline(inputs, *selection_stages(args, middle=middle))
     report = rep.say
     if args.failed_keys is not None:
         from ..stages.keys import KeyList
 
-        report = _Failures(rep.say, KeyList(args.failed_keys))
+        report = _Failures(rep.say, KeyList(args.failed_keys, args.settings))
 
     def transformed():
         if args.map is not None:
@@ -210,12 +208,13 @@ def main(args, prog="tarproc"):
                            multi=args.multi, ordered=not args.unordered, timeout=args.timeout,
                            workdir=args.workdir, keepdir=args.keepdir, add_log=args.add_log,
                            stats=stats, on_error=report, quiet=args.quiet, prog=prog,
-                           stall=rep.stall, spooler=spooler_of(args), per_command=args.per_command)
+                           stall=rep.stall, spooler=spooler_of(args), per_command=args.per_command,
+                           capture_spill=args.settings.capture_spill, tail_bytes=args.settings.tail_bytes)
 
     if args.output != "-":
         results = transformed()  # a usage error before the output file is made
     try:
-        with open_sink(args.output, stall=rep.stall, group_size=group_size_of(args)) as sink:  # committed by the CLI only on exit 0
+        with open_sink(args.output, stall=rep.stall, group_size=group_size_of(args), settings=args.settings) as sink:  # committed by the CLI only on exit 0
             if args.output == "-":
                 # the sink writes to its own copy of stdout; what a --map function
                 # prints (here, at import, or in a worker) goes to stderr, never into the tar

@@ -81,6 +81,7 @@ def tarserve_command(
 
     from ..errors import UsageError
     from ..server import Server
+    from ..settings import Settings
     from .base import Terminated
 
     if token is None:
@@ -95,7 +96,8 @@ def tarserve_command(
                     slice=slice_, fields=fields, rekey=rekey, shuffle=shuffle, seed=seed,
                     max_failures=max_failures, strict=strict, on_bad_shard=on_bad_shard, host=host, port=port, token=token,
                     max_clients=max_clients, client_timeout=client_timeout, header_timeout=header_timeout,
-                    drain_timeout=drain_timeout, stall_timeout=stall_timeout, quiet=quiet)
+                    drain_timeout=drain_timeout, stall_timeout=stall_timeout, quiet=quiet,
+                    settings=Settings.from_environ(os.environ))
     signal.signal(signal.SIGTERM, on_term)
     server.start()
     from ..core.limits import safe_text

@@ -120,7 +120,7 @@ def main(args, prog="tarshow"):
     spooler = spooler_of(args)
     if not draw and not args.grid:
         # only previews: large members are read past, keeping their first bytes (a bomb fills no disk)
-        spooler = show.prefix_only(spooler)
+        spooler = show.prefix_only(spooler, args.settings.preview_bytes)
     samples = S.pipeline(read_inputs(args, rep, stats, spooler=spooler), *stages)
 
     if args.grid:
@@ -144,7 +144,7 @@ def main(args, prog="tarshow"):
             if not first:
                 out.write("\n")
             wide = max((len(k) for k in (names or sample)), default=8)
-            out.write("\n".join(show.format_sample(sample, names, max(16, columns - wide - 16))) + "\n")
+            out.write("\n".join(show.format_sample(sample, names, max(16, columns - wide - 16), args.settings)) + "\n")
         first = False
         if draw:
             for name in names:
@@ -188,7 +188,8 @@ def _image(show, rep, sample, name, args, max_size):
     from ..core import limits
 
     try:
-        return show.to_image(name, sample[name], args.normalize, args.cmap, max_size=max_size)
+        return show.to_image(name, sample[name], args.normalize, args.cmap, max_size=max_size,
+                             max_pixels=args.settings.max_pixels)
     except limits.OverBudget as e:
         rep.warn(f"sample {limits.quote(sample.get('__key__'))}: {name}: not drawn: {e}")
         return None
@@ -219,7 +220,7 @@ def _grid(args, samples, wanted, rep):
 
     buf = io.BytesIO()
     sheet.save(buf, format="JPEG" if args.grid.lower().endswith((".jpg", ".jpeg")) else "PNG")
-    with open_sink(args.grid, compression=None) as sink:
+    with open_sink(args.grid, compression=None, settings=args.settings) as sink:
         sink.write(buf.getvalue())
     rep.info(f"wrote a contact sheet of {len(items)} images ({sheet.width}x{sheet.height}) to {args.grid}")
     return 0

@@ -79,8 +79,8 @@ def tarsort_command(
     gc.disable()  # samples hold no reference cycles; collecting millions of dicts costs much
     ordered = sort_samples(read_inputs(args, rep, stats), key=args.sortkey, sorttype=args.sorttype,
                            reverse=args.reverse, seed=args.seed, memory=memory, tmpdir=args.tmpdir, stats=spill,
-                           unique=args.update)
-    with contextlib.closing(ordered), open_sink(args.output, stall=rep.stall, group_size=group_size_of(args)) as sink:
+                           unique=args.update, stale_seconds=args.settings.foreign_stale_seconds)
+    with contextlib.closing(ordered), open_sink(args.output, stall=rep.stall, group_size=group_size_of(args), settings=args.settings) as sink:
         writer = S.SampleWriter(sink, stats)  # refuses a key right after itself: it would read back as one sample
         for sample in progress_stage(rep, stats)(ordered):
             writer.write(sample)

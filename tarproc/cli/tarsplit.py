@@ -165,7 +165,7 @@ def tarsplit_command(
                 if not isinstance(urls, list):  # read twice: a long lazy list is held (bounded)
                     from ..core.limits import bounded_list
 
-                    urls = bounded_list(urls, "--shards without --total")
+                    urls = bounded_list(urls, "--shards without --total", max_urls=args.settings.max_urls)
                 if "-" in urls:
                     if urls != ["-"]:
                         raise UsageError("--shards without --total reads its input twice: stdin cannot be mixed "
@@ -179,7 +179,7 @@ def tarsplit_command(
         samples = progress_stage(rep, stats)(read_inputs(args, rep, stats, urls, pass_through=True, raw=True))
         kw = {"max_count": max_count, "max_size": max_size, "maxshards": args.maxshards, "inputs": ahead, **mode}
         for shard in split_samples(samples, pattern, start=args.start, compression=compression,
-                                   group_size=group_size_of(args), index=bool(args.index),
+                                   group_size=group_size_of(args), index=bool(args.index), settings=args.settings,
                                    post=post if posts else None, stats=stats, **kw):
             shards.append(shard)
             total_bytes += shard.bytes
@@ -189,7 +189,7 @@ def tarsplit_command(
 
             for split, path in index_of.items():  # one index per split: never one that mixes them
                 write_shard_index([s.info for s in shards if split is None or s.split == split], path,
-                                  warn=rep.warn)
+                                  warn=rep.warn, settings=args.settings)
     finally:
         if spooled is not None:
             import os
@@ -197,7 +197,7 @@ def tarsplit_command(
             os.unlink(spooled)
         if args.manifest:
             # the manifest lists the committed shards, also when the run fails
-            with open_sink(args.manifest, compression=None, defer=False) as sink:
+            with open_sink(args.manifest, compression=None, defer=False, settings=args.settings) as sink:
                 sink.write((json.dumps([s.as_dict() for s in shards], indent=1) + "\n").encode())
     if args.fractions:
         _report_splits(rep, shards, args.quiet)
@@ -277,7 +277,7 @@ def _count_samples(urls, args, rep):
     bad = BadShards(args.on_bad_shard) if args.on_bad_shard not in (None, "fail") else None  # told in the 2nd pass
     for url in urls:
         for _ in S.iter_samples([url], stats, strict=args.strict, warn=rep.warn, on_bad_shard=bad,
-                                **resume_of(args)):
+                                settings=args.settings, **resume_of(args)):
             n += 1
     rep.info(f"counting pass: {n} samples")
     return n

@@ -31,11 +31,17 @@ DEFAULT_THRESHOLD = 4 << 20
 CHUNK = 1 << 20
 SPOOL_PREFIX = ".tarproc-spool."
 
-_live = set()  # paths of this process's spool files, removed at exit
+# The paths of this process's spool files, removed at exit.  Private to this
+# module (the one that makes and removes spool files), one per process as the
+# atexit hook is; other modules end them through remove_spool_files().
+_live = set()
 _atexit_done = False
 
 
-def _remove_live():
+def remove_spool_files():
+    """Remove every spool file this process still has (at exit; a worker
+    process that ends with ``os._exit``, which runs no atexit hook, calls
+    it first)."""
     for path in list(_live):
         try:
             os.unlink(path)
@@ -390,22 +396,21 @@ class Spooler:
     """Where and from what size member data goes to spool files.
 
     ``threshold``: members of at least this many bytes become blobs (``None``:
-    ``TARPROC_BLOB_THRESHOLD`` or 4 MiB; ``0`` or less: never).  ``tmpdir``:
+    4 MiB; ``0`` or less: never; the commands pass ``--blob-threshold`` or
+    ``TARPROC_BLOB_THRESHOLD``).  ``tmpdir``:
     the directory for spool files (``None``: ``TMPDIR`` or ``/tmp``).
     ``region_threshold``: from this size on, a member of a plain input file
     becomes a region blob (no copy at all; default: ``threshold``).  Commands
     that only pass samples through (``tarcat``, ``tarsplit``) set it low, so
-    their output is sent with ``sendfile`` from the input file."""
+    their output is sent with ``sendfile`` from the input file.
+    ``sample_memory``: bytes of one sample's fields held in memory before the
+    rest are packed (``None``: 16 MiB; see
+    :func:`tarproc.core.pack.sample_budget`)."""
 
-    def __init__(self, threshold=None, tmpdir=None, region_threshold=None):
+    def __init__(self, threshold=None, tmpdir=None, region_threshold=None, sample_memory=None):
         if threshold is None:
-            env = os.environ.get("TARPROC_BLOB_THRESHOLD")
-            if env:
-                from .units import parse_size
-
-                threshold = parse_size(env)
-            else:
-                threshold = DEFAULT_THRESHOLD
+            threshold = DEFAULT_THRESHOLD
+        self.sample_memory = sample_memory
         self.threshold = threshold if threshold and threshold > 0 else float("inf")
         self.tmpdir = tmpdir
         self.region_threshold = min(self.threshold, region_threshold) if region_threshold else self.threshold
@@ -422,7 +427,7 @@ class Spooler:
         if not _atexit_done:
             import atexit
 
-            atexit.register(_remove_live)
+            atexit.register(remove_spool_files)
             _atexit_done = True
         return os.path.join(self.directory(), f"{SPOOL_PREFIX}{os.getpid()}.{secrets.token_hex(6)}")
 

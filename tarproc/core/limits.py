@@ -35,76 +35,63 @@ URLs (or ids) held as list  1,000,000           ``TARPROC_MAX_URLS``
 - :func:`shorten` cuts a name (key, member name, URL) for a one-line message:
   the beginning and the end, with the number of characters left out.
 
-The values are read from the environment when the module is first imported
-(so a user or a test can change them for one run); a library caller may also
-assign the module attributes (``tarproc.core.limits.PREVIEW_BYTES = 1 << 20``).
+The module holds the defaults (constants, never assigned); every function
+takes its bound as a keyword argument.  The library never reads the
+environment: a command reads ``TARPROC_*`` at its edge into a
+:class:`tarproc.settings.Settings` and passes the values in.
 """
 
 import os
 import re
 
-
-def env_int(name, default):
-    text = os.environ.get(name)
-    if not text:
-        return default
-    try:
-        value = int(float(text))
-    except ValueError:
-        return default
-    return value if value > 0 else default
-
+from ..errors import BadInput, UsageError
+from .shorten import NAME_CHARS, quote, shorten  # noqa: F401  (the bounded names of messages, re-exported)
 
 #: Bytes of a field that a preview or a text/binary decision looks at.
-PREVIEW_BYTES = env_int("TARPROC_PREVIEW_BYTES", 64 << 10)
+PREVIEW_BYTES = 64 << 10
 #: Most pixels (width x height) of an image that is decoded.
-MAX_PIXELS = env_int("TARPROC_MAX_PIXELS", 32 << 20)
+MAX_PIXELS = 32 << 20
 #: Deepest nesting of JSON arrays/objects that is parsed.
-JSON_DEPTH = env_int("TARPROC_JSON_DEPTH", 200)
+JSON_DEPTH = 200
 #: Bytes of a child's captured output kept for an error message.
-TAIL_BYTES = env_int("TARPROC_TAIL_BYTES", 8 << 10)
-#: Characters of a name (key, member name, URL) quoted in a message.
-NAME_CHARS = env_int("TARPROC_NAME_CHARS", 200)
+TAIL_BYTES = 8 << 10
 #: Keys ``tarcheck`` remembers in memory; more go to a temporary database on disk.
-CHECK_KEYS = env_int("TARPROC_CHECK_KEYS", 200_000)
+CHECK_KEYS = 200_000
 #: Zero bytes a GNU sparse member may expand to (core/sparse.py).
-SPARSE_HOLES = env_int("TARPROC_SPARSE_HOLES", 1 << 30)
+SPARSE_HOLES = 1 << 30
 # distinct field names (and field combinations) one tarcheck report keeps
-CHECK_FIELDS = env_int("TARPROC_CHECK_FIELDS", 10_000)
+CHECK_FIELDS = 10_000
 # compression bombs: once a stream has decoded RATIO_FLOOR bytes, it may not
 # decode to more than MAX_RATIO times the compressed bytes read so far (gzip
 # cannot pass about 1030:1 at all; real shards of media and text stay under 20:1)
-MAX_RATIO = env_int("TARPROC_MAX_RATIO", 1000)
-RATIO_FLOOR = env_int("TARPROC_RATIO_FLOOR", 256 << 20)
+MAX_RATIO = 1000
+RATIO_FLOOR = 256 << 20
 
 
-def check_ratio(url, codec, decoded, compressed):
+def check_ratio(url, codec, decoded, compressed, max_ratio=MAX_RATIO, ratio_floor=RATIO_FLOOR):
     """Raise :class:`BadInput` when ``decoded`` bytes out of ``compressed``
-    bytes is a compression bomb by the bounds above."""
-    if decoded > RATIO_FLOOR and decoded > MAX_RATIO * max(compressed, 1):
-        from ..errors import BadInput
-
-        raise BadInput(f"{url}: {codec} stream decodes to more than {MAX_RATIO}:1 ({decoded:,} bytes from "
+    bytes is a compression bomb: more than ``max_ratio`` times, once past
+    ``ratio_floor`` decoded bytes."""
+    if decoded > ratio_floor and decoded > max_ratio * max(compressed, 1):
+        raise BadInput(f"{url}: {codec} stream decodes to more than {max_ratio}:1 ({decoded:,} bytes from "
                        f"{compressed:,}): a compression bomb? (TARPROC_MAX_RATIO raises the bound)")
 
 
 #: Most URLs (shard ids) of patterns and file lists held in memory as a list.
-MAX_URLS = env_int("TARPROC_MAX_URLS", 1_000_000)
+MAX_URLS = 1_000_000
 
 
-def bounded_list(items, what="the input list", limit=None):
+def bounded_list(items, what="the input list", limit=None, max_urls=MAX_URLS):
     """``list(items)``, refused with a :class:`~tarproc.errors.UsageError`
-    (before reading further) when it has more than :data:`MAX_URLS` items
-    (or ``limit``: what is left of the bound when one command holds several
+    (before reading further) when it has more than ``max_urls`` items
+    (or ``limit``: what is left of that bound when one command holds several
     lists, as tarmix's sources)."""
     import itertools
 
-    limit = MAX_URLS if limit is None else max(0, limit)
+    limit = max_urls if limit is None else max(0, limit)
     out = list(itertools.islice(items, limit + 1))
     if len(out) > limit:
-        from ..errors import UsageError
-
-        raise UsageError(f"{what}: more than {MAX_URLS} entries, more than this command holds in memory "
+        raise UsageError(f"{what}: more than {max_urls} entries, more than this command holds in memory "
                          f"(TARPROC_MAX_URLS; split the pattern)")
     return out
 
@@ -150,25 +137,27 @@ def check_pixels(width, height, limit=None):
                          f"(TARPROC_MAX_PIXELS)")
 
 
-def open_image(data):
+def open_image(data, limit=None):
     """A Pillow image opened (header only, no pixels decoded) from ``data``
     (bytes), refused with :class:`OverBudget` when its size is over the pixel
-    budget.  Pillow's own fence (``Image.MAX_IMAGE_PIXELS``) is set to the
-    budget too, so a frame that claims more later is refused as well."""
+    budget ``limit`` (default :data:`MAX_PIXELS`).  Pillow's own fence
+    (``Image.MAX_IMAGE_PIXELS``) is set to the budget too, so a frame that
+    claims more later is refused as well."""
     import io
     import warnings
 
     from PIL import Image
 
-    Image.MAX_IMAGE_PIXELS = max(1, MAX_PIXELS // 2)  # Pillow refuses at twice this
+    limit = MAX_PIXELS if limit is None else limit
+    Image.MAX_IMAGE_PIXELS = max(1, limit // 2)  # Pillow refuses at twice this
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
             img = Image.open(io.BytesIO(data))
         except Image.DecompressionBombError:
-            raise OverBudget(f"image over the {MAX_PIXELS} pixel budget (TARPROC_MAX_PIXELS)") from None
+            raise OverBudget(f"image over the {limit} pixel budget (TARPROC_MAX_PIXELS)") from None
     try:
-        check_pixels(img.width, img.height)
+        check_pixels(img.width, img.height, limit)
     except OverBudget:
         img.close()
         raise
@@ -237,30 +226,6 @@ def _finite(value):
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
-
-
-def shorten(name, limit=None):
-    """``name`` (any object; ``str`` or ``bytes`` usually) as text of at most
-    about ``limit`` characters (default :data:`NAME_CHARS`) for a message:
-    the beginning and the end with ``…[N chars]…`` between."""
-    limit = NAME_CHARS if limit is None else limit
-    if not isinstance(name, str):
-        name = repr(name) if not isinstance(name, bytes) else name.decode("utf-8", "backslashreplace")
-    if len(name) <= limit:
-        return name
-    keep = max(2, limit - 20)
-    front = keep * 2 // 3
-    back = keep - front
-    return f"{name[:front]}…[{len(name) - front - back} chars]…{name[len(name) - back:]}"
-
-
-def quote(name, limit=None):
-    """``repr`` of a shortened name: for ``sample 'KEY'`` in messages."""
-    if isinstance(name, str) and len(name) <= (NAME_CHARS if limit is None else limit):
-        return repr(name)
-    if not isinstance(name, str):
-        return shorten(repr(name), limit)
-    return repr(shorten(name, limit))
 
 
 #: ``scheme://user:password@`` in a URL (the password part optional; up to
@@ -388,10 +353,6 @@ def check_widths(pattern, what):
     asks for a huge width or precision, or nests fields in its spec:
     ``{shard:0999999999}`` made gigabyte names until memory ran out.  The
     message starts with ``what`` (e.g. ``--rekey '{key:>9999999}'``)."""
-    import re
-
-    from ..errors import UsageError
-
     if "{" in pattern:
         import string
 

@@ -12,10 +12,10 @@ buffer."""
 import os
 
 from .blob import CHUNK, Blob, Spooler, _File, _spool_write_failed
-from .limits import env_int
 
-#: Bytes of one sample's fields held in memory (see :func:`sample_budget`).
-SAMPLE_MEMORY = env_int("TARPROC_SAMPLE_MEMORY", 16 << 20)
+#: Bytes of one sample's fields held in memory (see :func:`sample_budget`;
+#: the default of ``Spooler(sample_memory=)``, ``TARPROC_SAMPLE_MEMORY``).
+SAMPLE_MEMORY = 16 << 20
 
 
 class Packer:
@@ -74,10 +74,12 @@ class Packer:
 def sample_budget(spooler):
     """Bytes of one sample's fields held in memory before the rest go to a
     :class:`Packer` (a sample of thousands of members: a clip's frames);
-    no limit when the spooler never spools."""
+    no limit when the spooler never spools.  The spooler's
+    ``sample_memory`` (default :data:`SAMPLE_MEMORY`) bounds it."""
     if spooler is None or spooler.threshold == float("inf"):
         return float("inf")
-    return min(SAMPLE_MEMORY, 4 * spooler.threshold)
+    memory = getattr(spooler, "sample_memory", None)
+    return min(SAMPLE_MEMORY if memory is None else memory, 4 * spooler.threshold)
 
 
 class Skipped:

@@ -103,8 +103,9 @@ def read_sparse(reader, buf, records, size, here, name):
         total += n
     if total > stored:
         fail(f"its map holds {total} bytes, more than the {stored} stored")
-    if realsize - total > limits.SPARSE_HOLES:
-        fail(f"{realsize - total} bytes of holes, over the {limits.SPARSE_HOLES} byte limit "
+    holes = getattr(reader, "sparse_holes", None) or limits.SPARSE_HOLES  # (TarReader's bound)
+    if realsize - total > holes:
+        fail(f"{realsize - total} bytes of holes, over the {holes} byte limit "
              f"(TARPROC_SPARSE_HOLES)")
     pad = stored - total + (-size % BLOCK)  # stored bytes the map does not use, and the padding
 

@@ -181,14 +181,16 @@ class TarReader:
     on (like ``tar -i``), so ``cat a.tar b.tar`` reads as one archive.
 
     Members of at least ``spooler.threshold`` bytes (a
-    :class:`~tarproc.core.blob.Spooler`; ``None``: the default, 4 MiB or
-    ``TARPROC_BLOB_THRESHOLD``) come as a :class:`~tarproc.core.blob.Blob`:
+    :class:`~tarproc.core.blob.Spooler`; ``None``: the default, 4 MiB)
+    come as a :class:`~tarproc.core.blob.Blob`:
     a region of the input file when the stream offers one (``region_source``,
     a plain file opened by :func:`~tarproc.sources.open.open_source`), else
-    a spool file written while the data arrives.
+    a spool file written while the data arrives.  A GNU sparse member may
+    expand to at most ``sparse_holes`` zero bytes (``None``: 1 GiB).
     """
 
-    def __init__(self, stream, source="-", strict=False, warn=None, spooler=None):
+    def __init__(self, stream, source="-", strict=False, warn=None, spooler=None, sparse_holes=None):
+        self.sparse_holes = sparse_holes
         self.stream = stream
         self.source = source
         self.strict = strict

@@ -79,7 +79,7 @@ def parse_env(items):
 
 def job_manifest(command, patterns, image, name=None, namespace=None, parallelism=None, cpu="1",
                  memory="2Gi", retries=0, max_failed=None, done_if=None, env=(), kujob="kujob",
-                 ttl=None, retry_all=False):
+                 ttl=None, retry_all=False, settings=None):
     """A self-contained ``batch/v1`` Indexed Job (a dict, ready for JSON).
 
     ``completions`` is the number of shards; each pod runs
@@ -94,13 +94,13 @@ def job_manifest(command, patterns, image, name=None, namespace=None, parallelis
     ``maxFailedIndexes`` (fail the whole Job early)."""
     if isinstance(patterns, str):
         patterns = [patterns]
-    ids = expand_ids(patterns)
+    ids = expand_ids(patterns, settings)
     check_command_syntax(command)
     if uses_shell(command):  # refuse here what every pod would refuse
         for shard_id in ids:
             fill(command, shard_id)
     if done_if:
-        check_done_template(done_if, len(ids))
+        check_done_template(done_if, len(ids), settings)
     if not image:
         raise UsageError("--k8s needs --image IMAGE (an image with tarproc and your command installed)")
     n = len(ids)

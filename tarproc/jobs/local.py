@@ -18,20 +18,21 @@ PLACEHOLDER = "{}"
 # quoting context ('...', "...", bare): no quotes, no $, no backslash, no space.
 _SHELL_SAFE = re.compile(r"[A-Za-z0-9._,+=:@%/-]+\Z")
 _SHELL_CHARS = re.compile(r"[\s|&;<>()$`\\\"'*?\[\]#~!{}]")
-def expand_ids(patterns):
+def expand_ids(patterns, settings=None):
     """Shard ids from brace patterns, in order: ``["{00..02}"]`` -> ``00 01 02``.
 
     Several patterns are concatenated.  Duplicate ids are refused (two runs
-    would write the same output)."""
+    would write the same output), and more than ``settings.max_urls``."""
     import itertools
 
-    from ..core.limits import bounded_list
+    from ..core.limits import MAX_URLS, bounded_list
     from ..sources.shardlist import expand_braces
 
     if isinstance(patterns, str):
         patterns = [patterns]
     # expanded lazily and bounded: '{0..999999999}' is a one-line error, not gigabytes
-    ids = bounded_list(itertools.chain.from_iterable(expand_braces(p, "shard pattern") for p in patterns), "the shard ids")
+    ids = bounded_list(itertools.chain.from_iterable(expand_braces(p, "shard pattern") for p in patterns), "the shard ids",
+                       max_urls=MAX_URLS if settings is None else settings.max_urls)
     if not ids:
         raise UsageError("no shard ids (give -s PATTERN, e.g. -s '{0000..0999}')")
     seen = set()
@@ -92,7 +93,7 @@ def done_path(template, shard_id):
     return template.replace(PLACEHOLDER, shard_id)
 
 
-def check_done_template(template, nids=1):
+def check_done_template(template, nids=1, settings=None):
     """Refuse a ``--done-if`` that cannot be checked, or one without ``{}``
     over several ids: every shard would check the same output, and the
     first to make it would mark all the others done."""
@@ -104,12 +105,12 @@ def check_done_template(template, nids=1):
     scheme = scheme_of(template)
     if scheme in ("-", "pipe"):
         raise UsageError(f"--done-if {template!r}: give a file name or a URL, e.g. out-{{}}.tar")
-    if scheme != "file" and not has_command("EXISTS", template):
+    if scheme != "file" and not has_command("EXISTS", template, settings):
         raise UsageError(f"--done-if {template!r}: cannot check whether a {scheme}:// URL exists "
                          f"(set TARPROC_EXISTS_{scheme.upper()} to a command that can)")
 
 
-def is_done(template, shard_id):
+def is_done(template, shard_id, settings=None):
     """True when the output named by ``template`` exists: a local file, or a
     URL whose existence command (the ``EXISTS`` command of
     :mod:`tarproc.runtime.schemes`, ``TARPROC_EXISTS_<SCHEME>``) succeeds.
@@ -125,9 +126,9 @@ def is_done(template, shard_id):
     scheme = scheme_of(target)
     if scheme == "file":
         return os.path.exists(target)
-    if scheme in ("-", "pipe") or not has_command("EXISTS", target):
+    if scheme in ("-", "pipe") or not has_command("EXISTS", target, settings):
         return False
-    cmd = command("EXISTS", target)  # one pass: a key holding "{url}" stays quoted
+    cmd = command("EXISTS", target, settings)  # one pass: a key holding "{url}" stays quoted
     try:
         child = Child(["/bin/sh", "-c", cmd], target, stdout=None, stderr=None)
     except OSError:
@@ -213,7 +214,8 @@ class Runner:
     Runner after every change, for a progress line."""
 
     def __init__(self, command, ids, jobs=1, retries=0, done_if=None, log=None, status=None,
-                 progress=None, verbose=False, first_index=0, env=None, retry_all=False):
+                 progress=None, verbose=False, first_index=0, env=None, retry_all=False, settings=None):
+        self.settings = settings  # the EXISTS_<SCHEME> commands of is_done
         self.command = list(command)
         # exit status 2 (usage or bad input) is the same on every try: not
         # retried unless retry_all
@@ -275,7 +277,7 @@ class Runner:
             self._changed()
 
     def _run_one(self, r):
-        if self.done_if and is_done(self.done_if, r.shard_id):
+        if self.done_if and is_done(self.done_if, r.shard_id, self.settings):
             r.status = "skipped"
             if self.verbose:
                 self._say(f"[{r.shard_id}] skipped, {done_path(self.done_if, r.shard_id)} exists")
@@ -293,7 +295,7 @@ class Runner:
                 again = f" (attempt {r.attempts})" if r.attempts > 1 else ""
                 self._say(f"[{r.shard_id}] start{again}: {_shell_line(argv)}")
             r.returncode, r.message = self._exec(argv, env, r.shard_id)
-            if r.returncode == 0 and self.done_if and not is_done(self.done_if, r.shard_id):
+            if r.returncode == 0 and self.done_if and not is_done(self.done_if, r.shard_id, self.settings):
                 r.returncode = None
                 r.message = f"exited 0 but {done_path(self.done_if, r.shard_id)} does not exist"
             if r.returncode == 0:
@@ -315,7 +317,7 @@ class Runner:
         r.seconds = time.monotonic() - t0
         self._say(f"[{r.shard_id}] failed ({r.message})")
         if (self.done_if and r.returncode is not None and not (self._stop.is_set() and "://" in self.done_if)
-                and is_done(self.done_if, r.shard_id)):
+                and is_done(self.done_if, r.shard_id, self.settings)):
             # made by this run (it was checked missing before): not a tarproc
             # writer (a shell redirect '> out.tar' creates its file at once)
             self._say(f"[{r.shard_id}] warning: {done_path(self.done_if, r.shard_id)} exists although the shard "

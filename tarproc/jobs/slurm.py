@@ -188,7 +188,7 @@ class ArrayJob:
 
 def plan(command, patterns, *, name=None, log_dir=DEFAULT_LOG_DIR, chdir=None, kujob=None, done_if=None,
          retries=0, retry_all=False, throttle=None, cpus_per_task=None, mem=None, time_limit=None, partition=None,
-         account=None, sbatch=(), env=(), status=None, warn=None, check_threads=16):
+         account=None, sbatch=(), env=(), status=None, warn=None, check_threads=16, settings=None):
     """Plan the array for ``command`` over the ids of ``patterns``.
 
     With ``done_if``, ids whose output exists are left out (checked here, 16
@@ -200,13 +200,13 @@ def plan(command, patterns, *, name=None, log_dir=DEFAULT_LOG_DIR, chdir=None, k
     if isinstance(patterns, str):
         patterns = [patterns]
     patterns = list(patterns)
-    ids = expand_ids(patterns)
+    ids = expand_ids(patterns, settings)
     check_command_syntax(command)
     if uses_shell(command):
         for shard_id in ids:
             fill(command, shard_id)
     if done_if:
-        check_done_template(done_if, len(ids))
+        check_done_template(done_if, len(ids), settings)
     if warn and not uses_shell(command) and "{}" not in command[0] and shutil.which(command[0]) is None:
         warn(f"warning: {command[0]} is not on PATH here: every task fails unless the nodes have it")
     if int(retries) < 0:
@@ -249,7 +249,7 @@ def plan(command, patterns, *, name=None, log_dir=DEFAULT_LOG_DIR, chdir=None, k
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max(1, check_threads)) as pool:
-            done = list(pool.map(lambda i: is_done(done_if, i), ids))
+            done = list(pool.map(lambda i: is_done(done_if, i, settings), ids))
         indexes = [n for n in indexes if not done[n]]
         if status and len(indexes) < len(ids):
             status(f"{len(ids) - len(indexes)} of {len(ids)} shards are done ({done_if} exists): left out")

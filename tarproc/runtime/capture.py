@@ -1,7 +1,7 @@
 """A per-sample command's captured output (stdout and stderr together).
 
 Normally a pipe: the parent reads it while the command runs, keeps up to
-:data:`SPILL_BYTES` in memory and moves anything larger to an unnamed file
+:data:`SPILL_BYTES` (or ``spill_bytes``) in memory and moves anything larger to an unnamed file
 (``spill()``), so memory stays bounded however much a command prints, and no
 file is made for the usual few lines.  When the command has exited, what is
 in the pipe is read and the pipe is closed: a process that escaped the
@@ -16,14 +16,15 @@ copies it in chunks (:meth:`copy_to`)."""
 import os
 from fcntl import F_SETFL, fcntl
 
-from ..core.limits import env_int
-
-#: Output kept in memory per command; more goes to a file.
-SPILL_BYTES = env_int("TARPROC_CAPTURE_SPILL", 256 << 10)
+#: Output kept in memory per command; more goes to a file (the default of
+#: ``spill_bytes``; ``TARPROC_CAPTURE_SPILL`` for the commands).
+SPILL_BYTES = 256 << 10
 
 
 class Capture:
-    def __init__(self, file=None, spill=None):
+    def __init__(self, file=None, spill=None, spill_bytes=None, tail_bytes=None):
+        self.spill_bytes = SPILL_BYTES if spill_bytes is None else spill_bytes
+        self.tail_bytes = tail_bytes  # None: limits.TAIL_BYTES
         self.fd = file  # a file holding the output (or None: all in buf)
         self.buf = bytearray()
         self.spill = spill  # () -> a new file descriptor (read/write)
@@ -58,7 +59,7 @@ class Capture:
                 _write_all(self.fd, b)
             else:
                 self.buf += b
-                if len(self.buf) > SPILL_BYTES:
+                if len(self.buf) > self.spill_bytes:
                     self.fd = self.spill()
                     _write_all(self.fd, self.buf)
                     self.buf = bytearray()
@@ -86,9 +87,10 @@ class Capture:
     def tail(self):
         from ..core.limits import TAIL_BYTES, tail_of_fd
 
+        limit = TAIL_BYTES if self.tail_bytes is None else self.tail_bytes
         if self.fd is None:
-            return bytes(self.buf[-TAIL_BYTES:])
-        return tail_of_fd(self.fd)[0]
+            return bytes(self.buf[-limit:])
+        return tail_of_fd(self.fd, limit)[0]
 
     def read(self):
         chunks = []

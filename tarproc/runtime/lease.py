@@ -76,10 +76,12 @@ def create_locked(path, mode=0o644):
     return fd
 
 
-def is_stale(path, host, now=None):
+def is_stale(path, host, now=None, stale_seconds=None):
     """Whether the temporary file ``path`` (made under kernel ``host``, or
     ``None`` if unknown) belongs to no live writer.  A symlink or anything
-    that is not a regular file is never stale (never ours to remove)."""
+    that is not a regular file is never stale (never ours to remove).  A
+    file of another host is stale when unmodified for ``stale_seconds``
+    (default :data:`FOREIGN_STALE_SECONDS`)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -99,7 +101,7 @@ def is_stale(path, host, now=None):
         if host == host_id():
             return True
         age = (now or time.time()) - st.st_mtime
-        limit = float(os.environ.get("TARPROC_FOREIGN_STALE_SECONDS") or FOREIGN_STALE_SECONDS)
+        limit = FOREIGN_STALE_SECONDS if stale_seconds is None else stale_seconds
         return age > limit
     finally:
         os.close(fd)

@@ -117,29 +117,32 @@ def as_url(value, what="url"):
     raise UsageError(f"{what}: expected a URL or path (str or pathlib.Path), not {type(value).__name__}")
 
 
-def override(action, name):
-    """The ``TARPROC_<ACTION>_<SCHEME>`` command, or ``None``."""
-    return os.environ.get(f"TARPROC_{action}_{name.upper()}") or None
+def override(action, name, settings=None):
+    """The command ``settings`` (a :class:`~tarproc.settings.Settings`, from
+    ``TARPROC_<ACTION>_<SCHEME>`` at the command line) put in place of the
+    table's, or ``None``."""
+    return settings.command(action, name) if settings is not None else None
 
 
-def template(action, name):
+def template(action, name, settings=None):
     """The command template of ``action`` for the scheme ``name`` (its
-    override first), or ``None`` when it has none."""
+    override in ``settings`` first), or ``None`` when it has none."""
     row = SCHEMES.get(name)
-    return override(action, name) or (row.commands.get(action) if row is not None else None)
+    return override(action, name, settings) or (row.commands.get(action) if row is not None else None)
 
 
-def has_command(action, url):
+def has_command(action, url, settings=None):
     """Whether ``url``'s scheme has a command for ``action``."""
-    return template(action, scheme_of(url)) is not None
+    return template(action, scheme_of(url), settings) is not None
 
 
-def command(action, url, **more):
+def command(action, url, settings=None, **more):
     """The shell command of ``action`` (one of :data:`ACTIONS`) for ``url``,
     filled (:func:`fill_command`; ``more``: further placeholders, such as
-    ``src``); a :class:`UsageError` when the scheme has none."""
+    ``src``); a :class:`UsageError` when the scheme has none.  ``settings``:
+    the commands that replace the table's."""
     name = scheme_of(url)
-    found = template(action, name)
+    found = template(action, name, settings)
     if found is None:
         from ..core.limits import shown
 

@@ -111,7 +111,7 @@ class Server:
     def __init__(self, prefix, *, map=None, command=None, parallel=None, count=None, skip=0, slice=None,
                  fields=None, rekey=None, shuffle=0, seed=None, max_failures=0, strict=True, batch=32,
                  on_bad_shard="fail", host="127.0.0.1", port=8080, token=None, max_clients=16, client_timeout=60.0,
-                 header_timeout=10.0, drain_timeout=30.0, stall_timeout=300.0, log=None, quiet=False):
+                 header_timeout=10.0, drain_timeout=30.0, stall_timeout=300.0, log=None, quiet=False, settings=None):
         from ..stages import basic as S
 
         self.scheme, self.root = check_prefix(prefix)
@@ -156,7 +156,8 @@ class Server:
         self.options = {"map": map, "command": command, "parallel": parallel or None, "count": count,
                         "skip": skip, "slice": slice, "fields": fields, "rekey": rekey, "shuffle": shuffle,
                         "seed": seed, "max_failures": max_failures, "strict": strict, "batch": batch,
-                        "on_bad_shard": on_bad_shard}
+                        "on_bad_shard": on_bad_shard,
+                        "settings": None if settings is None else settings.as_dict()}  # (the jobs' settings)
         self.options_json = json.dumps(self.options)
         self.host, self.port = host, port
         self.token = token.encode("utf-8") if token else None

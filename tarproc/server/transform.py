@@ -16,7 +16,7 @@ from ..errors import SampleFailed, TarprocError, UsageError
 
 def transform(url, *, map=None, command=None, parallel=None, count=None, skip=0, slice=None, fields=None,
               rekey=None, shuffle=0, seed=None, max_failures=0, strict=False, batch=32, stats=None,
-              on_error=None, warn=None, stall=None, on_bad_shard="fail"):
+              on_error=None, warn=None, stall=None, on_bad_shard="fail", settings=None):
     """The samples of one shard through the stages of ``tarcat`` (``skip``,
     ``slice``, ``fields``, ``count``, ``rekey``, ``shuffle``) and then
     ``tarproc`` (``map`` or ``command``); a response of ``tarserve`` is
@@ -27,13 +27,19 @@ def transform(url, *, map=None, command=None, parallel=None, count=None, skip=0,
     :class:`~tarproc.runtime.stall.Stall`, also given to the sink) flushes
     output whenever the source is about to block.  ``on_bad_shard``: as
     for :func:`~tarproc.iter_samples` (a damaged shard is reported to
-    ``warn`` and ends the samples: none of them, or those before the damage)."""
+    ``warn`` and ends the samples: none of them, or those before the damage).
+    ``settings`` (a :class:`~tarproc.settings.Settings`, or its
+    :meth:`~tarproc.settings.Settings.as_dict`): the reading settings."""
     from ..stages import basic as S
     from ..sources.samples import iter_samples
     from ..core.stats import Stats
 
     if map is not None and command is not None:
         raise UsageError("give at most one of map and command")
+    if isinstance(settings, dict):
+        from ..settings import Settings
+
+        settings = Settings.from_dict(settings)
     stats = stats if stats is not None else Stats()
     report = on_error or (lambda message: print(safe_text(f"tarserve: {message}", lines=True), file=sys.stderr,
                                                 flush=True))
@@ -57,7 +63,8 @@ def transform(url, *, map=None, command=None, parallel=None, count=None, skip=0,
         stages.append(S.take(count))
     if rekey:
         stages.append(S.rekey(rekey))
-    samples = S.pipeline(iter_samples([url], stats, strict=strict, warn=warn, stall=stall, on_bad_shard=on_bad_shard),
+    samples = S.pipeline(iter_samples([url], stats, strict=strict, warn=warn, stall=stall, on_bad_shard=on_bad_shard,
+                                      settings=settings),
                          *stages)
     if map is not None:
         from ..stages.function import map_function
@@ -66,7 +73,8 @@ def transform(url, *, map=None, command=None, parallel=None, count=None, skip=0,
     if command is not None:
         from ..stages.command import map_command
 
-        return map_command(samples, command, parallel, stats=stats, on_error=on_failure, quiet=True, stall=stall)
+        return map_command(samples, command, parallel, stats=stats, on_error=on_failure, quiet=True, stall=stall,
+                           capture_spill=None if settings is None else settings.capture_spill)
     return samples
 
 

@@ -158,12 +158,16 @@ def _source_size(url):
     return None
 
 
-def check_shard(url, majority=0.5, keys_seen=None, strict=False, retries=RETRIES, stall_timeout=STALL_TIMEOUT):
+def check_shard(url, majority=0.5, keys_seen=None, strict=False, retries=RETRIES, stall_timeout=STALL_TIMEOUT,
+                settings=None):
     """The report of one shard (see the module doc).  ``keys_seen`` (a
     :class:`SeenKeys`) collects keys across shards for ``duplicate_keys``.
     ``retries``, ``stall_timeout``: resuming a broken download (see
-    :func:`~tarproc.sources.open.open_source`)."""
+    :func:`~tarproc.sources.open.open_source`); ``settings``: its
+    ``check_keys``, ``check_fields`` and reading settings (default: the defaults)."""
     from ..sources.open import open_source
+
+    check_fields = limits.CHECK_FIELDS if settings is None else settings.check_fields
 
     probs = _Problems()
     fields = {}
@@ -172,7 +176,7 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False, retries=RETRIES
     have = {}  # field -> number of samples that have it
     own = keys_seen is None
     if own:
-        keys_seen = SeenKeys()
+        keys_seen = SeenKeys(None if settings is None else settings.check_keys)
     me = keys_seen.new_shard("stdin" if url == "-" else url)
     members = samples = 0
     key = None
@@ -190,7 +194,7 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False, retries=RETRIES
         sig = frozenset(current)
         entry = signatures.get(sig)
         if entry is None:
-            if len(signatures) < limits.CHECK_FIELDS:  # bounded: examples only
+            if len(signatures) < check_fields:  # bounded: examples only
                 signatures[sig] = [1, key]
         else:
             entry[0] += 1
@@ -198,7 +202,7 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False, retries=RETRIES
     name_of = "stdin" if url == "-" else url
     tar_bytes, truncated, compression, stream, reader = 0, False, None, None, None
     try:
-        stream = open_source(url, retries=retries, stall_timeout=stall_timeout)
+        stream = open_source(url, retries=retries, stall_timeout=stall_timeout, settings=settings)
         # only sizes are needed: large members are read past, never stored
         reader = TarReader(stream, name_of, strict=strict, warn=warnings.append, spooler=SizesOnly())
         for m in fast_members(reader):
@@ -247,9 +251,9 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False, retries=RETRIES
                               f"{k} (also in {printable(keys_seen.shards[before])})")
                 key = k
                 current = set()
-            if field not in fields and len(fields) >= limits.CHECK_FIELDS:
+            if field not in fields and len(fields) >= check_fields:
                 # bounded: past the limit, new field names share one bucket
-                probs.add("too_many_fields", f"more distinct field names than {limits.CHECK_FIELDS:,} "
+                probs.add("too_many_fields", f"more distinct field names than {check_fields:,} "
                           f"(TARPROC_CHECK_FIELDS): the rest are counted as {OTHER}", name)
                 field = OTHER
             if field in current and field != OTHER:
@@ -329,7 +333,7 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False, retries=RETRIES
 
 
 def check_shards(urls, majority=0.5, strict=False, on_shard=None, keep=True, retries=RETRIES,
-                 stall_timeout=STALL_TIMEOUT):
+                 stall_timeout=STALL_TIMEOUT, settings=None):
     """Check every shard of ``urls`` (a pattern string or a list of URLs);
     returns the report dict.  ``on_shard(report)`` is called as each shard is
     done (for streaming output).  Duplicate keys are looked for across shards.
@@ -337,22 +341,24 @@ def check_shards(urls, majority=0.5, strict=False, on_shard=None, keep=True, ret
     The total is summed as the shards are done; with ``keep=False`` the
     shards' reports are not kept (the report's ``"shards"`` is empty), so
     memory stays flat over any number of shards: give ``on_shard`` to see
-    them.  ``total["bad_shards"]`` counts the shards with problems."""
+    them.  ``total["bad_shards"]`` counts the shards with problems.
+    ``settings``: as for :func:`check_shard`."""
     from ..sources.shardlist import as_urls
 
     urls = as_urls(urls)
-    keys_seen = SeenKeys()
+    keys_seen = SeenKeys(None if settings is None else settings.check_keys)
     shards = []
     total_fields = {}
     total_probs = []
     total = {"shards": 0, "samples": 0, "members": 0, "tar_bytes": 0, "size": 0, "bad_shards": 0}
     try:
         for url in urls:
-            rep = check_shard(url, majority, keys_seen, strict, retries, stall_timeout)
+            rep = check_shard(url, majority, keys_seen, strict, retries, stall_timeout, settings)
             if keep:
                 shards.append(rep)
             for k, v in rep["fields"].items():
-                if k not in total_fields and len(total_fields) >= limits.CHECK_FIELDS:
+                if k not in total_fields and len(total_fields) >= (
+                        limits.CHECK_FIELDS if settings is None else settings.check_fields):
                     k = OTHER  # bounded across shards too
                 t = total_fields.setdefault(k, {"count": 0, "bytes": 0})
                 t["count"] += v["count"]

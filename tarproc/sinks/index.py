@@ -106,7 +106,7 @@ def _le(arr):
     return swapped.tobytes()
 
 
-def write_index(index, blob, output, sidecar_path=None, more=()):
+def write_index(index, blob, output, sidecar_path=None, more=(), settings=None):
     """Write the index JSON to ``output`` (a URL, ``-`` for stdout) and the
     sidecar to ``sidecar_path`` (and each ``(path, bytes)`` of ``more``);
     each appears only when complete (the sidecars first, so an index never
@@ -115,15 +115,15 @@ def write_index(index, blob, output, sidecar_path=None, more=()):
 
     for path, data in ((sidecar_path, blob),) + tuple(more):
         if data is not None:
-            with open_sink(path, compression=None) as sink:
+            with open_sink(path, compression=None, settings=settings) as sink:
                 sink.write(data)
-    with open_sink(output, compression=None) as sink:
+    with open_sink(output, compression=None, settings=settings) as sink:
         sink.write((json.dumps(index, indent=1, ensure_ascii=False) + "\n").encode("utf-8", "surrogateescape"))
 
 
 def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=False, warn=None,
                  progress=None, checkpoint_spacing=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT,
-                 parallel=1, checksum=False):
+                 parallel=1, checksum=False, settings=None):
     """Index shards (a URL, a brace pattern, or a list of URLs) and return the
     index ``dict``.
 
@@ -147,9 +147,10 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
     it).  ``parallel`` shards are indexed at once (threads)."""
     from ..sources.shardlist import as_url, as_urls
 
-    from ..core.limits import bounded_list
+    from ..core.limits import MAX_URLS, bounded_list
 
-    urls = bounded_list(as_urls(urls), "the shard list")  # the index holds one entry per shard
+    urls = bounded_list(as_urls(urls), "the shard list",  # the index holds one entry per shard
+                        max_urls=MAX_URLS if settings is None else settings.max_urls)
     if output is not None:
         output = as_url(output, "output")
     if not urls:
@@ -173,8 +174,8 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
 
     infos = scan_many(urls, parallel, done, stats=stats, strict=strict, warn=warn, checksum=checksum,
                       seek_record=sidecar is not None, checkpoint_spacing=checkpoint_spacing, retries=retries,
-                      stall_timeout=stall_timeout)
-    return publish_index(infos, output, name=name, paths=(index_dir, sidecar_path, sidecar))
+                      stall_timeout=stall_timeout, settings=settings)
+    return publish_index(infos, output, name=name, paths=(index_dir, sidecar_path, sidecar), settings=settings)
 
 
 def index_paths(output, offsets=True):
@@ -219,7 +220,7 @@ def index_files(output, offsets=True):
     return [output] + ([sidecar_path, seek_sidecar_name(sidecar_path)] if sidecar_path else [])
 
 
-def publish_index(infos, output=None, offsets=True, name=None, paths=None):
+def publish_index(infos, output=None, offsets=True, name=None, paths=None, settings=None):
     """The index ``dict`` of the shards :class:`ShardIndex` ``infos``
     describe (in that order), written to ``output`` when given (with its
     offsets sidecar and, when a compressed shard has a seek record, its
@@ -234,7 +235,7 @@ def publish_index(infos, output=None, offsets=True, name=None, paths=None):
         seek_path = seek_sidecar_name(sidecar_path)
         more = ((seek_path, attach_seek(index, infos, seek_sidecar_name(sidecar))),)
     if output is not None:
-        write_index(index, blob, output, sidecar_path, more)
+        write_index(index, blob, output, sidecar_path, more, settings)
     return index
 
 
@@ -298,7 +299,7 @@ def written_shard_index(url, nsamples, sink, starts=None, keys=None, end=None, t
     return info
 
 
-def write_shard_index(infos, output, name=None, warn=None):
+def write_shard_index(infos, output, name=None, warn=None, settings=None):
     """Write the index of the shards :class:`~tarproc.sinks.scan.ShardIndex` ``infos`` describe
     (as ``tarsplit --index`` does for the shards it wrote, from
     :func:`written_shard_index`); ``warn`` hears, in one line, of the
@@ -310,4 +311,4 @@ def write_shard_index(infos, output, name=None, warn=None):
              if len(packed) == 1 else
              f"{len(packed)} shards are compressed ({first.compression}: {first.url}, ...): the index has "
              "their sample counts only")
-    return publish_index(infos, output, name=name)
+    return publish_index(infos, output, name=name, settings=settings)

@@ -11,7 +11,7 @@ from ..stages.join import input_names, join_samples
 
 def join_shards(inputs, outputs, tables=(), how="strict", order="input", rename=None, parallel=1,
                 memory=512 << 20, tmpdir=None, strict=False, blob_threshold=None, spool_dir=None, start_method=None,
-                done=None, warn=None):
+                done=None, warn=None, settings=None):
     """Join shard by shard: ``inputs`` is a list of shard lists of one length
     (``[[a0, a1], [b0, b1]]``), ``outputs`` a list of that length; pair ``i``
     (``a_i`` with ``b_i`` ...) is joined by :func:`join_samples` into
@@ -45,7 +45,7 @@ def join_shards(inputs, outputs, tables=(), how="strict", order="input", rename=
                              f"shards: join it in one pass, not shard by shard")
         t.partial = True
     spec = dict(how=how, order=order, rename=rename, memory=memory, tmpdir=tmpdir, strict=strict,
-                blob_threshold=blob_threshold, spool_dir=spool_dir, tables=opened)
+                blob_threshold=blob_threshold, spool_dir=spool_dir, tables=opened, settings=settings)
     pairs = [[x[i] for x in inputs] for i in range(len(outputs))]
     results = [None] * len(pairs)
     if parallel <= 1 or len(pairs) <= 1:
@@ -94,8 +94,9 @@ def _join_pair(urls, output, spec):
         spooler = Spooler(spec["blob_threshold"], spec["spool_dir"], region)
         samples = join_samples([[u] for u in urls], spec["tables"], how=spec["how"], order=spec["order"],
                                rename=spec["rename"], memory=spec["memory"], tmpdir=spec["tmpdir"],
-                               strict=spec["strict"], spooler=spooler, raw=True, warn=warnings.append)
-        with open_sink(output, defer=False) as sink:
+                               strict=spec["strict"], spooler=spooler, raw=True, warn=warnings.append,
+                               settings=spec.get("settings"))
+        with open_sink(output, defer=False, settings=spec.get("settings")) as sink:
             writer = SampleWriter(sink)
             for sample in samples:
                 writer.write(sample)

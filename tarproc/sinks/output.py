@@ -76,7 +76,7 @@ UNWRITABLE_COMPRESSION = frozenset(("lz4", "tlz4", "z", "taz", "lzma", "tlz", "l
                                     "zip", "7z", "rar"))
 
 
-def cleanup_partials(path_or_dir, all_names=False, kept=None):
+def cleanup_partials(path_or_dir, all_names=False, kept=None, settings=None):
     """Remove temporary files whose writer is dead (see
     :mod:`tarproc.runtime.lease`: a lock, never a PID, tells).
 
@@ -84,9 +84,10 @@ def cleanup_partials(path_or_dir, all_names=False, kept=None):
     ``all_names``), every ``.*.tarproc-partial`` file in it.  A URL prefix
     (``s3://b/dir/``, ``gs://b/dir/``) removes the temporary objects of
     ``TARPROC_REMOTE_COMMIT=move`` under it.  Returns the names removed;
-    ``kept`` (a list) receives those of live writers."""
+    ``kept`` (a list) receives those of live writers.  ``settings``: the
+    client commands and ``foreign_stale_seconds``."""
     if scheme_of(path_or_dir) in REMOTE_SCHEMES:
-        return cleanup_remote(path_or_dir)
+        return cleanup_remote(path_or_dir, settings)
     if os.path.isdir(path_or_dir):
         d, base = path_or_dir, None
     else:
@@ -104,7 +105,7 @@ def cleanup_partials(path_or_dir, all_names=False, kept=None):
         if base is not None and not all_names and target != base:
             continue
         path = os.path.join(d, name)
-        if not is_stale(path, host):
+        if not is_stale(path, host, stale_seconds=None if settings is None else settings.foreign_stale_seconds):
             if kept is not None:
                 kept.append(path)
             continue
@@ -222,7 +223,7 @@ class Stream:
 
 
 def _open_stdout(sink):
-    if os.isatty(1) and not os.environ.get("TARPROC_ALLOW_TTY"):
+    if os.isatty(1) and not sink.settings.allow_tty:
         raise UsageError("refusing to write a tar archive to a terminal (use -o FILE or a pipe)")
     fd = os.dup(1)
     grow_pipe(fd)  # stdout a pipe: 1 MiB, so a buffer (or sendfile) moves in one go, not 16
@@ -267,7 +268,7 @@ class LocalFile(Stream):
         d = os.path.dirname(sink.path) or "."
         if not os.path.isdir(d):
             raise OutputError(f"{url}: directory {d} does not exist")
-        cleanup_partials(sink.path)
+        cleanup_partials(sink.path, settings=sink.settings)
         return sink._create_partial(sink.path)
 
     def commit(self, sink):
@@ -281,14 +282,14 @@ class SpoolUpload(LocalFile):
 
     def open(self, sink):
         url = sink.url
-        command("WRITE", url)  # unknown scheme: a usage error now
-        spool = os.environ.get("TARPROC_SPOOL_DIR") or __import__("tempfile").gettempdir()
+        command("WRITE", url, sink.settings)  # unknown scheme: a usage error now
+        spool = sink.settings.spool_dir or __import__("tempfile").gettempdir()
         if not os.path.isdir(spool):
             raise OutputError(f"{url}: spool directory {spool} does not exist (TARPROC_SPOOL_DIR)")
         return sink._create_partial(os.path.join(spool, url.rstrip("/").rsplit("/", 1)[-1][:100] or "output"))
 
     def commit(self, sink):
-        cmd = command("WRITE", sink.url)
+        cmd = command("WRITE", sink.url, sink.settings)
         fd = os.open(sink.tmp, os.O_RDONLY)
         try:
             sink.client = Client(cmd, sink.url, fd)
@@ -324,7 +325,7 @@ class Move(Stream):
 
     def open(self, sink):
         sink.tmp_url = partial_name(sink.url)
-        cmd = command("WRITE", sink.tmp_url)
+        cmd = command("WRITE", sink.tmp_url, sink.settings)
         r, w = os.pipe()
         try:
             sink.client = Client(cmd, sink.url, r)
@@ -333,20 +334,21 @@ class Move(Stream):
         return w
 
     def commit(self, sink):
-        run_client("MOVE", sink.url, "move", src=sink.tmp_url)
+        run_client("MOVE", sink.url, "move", sink.settings, src=sink.tmp_url)
         sink.tmp_url = None
 
     def discard(self, sink, finished):
         if sink.tmp_url is not None and finished:
             try:
-                run_client("REMOVE", sink.tmp_url, "remove")
+                run_client("REMOVE", sink.tmp_url, "remove", sink.settings)
             except Exception:
                 pass  # tarcat --cleanup removes it later
 
 
-def strategy_for(url):
+def strategy_for(url, settings=None):
     """How the output ``url`` is written and committed, from its scheme's
-    :attr:`~tarproc.runtime.schemes.Scheme.writer`."""
+    :attr:`~tarproc.runtime.schemes.Scheme.writer` (``settings``:
+    ``remote_commit`` and the client commands)."""
     row = scheme(url)
     if row.writer == "stdout":
         return Stream(_open_stdout, True)
@@ -354,7 +356,7 @@ def strategy_for(url):
         return Stream(_open_device, True) if _is_special_file(url) else LocalFile()
     if row.writer == "pipe":
         return Stream(_open_command, False)
-    return Move() if remote_mode(row.name) == "move" else SpoolUpload()
+    return Move() if remote_mode(row.name, settings) == "move" else SpoolUpload()
 
 
 class Sink:
@@ -364,13 +366,18 @@ class Sink:
     context manager it closes on success and aborts on an exception.
 
     ``defer=False`` commits at ``close()`` even inside a gate (tarsplit's
-    shards: each is committed as it is closed)."""
+    shards: each is committed as it is closed).  ``settings`` (a
+    :class:`~tarproc.settings.Settings`; default: the defaults): the
+    ``WRITE``/``MOVE``/``REMOVE`` client commands, ``spool_dir``,
+    ``remote_commit`` and ``allow_tty``."""
 
-    def __init__(self, url, compression="auto", stall=None, defer=True, group_size=None):
+    def __init__(self, url, compression="auto", stall=None, defer=True, group_size=None, settings=None):
+        from ..settings import DEFAULTS
         from .grouped import DEFAULT_GROUP_SIZE
 
         url = as_url(url, "output")
         self.url = url
+        self.settings = settings = DEFAULTS if settings is None else settings
         self.path = url  # a local output's final path (a symlink's target)
         self.compression = compression_for(url) if compression == "auto" else compression
         self.defer = defer
@@ -382,7 +389,7 @@ class Sink:
         self.tmp_url = None  # temporary object (move mode)
         self.lockfd = None
         self.state = "open"  # -> finished -> committed | aborted
-        self.strategy = strategy_for(url)
+        self.strategy = strategy_for(url, settings)
         fd = self.strategy.open(self)
         self._zproc = None
         if self.tmp is not None or self.client is not None:
@@ -687,13 +694,14 @@ class Sink:
         return False
 
 
-def remote_mode(scheme):
+def remote_mode(scheme, settings=None):
     """How a remote output is committed: ``spool`` (default) or ``move``
-    (``TARPROC_REMOTE_COMMIT=move``, for schemes with a server-side move)."""
-    mode = os.environ.get("TARPROC_REMOTE_COMMIT", "spool")
+    (``settings.remote_commit``, ``TARPROC_REMOTE_COMMIT=move``, for schemes
+    with a server-side move)."""
+    mode = "spool" if settings is None else settings.remote_commit
     if mode not in ("spool", "move"):
         raise UsageError(f"TARPROC_REMOTE_COMMIT={mode!r}: use spool or move")
-    if mode == "move" and not has_command("MOVE", f"{scheme}://"):
+    if mode == "move" and not has_command("MOVE", f"{scheme}://", settings):
         return "spool"
     return mode
 
@@ -704,11 +712,12 @@ def _check_group_size(value):
     return value
 
 
-def open_sink(url, compression="auto", stall=None, defer=True, group_size=None):
+def open_sink(url, compression="auto", stall=None, defer=True, group_size=None, settings=None):
     """Open an output by URL; see :class:`Sink`.  With ``stall`` (a
     :class:`~tarproc.runtime.stall.Stall` also given to the source) buffered
     output is flushed whenever the input is about to block.  A ``.tar.gz``
     or ``.tar.zst`` output is cut into groups of whole samples of at most
     ``group_size`` bytes of tar (default 1 MiB; 0: one stream), each
-    decodable on its own (see :mod:`tarproc.sinks.grouped`)."""
-    return Sink(url, compression, stall, defer, group_size)
+    decodable on its own (see :mod:`tarproc.sinks.grouped`).  ``settings``:
+    see :class:`Sink`."""
+    return Sink(url, compression, stall, defer, group_size, settings)

@@ -29,12 +29,13 @@ def record_columns(spec):
     return parse_columns(spec) if spec else None
 
 
-def record(sample, columns=None, hash=False):
+def record(sample, columns=None, hash=False, settings=None):
     """One record (a ``dict``) for a sample: the given columns in order, or
-    ``__key__`` and every field of the sample."""
+    ``__key__`` and every field of the sample (``settings``: see
+    :func:`~tarproc.sinks.table.cell`)."""
     if columns is None:
         columns = [Column("__key__", ["__key__"])] + default_columns(sample)
-    return {c.name: cell(sample, c, hash=hash, native=True) for c in columns}
+    return {c.name: cell(sample, c, hash=hash, native=True, settings=settings) for c in columns}
 
 
 def _escape(json_text):

@@ -12,11 +12,11 @@ from ..runtime.schemes import command
 from .partials import parse_partial
 
 
-def run_client(action, url, what, **more):
+def run_client(action, url, what, settings=None, **more):
     """Run the client command of ``action`` (``MOVE``, ``REMOVE``, ``LIST``)
     for ``url`` to its end; its stdout (text), or :class:`OutputError`
     naming ``url`` with the client's last stderr line."""
-    cmd = command(action, url, **more)
+    cmd = command(action, url, settings, **more)
     try:
         child = Child(cmd, url)
     except OSError as e:
@@ -35,14 +35,15 @@ def run_client(action, url, what, **more):
     return out.decode("utf-8", "replace")
 
 
-def cleanup_remote(prefix):
+def cleanup_remote(prefix, settings=None):
     """Remove the temporary objects (``.NAME.HOST-RANDOM.PID.tarproc-partial``)
     directly under an ``s3://`` or ``gs://`` prefix, by listing it and
     removing with the client.  Object stores have no locks: run it when no
     writer uses ``TARPROC_REMOTE_COMMIT=move`` on that prefix (the default
-    spooling never leaves temporary objects)."""
+    spooling never leaves temporary objects).  ``settings``: its
+    ``LIST_<SCHEME>`` and ``REMOVE_<SCHEME>`` commands."""
     base = prefix if prefix.endswith("/") else prefix.rsplit("/", 1)[0] + "/"
-    listing = run_client("LIST", base, "list")
+    listing = run_client("LIST", base, "list", settings)
     removed = []
     for line in listing.splitlines():
         name = line.split()[-1] if line.split() else ""
@@ -50,7 +51,7 @@ def cleanup_remote(prefix):
         if parse_partial(name) is None:
             continue
         url = base + name
-        run_client("REMOVE", url, "remove")
+        run_client("REMOVE", url, "remove", settings)
         removed.append(url)
     return removed
 

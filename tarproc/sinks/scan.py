@@ -97,7 +97,7 @@ def _size_of(stream, read):
 
 
 def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_spacing=None, retries=RETRIES,
-               stall_timeout=STALL_TIMEOUT):
+               stall_timeout=STALL_TIMEOUT, settings=None):
     """Read one shard and return its :class:`ShardIndex`.
 
     Sample ``i`` of an uncompressed shard occupies bytes ``starts[i]`` to
@@ -115,19 +115,20 @@ def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_
     from ..sources.open import open_source
 
     stats = stats if stats is not None else Stats()
-    stream = open_source(url, retries=retries, stall_timeout=stall_timeout)
+    stream = open_source(url, retries=retries, stall_timeout=stall_timeout, settings=settings)
     name = "stdin" if url == "-" else url
     info = ShardIndex(url)
     info.compression = stream.compression
     seekable = None
     if seek and url != "-" and stream.compression in _seekable_codecs():
         stream.close()  # read again by the decoder that finds the restart points
-        stream, *seekable = _open_seekable(url, stream.compression, checkpoint_spacing)
+        stream, *seekable = _open_seekable(url, stream.compression, checkpoint_spacing, settings)
     try:
         counting = _Counting(stream)
         if hasattr(stream, "read1"):  # the fast path reads what is buffered (and counts it)
             counting.read1 = counting.read_some
-        reader = TarReader(counting, name, strict=strict, warn=warn)
+        reader = TarReader(counting, name, strict=strict, warn=warn,
+                           sparse_holes=None if settings is None else settings.sparse_holes)
         plain = info.compression is None or seekable is not None
         starts = array("Q")
         keys = []
@@ -170,10 +171,10 @@ def _seekable_codecs():
     return CODECS
 
 
-def _open_seekable(url, codec, spacing):
+def _open_seekable(url, codec, spacing, settings=None):
     from ..sources.seekscan import open_for_index
 
-    return open_for_index(url, codec, spacing)
+    return open_for_index(url, codec, spacing, settings)
 
 
 class _Marks:
@@ -252,8 +253,9 @@ def _scan_plain(stream, url, name, stats, strict, warn):
     return info
 
 
-def sha256_of(url):
-    """The SHA-256 (hex) of the bytes at ``url``, as stored (compressed or not)."""
+def sha256_of(url, settings=None):
+    """The SHA-256 (hex) of the bytes at ``url``, as stored (compressed or
+    not; ``settings``: the reading commands)."""
     import hashlib
 
     from ..sources.open import open_source, scheme_of
@@ -278,7 +280,7 @@ def sha256_of(url):
         finally:
             os.close(fd)
         return h.hexdigest()
-    stream = open_source(url, decompress=False)
+    stream = open_source(url, decompress=False, settings=settings)
     try:
         while True:
             piece = stream.read(4 << 20)
@@ -291,7 +293,7 @@ def sha256_of(url):
 
 
 def scan_one(url, stats=None, strict=False, warn=None, checksum=False, seek=True, seek_record=False,
-             checkpoint_spacing=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT):
+             checkpoint_spacing=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT, settings=None):
     """Index one shard: :func:`scan_shard`'s
     :class:`ShardIndex`, read at disk speed for a local
     uncompressed file (``seek=False``: by the general reading path), with
@@ -299,31 +301,32 @@ def scan_one(url, stats=None, strict=False, warn=None, checksum=False, seek=True
     ``checksum``; else ``None``) set.  ``seek_record``, ``checkpoint_spacing``:
     a compressed shard's record of where decoding restarts (see
     :func:`scan_shard`); ``retries``,
-    ``stall_timeout``: resuming a broken download."""
+    ``stall_timeout``: resuming a broken download; ``settings``: the
+    reading settings (client commands, bounds)."""
     from ..sources.open import open_source, scheme_of
     from ..sources.stamps import stamp_of
 
     stats = stats if stats is not None else Stats()
     scheme = scheme_of(url)
     local = scheme == "file"
-    stamp = stamp_of(url) if url != "-" else {}
+    stamp = stamp_of(url, settings) if url != "-" else {}
     regular = local and "filesize" in stamp  # (a FIFO, /dev/stdin: no stamp, and read only once)
     if checksum and (scheme in ("-", "pipe") or (local and not regular)):
         raise BadInput(f"{url}: not a file or a URL: it cannot be read twice, to checksum and to index it "
                        f"(index it without --checksum, or give a file)")
-    digest = sha256_of(url) if checksum else None
+    digest = sha256_of(url, settings) if checksum else None
     info = None
     if regular and seek:
-        stream = open_source(url)
+        stream = open_source(url, settings=settings)
         if stream.compression is None and getattr(stream, "region_source", None) is not None:
             info = _scan_plain(stream, url, url, stats, strict, warn)  # (it closes the stream)
         else:
             stream.close()
     if info is None:
         info = scan_shard(url, stats, strict, warn, seek=seek_record, checkpoint_spacing=checkpoint_spacing,
-                          retries=retries, stall_timeout=stall_timeout)
+                          retries=retries, stall_timeout=stall_timeout, settings=settings)
     if local:
-        if stamp_of(url) != stamp:
+        if stamp_of(url, settings) != stamp:
             raise BadInput(f"{url}: the shard changed while it was being indexed (index it again)")
     elif info.filesize is not None and stamp.get("filesize") not in (None, info.filesize):
         raise BadInput(f"{url}: {info.filesize} bytes were read, its server says it has {stamp['filesize']}: it "

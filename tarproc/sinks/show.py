@@ -90,12 +90,12 @@ def npy_info(data):
         return None
 
 
-def as_text(data):
+def as_text(data, limit=None):
     """The value as text if it is UTF-8 without NUL or other control
     characters (tab, newline and carriage return allowed), else ``None``.
-    Only the first :data:`~tarproc.core.limits.PREVIEW_BYTES` are looked at
+    Only the first ``limit`` (:data:`~tarproc.core.limits.PREVIEW_BYTES`) bytes are looked at
     (a character cut at the end of that prefix is dropped)."""
-    data = limits.head(data)
+    data = limits.head(data, limit)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -119,9 +119,11 @@ def _clip(text, width, escape=True):
     return text if len(text) <= width else text[: max(1, width - 1)] + "…"
 
 
-def preview(field, data, width=64):
+def preview(field, data, width=64, settings=None):
     """A one-line, plain-text preview of a field's bytes (only a bounded
-    prefix is read, :data:`~tarproc.core.limits.PREVIEW_BYTES`)."""
+    prefix is read, :data:`~tarproc.core.limits.PREVIEW_BYTES`; JSON parsed
+    to its depth bound; ``settings`` changes both)."""
+    prefix = limits.PREVIEW_BYTES if settings is None else settings.preview_bytes
     n = limits.size_of(data)
     if looks_like_image(field, data):
         info = image_info(data)
@@ -136,14 +138,14 @@ def preview(field, data, width=64):
             return f"<npy {dtype} {dims}, {human_size(n)}>"
     if n == 0:
         return "<empty>"
-    text = as_text(data)
+    text = as_text(data, prefix)
     if text is not None:
         if _NUMBER.match(text):
             return text.strip()
         stripped = text.strip()
-        if (ext_of(field) == "json" or stripped[:1] in ("{", "[")) and n <= limits.PREVIEW_BYTES:
+        if (ext_of(field) == "json" or stripped[:1] in ("{", "[")) and n <= prefix:
             try:
-                obj = limits.json_loads(text)
+                obj = limits.json_loads(text, None if settings is None else settings.json_depth)
                 return _clip(limits.json_dumps(obj, ensure_ascii=False, separators=(", ", ": ")), width, False)
             except ValueError:
                 pass
@@ -152,27 +154,29 @@ def preview(field, data, width=64):
     return f"<{human_size(n)} binary: {head}{' …' if n > 16 else ''}>"
 
 
-def format_sample(sample, fields=None, width=64):
+def format_sample(sample, fields=None, width=64, settings=None):
     """The text block of one sample: the key, then one line per field with
     its size and preview.  ``fields`` (a list of field names) limits and
-    orders the fields shown; missing ones are shown as ``<missing>``."""
+    orders the fields shown; missing ones are shown as ``<missing>``.
+    ``settings``: the bounds of :func:`preview` and of names shown."""
+    chars = None if settings is None else settings.name_chars
     from ..core.rules import is_meta
 
     from .table import escape_controls
 
-    lines = [escape_controls(limits.shorten(f"{sample.get('__key__')}"))]  # a preview: long names are shortened
+    lines = [escape_controls(limits.shorten(f"{sample.get('__key__')}", chars))]  # a preview: long names are shortened
     names = fields if fields is not None else sorted(k for k in sample if not is_meta(k))
     if not names:
         lines.append("    (no fields)")
         return lines
-    wide = min(max(len(k) for k in names), limits.NAME_CHARS)
+    wide = min(max(len(k) for k in names), limits.NAME_CHARS if chars is None else chars)
     for k in names:
-        shown = escape_controls(limits.shorten(k))
+        shown = escape_controls(limits.shorten(k, chars))
         if k not in sample:
             lines.append(f"    {shown:<{wide}}  {'':>8}  <missing>")
             continue
         v = sample[k]
-        lines.append(f"    {shown:<{wide}}  {human_size(limits.size_of(v)):>8}  {preview(k, v, width)}")
+        lines.append(f"    {shown:<{wide}}  {human_size(limits.size_of(v)):>8}  {preview(k, v, width, settings)}")
     return lines
 
 
@@ -210,14 +214,19 @@ class PrefixOnly(Spooler):
     compressed shard whose member inflates to gigabytes (a bomb) costs
     decompression time only, never memory or disk."""
 
+    keep = limits.PREVIEW_BYTES  # (prefix_only sets the preview bound)
+
     def spool(self, read_into, size, fail):
-        return Prefix(size, read_past(read_into, size, fail, keep=limits.PREVIEW_BYTES))
+        return Prefix(size, read_past(read_into, size, fail, keep=self.keep))
 
 
-def prefix_only(spooler):
-    """A :class:`PrefixOnly` with the thresholds of ``spooler``."""
+def prefix_only(spooler, keep=None):
+    """A :class:`PrefixOnly` with the thresholds of ``spooler``, keeping
+    ``keep`` bytes of each large member (default: the preview bound)."""
     out = PrefixOnly.__new__(PrefixOnly)
     out.__dict__.update(spooler.__dict__)
+    if keep is not None:
+        out.keep = keep
     return out
 
 
@@ -304,13 +313,14 @@ def array_to_image(a, normalize=False, cmap=None):
     return Image.fromarray(np.ascontiguousarray(rgb), "RGB")
 
 
-def to_image(field, data, normalize=False, cmap=None, max_size=None):
+def to_image(field, data, normalize=False, cmap=None, max_size=None, max_pixels=None):
     """Decode an image or ``.npy`` field to an RGB Pillow image, or ``None``
     when the field is neither.  Single-channel images go through ``cmap``
     when one is given; ``normalize`` stretches values to their full range.
     ``max_size`` (w, h) lets JPEG decode at a reduced scale.  Images and
-    arrays over the pixel budget (:data:`~tarproc.core.limits.MAX_PIXELS`)
-    are not decoded: :class:`~tarproc.core.limits.OverBudget` says so."""
+    arrays over the pixel budget (``max_pixels``, default
+    :data:`~tarproc.core.limits.MAX_PIXELS`) are not decoded: :class:`~tarproc.core.limits.OverBudget` says so."""
+    max_pixels = limits.MAX_PIXELS if max_pixels is None else max_pixels
     if type(data) is Blob:
         if len(data) > MAX_IMAGE_BLOB:
             return None
@@ -321,7 +331,7 @@ def to_image(field, data, normalize=False, cmap=None, max_size=None):
             import math
 
             shape = info[1]
-            if math.prod(shape) > 4 * limits.MAX_PIXELS:
+            if math.prod(shape) > 4 * max_pixels:
                 raise limits.OverBudget(f"array of shape {shape} is over the pixel budget (TARPROC_MAX_PIXELS)")
         try:
             import numpy as np
@@ -333,7 +343,7 @@ def to_image(field, data, normalize=False, cmap=None, max_size=None):
     if not looks_like_image(field, data):
         return None
     try:
-        img = limits.open_image(data)
+        img = limits.open_image(data, max_pixels)
     except limits.OverBudget:
         raise
     except Exception:
@@ -468,23 +478,31 @@ class Value(bytes):
     def text(self):
         return str(self)
 
+    json_depth = None  # the depth bound (None: limits.JSON_DEPTH); SampleView sets it
+
     @property
     def json(self):
-        return limits.json_loads(bytes(self))
+        return limits.json_loads(bytes(self), self.json_depth)
 
 
 class SampleView:
     """The ``_`` of a select expression: ``_.cls``, ``_["seg.png"]``,
     ``"cls" in _``, ``_.get("cls")``, ``_.__key__``."""
 
-    __slots__ = ("_sample",)
+    __slots__ = ("_sample", "_json_depth")
 
-    def __init__(self, sample):
+    def __init__(self, sample, json_depth=None):
         object.__setattr__(self, "_sample", sample)
+        object.__setattr__(self, "_json_depth", json_depth)
 
     def _value(self, name):
         v = self._sample[name]
-        return Value(v) if isinstance(v, (bytes, bytearray, memoryview)) else v
+        if not isinstance(v, (bytes, bytearray, memoryview)):
+            return v
+        v = Value(v)
+        if self._json_depth is not None:
+            v.json_depth = self._json_depth
+        return v
 
     def __getattr__(self, name):
         try:
@@ -505,9 +523,10 @@ class SampleView:
         return self._sample.keys()
 
 
-def compile_select(expr):
+def compile_select(expr, json_depth=None):
     """A predicate ``f(sample) -> bool`` from a Python expression over
-    ``_`` (a :class:`SampleView`).  A sample that lacks a field the
+    ``_`` (a :class:`SampleView`; ``_.x.json`` parses at most
+    ``json_depth`` deep).  A sample that lacks a field the
     expression uses does not match; other errors raise :class:`UsageError`
     naming the sample."""
     import math
@@ -520,7 +539,7 @@ def compile_select(expr):
 
     def predicate(sample):
         try:
-            return bool(eval(code, env, {"_": SampleView(sample)}))
+            return bool(eval(code, env, {"_": SampleView(sample, json_depth)}))
         except (KeyError, AttributeError):
             return False
         except Exception as e:
@@ -533,14 +552,14 @@ def compile_select(expr):
 DEFAULT_FIRST_FIELDS = "jpg;jpeg;png;ppm;pgm;gif;bmp;tif;tiff;webp"
 
 
-def find_match(samples, fields=DEFAULT_FIRST_FIELDS, select=None, nth=1):
+def find_match(samples, fields=DEFAULT_FIRST_FIELDS, select=None, nth=1, json_depth=None):
     """``(key, field, bytes)`` of the ``nth`` sample (1-based) that passes
     ``select`` and has one of ``fields`` (``"jpg;png"``: the first present),
     or ``None``.  Stops pulling samples at the match."""
     candidates = [f for f in re.split(r"[;,\s]+", fields) if f]
     if not candidates:
         raise UsageError("empty field list")
-    pred = compile_select(select) if select and select.strip() not in ("", "True") else None
+    pred = compile_select(select, json_depth) if select and select.strip() not in ("", "True") else None
     seen = 0
     for sample in samples:
         field = next((f for f in candidates if f in sample), None)

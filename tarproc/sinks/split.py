@@ -311,7 +311,7 @@ def input_guard(inputs):
 
 def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxshards=None,
                   compression="auto", post=None, stats=None, shards=None, total=None, fractions=None, seed=0,
-                  inputs=(), group_size=None, index=False, **header_defaults):
+                  inputs=(), group_size=None, index=False, settings=None, **header_defaults):
     """Write ``samples`` to shards named by ``pattern`` (see :class:`ShardNames`)
     and yield a :class:`Shard` for each shard as it is completed.
 
@@ -322,7 +322,8 @@ def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxs
     shards no more input is read.  ``compression`` is passed to
     :func:`~tarproc.sinks.output.open_sink` (``"auto"``: from the name).  ``post(shard)``
     runs after each shard is complete (and before it is yielded).
-    ``group_size``: groups of a ``.tar.gz``/``.tar.zst`` shard (see
+    ``group_size``: groups of a ``.tar.gz``/``.tar.zst`` shard, ``settings``:
+    the client commands and commit settings of the shards (see
     :func:`~tarproc.sinks.output.open_sink`).
 
     ``shards=N`` writes exactly N shards of equal counts instead (see
@@ -340,7 +341,7 @@ def split_samples(samples, pattern, max_count=None, max_size=None, start=0, maxs
 
     pattern = as_url(pattern, "pattern")
     common = {"compression": compression, "post": post, "stats": stats if stats is not None else Stats(),
-              "guard": input_guard(inputs), "group_size": group_size, "index": index,
+              "guard": input_guard(inputs), "group_size": group_size, "index": index, "settings": settings,
               "header_defaults": header_defaults}
     if shards is not None:
         if fractions is not None or max_count is not None or max_size is not None or maxshards is not None:
@@ -390,7 +391,7 @@ class ShardRotator:
     ``fractions`` split, carried by its shards."""
 
     def __init__(self, names, start=0, counts=None, max_count=None, max_size=None, maxshards=None,
-                 compression="auto", post=None, stats=None, split=None, guard=None, group_size=None, index=False,
+                 compression="auto", post=None, stats=None, split=None, guard=None, group_size=None, index=False, settings=None,
                  header_defaults=None):
         self.names = names
         self.next_index = start
@@ -400,6 +401,7 @@ class ShardRotator:
         self.maxshards = maxshards
         self.compression = compression
         self.group_size = group_size
+        self.settings = settings
         self.post = post
         self.stats = stats if stats is not None else Stats()
         self.split = split
@@ -478,7 +480,7 @@ class ShardRotator:
         if self.guard is not None:
             self.guard(name)
         make_shard_dir(name, self.names.pattern)
-        self.sink = open_sink(name, self.compression, defer=False, group_size=self.group_size)  # each shard commits when closed
+        self.sink = open_sink(name, self.compression, defer=False, group_size=self.group_size, settings=self.settings)  # each shard commits when closed
         self.writer = SampleWriter(self.sink, self.stats, **self.header_defaults)
         self.shard = Shard(name, self.next_index, split=self.split)
         if self.index:

@@ -57,13 +57,13 @@ def parse_columns(spec):
     return cols
 
 
-def _is_binary(field, data):
+def _is_binary(field, data, settings=None):
     """Whether a field is shown as size/hash: by its extension, or when its
-    first :data:`~tarproc.core.limits.PREVIEW_BYTES` have a NUL or are not
-    UTF-8 (a character cut at the end of the prefix is allowed)."""
+    first :data:`~tarproc.core.limits.PREVIEW_BYTES` (``settings.preview_bytes``)
+    have a NUL or are not UTF-8 (a character cut at the end of the prefix is allowed)."""
     if field.rsplit(".", 1)[-1].lower() in BINARY_EXTS:
         return True
-    prefix = limits.head(data)
+    prefix = limits.head(data, None if settings is None else settings.preview_bytes)
     if b"\0" in prefix:
         return True
     try:
@@ -90,11 +90,13 @@ def _walk(obj, path):
     return obj
 
 
-def lookup(sample, path):
+def lookup(sample, path, settings=None):
     """The value of ``path`` in ``sample``: a field name (``cls``,
     ``seg.png``), or a field followed by a path inside its JSON
-    (``json.label``, ``meta.json.boxes.0``).  Returns ``(field, value)`` with
+    (``json.label``, ``meta.json.boxes.0``; nested at most
+    ``settings.json_depth`` deep).  Returns ``(field, value)`` with
     value ``bytes`` for whole fields or a JSON value, or ``None``."""
+    depth = None if settings is None else settings.json_depth
     if path in sample and not is_extra_meta(path):
         return path, sample[path]
     parts = path.split(".")
@@ -105,7 +107,7 @@ def lookup(sample, path):
             if type(data) is Blob:
                 return None  # a spooled field is too large to parse as JSON
             try:
-                obj = limits.json_loads(bytes(data))
+                obj = limits.json_loads(bytes(data), depth)
             except ValueError:  # also UnicodeDecodeError, and JSON nested too deeply
                 return None
             value = _walk(obj, parts[i:])
@@ -113,13 +115,14 @@ def lookup(sample, path):
     return None
 
 
-def cell(sample, column, hash=False, native=False):
+def cell(sample, column, hash=False, native=False, settings=None):
     """The value of one column for one sample: ``str`` (or, with
-    ``native``, a JSON value for JSON lines), ``None`` when missing."""
+    ``native``, a JSON value for JSON lines), ``None`` when missing.
+    ``settings``: the preview and JSON depth bounds (default: the defaults)."""
     for path in column.candidates:
         if path == "__key__":
             return sample.get("__key__")
-        found = lookup(sample, path)
+        found = lookup(sample, path, settings)
         if found is None:
             continue
         field, value = found
@@ -128,7 +131,7 @@ def cell(sample, column, hash=False, native=False):
                 return value.sha256().hexdigest()
             return len(value) if native else str(len(value))
         if isinstance(value, (bytes, bytearray, memoryview)):
-            if _is_binary(field, value):
+            if _is_binary(field, value, settings):
                 if hash:
                     import hashlib
 
@@ -136,7 +139,7 @@ def cell(sample, column, hash=False, native=False):
                 return len(value) if native else str(len(value))
             if native and field.rsplit(".", 1)[-1].lower() == "json":
                 try:  # a JSON field as the value it holds (depth-bounded; Blobs never get here)
-                    return limits.json_loads(bytes(value))
+                    return limits.json_loads(bytes(value), None if settings is None else settings.json_depth)
                 except ValueError:  # not JSON after all (or too deep): its text
                     pass
             return bytes(value).decode("utf-8", "replace")
@@ -200,10 +203,10 @@ def format_row(values, fmt, names=None):
     raise UsageError(f"unknown format {fmt!r} (tsv, csv or jsonl)")
 
 
-def rows(samples, columns=None, key=True, hash=False, native=False):
+def rows(samples, columns=None, key=True, hash=False, native=False, settings=None):
     """Yield ``(names, values)`` per sample; ``names`` is the header (the
     same list every time).  With ``columns=None`` the columns are the fields
-    of the first sample."""
+    of the first sample.  ``settings``: see :func:`cell`."""
     names = None
     for sample in samples:
         if columns is None:
@@ -211,5 +214,5 @@ def rows(samples, columns=None, key=True, hash=False, native=False):
         if names is None:
             names = (["__key__"] if key else []) + [c.name for c in columns]
         values = [sample.get("__key__")] if key else []
-        values.extend(cell(sample, c, hash, native) for c in columns)
+        values.extend(cell(sample, c, hash, native, settings) for c in columns)
         yield names, values

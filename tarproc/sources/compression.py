@@ -128,6 +128,7 @@ class _Source:
         self.direct = isinstance(raw, FdReader)
         self.prefix = prefix
         self.count = 0  # compressed bytes handed on (for the bomb bound)
+        self.ratio = {}  # max_ratio, ratio_floor of check_ratio (empty: the defaults)
         # stall hooks belong to the thread that parses, not to ours
         self.stall, raw.stall = getattr(raw, "stall", None), None
 
@@ -287,7 +288,7 @@ class _ProgramDecompressed(io.RawIOBase):
         if n == 0:
             self._finish()
         self.decoded += n
-        check_ratio(self.url, self.codec, self.decoded, self.source.count)
+        check_ratio(self.url, self.codec, self.decoded, self.source.count, **self.source.ratio)
         return n
 
     def _finish(self):
@@ -349,7 +350,7 @@ class _ThreadDecompressed(io.RawIOBase):
         try:
             for chunk in unzip.decoded_chunks(codec, source.read):
                 decoded += len(chunk)
-                check_ratio(url, codec, decoded, source.count)
+                check_ratio(url, codec, decoded, source.count, **source.ratio)
                 put(chunk)
                 if self.stopping:
                     return
@@ -439,10 +440,11 @@ def _decided(head):
     return True
 
 
-def wrap_compression(raw, url, programs=None):
+def wrap_compression(raw, url, programs=None, settings=None):
     """``(stream, codec)``: ``raw`` (a :class:`~tarproc.sources.raw.FdReader`) buffered and,
     when its first bytes say so, decoded.  ``programs`` replaces
-    :data:`PROGRAMS` (``{}``: decode in-process)."""
+    :data:`PROGRAMS` (``{}``: decode in-process).  ``settings``: its
+    ``max_ratio`` and ``ratio_floor`` bound the decoded bytes."""
     buffered = io.BufferedReader(raw, BUFSIZE)
     head, got = _sniff(buffered)
     codec = codec_of(head)
@@ -454,6 +456,8 @@ def wrap_compression(raw, url, programs=None):
     prefix = buffered.read1(BUFSIZE) if got is None else got
     buffered.detach()
     source = _Source(raw, prefix)
+    if settings is not None:
+        source.ratio = {"max_ratio": settings.max_ratio, "ratio_floor": settings.ratio_floor}
     candidates = (PROGRAMS if programs is None else programs).get(codec, ())
     if programs is None and not raw.pollable and raw.proc is None and _file_size(raw.fd) >= FILE_PROGRAM_FROM:
         candidates += FILE_PROGRAMS.get(codec, ())

@@ -25,7 +25,7 @@ failure (a ``pipe:`` command that fails) leaves no output behind.
 import os
 
 from ..errors import BadInput, SampleFailed, UsageError
-from ..core.limits import env_int, check_widths, quote
+from ..core.limits import check_widths, quote
 from ..core.rules import split_name, unsafe_name
 
 
@@ -228,26 +228,27 @@ def parse_lines(text, name, basedir=None):
 
 
 #: Largest plan (bytes) read: a plan is held and checked whole.
-MAX_PLAN = env_int("TARPROC_MAX_PLAN", 256 << 20)
+MAX_PLAN = 256 << 20
 
 
-def read_plan(path, fmt="auto", delim=None, key_format="{index:09d}", basedir=None):
+def read_plan(path, fmt="auto", delim=None, key_format="{index:09d}", basedir=None, max_plan=MAX_PLAN):
     """Read and check a plan file (``-`` for stdin); returns the list of
     :class:`PlanItem`.  Every problem is a :class:`BadInput` naming the
-    plan line; nothing is written here."""
+    plan line; nothing is written here.  A plan of more than ``max_plan``
+    bytes is refused."""
     import sys
 
     name = "stdin" if path == "-" else path
     try:
         if path == "-":
-            raw = sys.stdin.buffer.read(MAX_PLAN + 1)
+            raw = sys.stdin.buffer.read(max_plan + 1)
         else:
             with open(path, "rb") as f:
-                raw = f.read(MAX_PLAN + 1)
+                raw = f.read(max_plan + 1)
     except OSError as e:
         raise BadInput(f"{name}: cannot read the plan: {e.strerror}") from None
-    if len(raw) > MAX_PLAN:
-        raise BadInput(f"{name}: the plan is larger than {MAX_PLAN:,} bytes (TARPROC_MAX_PLAN): it is checked "
+    if len(raw) > max_plan:
+        raise BadInput(f"{name}: the plan is larger than {max_plan:,} bytes (TARPROC_MAX_PLAN): it is checked "
                        f"whole before anything is written, so split it and join the parts with tarcat")
     try:
         text = raw.decode("utf-8-sig")
@@ -355,16 +356,17 @@ def item_bytes(item, basedir=None):
         return Blob(_File(os.dup(outf.fileno()), None, False), 0, size)
 
 
-def write_plan(items, output="-", basedir=None, on_item=None, group_size=None):
+def write_plan(items, output="-", basedir=None, on_item=None, group_size=None, settings=None):
     """Write the members of a checked plan to ``output`` (a URL); returns
     the number of members.  On any failure the output is discarded.
     ``group_size``: groups of a ``.tar.gz``/``.tar.zst`` output (see
-    :func:`~tarproc.sinks.output.open_sink`), cut where a key starts."""
+    :func:`~tarproc.sinks.output.open_sink`), cut where a key starts;
+    ``settings``: the output's (see :class:`~tarproc.sinks.output.Sink`)."""
     from ..core.rules import split_name
     from ..core.tario import TarWriter
     from ..sinks.output import open_sink
 
-    with open_sink(output, group_size=group_size) as sink:
+    with open_sink(output, group_size=group_size, settings=settings) as sink:
         tar = TarWriter(sink)
         last = None
         for item in items:

@@ -64,12 +64,12 @@ def _base_of(location):
     return location.rsplit("/", 1)[0]
 
 
-def _read_all(url, limit, what):
+def _read_all(url, limit, what, settings=None):
     """The bytes of ``url``, at most ``limit`` (more is a ``BadInput``
     ending in ``what``, before they are read)."""
     from .open import open_source
 
-    stream = open_source(url, decompress=False)
+    stream = open_source(url, decompress=False, settings=settings)
     try:
         data = stream.read(limit + 1)
     finally:
@@ -86,19 +86,6 @@ MAX_INDEX = 1 << 28
 _SIDECAR_SCHEMES = ("file", "http", "https", "s3", "gs")
 
 
-def _env_limit(name, default):
-    text = os.environ.get(name)
-    if not text:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value <= 0:
-        raise UsageError(f"{name}={text}: not a positive number of bytes")
-    return value
-
-
 def _is_count(value):
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -106,13 +93,13 @@ def _is_count(value):
 class _Index:
     """The loaded index: shard URLs, cumulative counts, offsets and keys."""
 
-    def __init__(self, source, base):
+    def __init__(self, source, base, settings):
         from ..sinks.index import HEAD, KIND, MAGIC
 
         where = source if isinstance(source, str) else "index"
         if isinstance(source, str):
-            limit = _env_limit("TARPROC_MAX_INDEX", MAX_INDEX)
-            data = _read_all(source, limit, f"the index is larger than {limit} bytes (TARPROC_MAX_INDEX)")
+            limit = settings.max_index
+            data = _read_all(source, limit, f"the index is larger than {limit} bytes (TARPROC_MAX_INDEX)", settings)
             try:
                 desc = json_loads(data.decode("utf-8", "surrogateescape"))
             except ValueError as e:
@@ -156,7 +143,8 @@ class _Index:
                 raise BadInput(f"{where}: the offsets file {shorten(path)!r} is not a path or URL "
                                f"(a {scheme_of(path)}: source): a damaged or hostile index")
             blob = _read_all(path, side["bytes"], f"offsets file has more than the {side['bytes']} bytes the index "
-                                                  f"says: not this index's offsets (index the shards again)")
+                                                  f"says: not this index's offsets (index the shards again)",
+                             settings)
             if len(blob) != side.get("bytes") or len(blob) < HEAD.size:
                 raise BadInput(f"{path}: offsets file has {len(blob)} bytes, the index says {side.get('bytes')}: "
                                f"not this index's offsets (index the shards again)")
@@ -226,9 +214,19 @@ class IndexedDataset:
     size, and its modification time (local files) or ETag / Last-Modified
     (HTTP, S3), when the index records them, are compared on every read
     (``verify="size"``: the size only, for a copy that did not keep times;
-    ``"none"``: neither), and every sample read must carry its indexed key."""
+    ``"none"``: neither), and every sample read must carry its indexed key.
 
-    def __init__(self, index, base=None, _positions=None, verify="stamp"):
+    ``settings`` (a :class:`~tarproc.settings.Settings`): the bounds
+    (``max_index``, ``max_sample``) and client commands
+    (``TARPROC_READ_<SCHEME>``, ``TARPROC_RANGE_<SCHEME>``).  This is the
+    one library entry point that honours the environment: given no
+    ``settings``, it reads the ``TARPROC_*`` variables when it is made (it
+    is built in DataLoader workers and programs that have no command line);
+    ``settings=Settings()`` ignores them.  A copy (pickled, sliced) keeps the
+    settings it was made with."""
+
+    def __init__(self, index, base=None, _positions=None, verify="stamp", settings=None):
+        from ..settings import Settings
         from .stamps import VERIFY
 
         if isinstance(index, os.PathLike):
@@ -241,20 +239,27 @@ class IndexedDataset:
         self._base = base
         self._positions = _positions
         self._verify = verify
+        self._settings = Settings.from_environ() if settings is None else settings
         self._index = None
         self._lock = threading.Lock()
         self._fds = {}
         self._checked = set()
         _LIVE.add(self)
 
+    @property
+    def settings(self):
+        """The :class:`~tarproc.settings.Settings` this dataset reads with."""
+        return self._settings
+
     # ------------------------------------------------------------ pickling
 
     def __getstate__(self):
         return {"_source": self._source, "_base": self._base, "_positions": self._positions,
-                "_verify": self._verify}
+                "_verify": self._verify, "_settings": self._settings}
 
     def __setstate__(self, state):
-        self.__init__(state["_source"], state["_base"], state["_positions"], state.get("_verify", "stamp"))
+        self.__init__(state["_source"], state["_base"], state["_positions"], state.get("_verify", "stamp"),
+                      state.get("_settings"))
 
     def __del__(self, _close=os.close):
         # may run at interpreter shutdown, after this module's globals are set
@@ -291,7 +296,7 @@ class IndexedDataset:
         if self._index is None:
             with self._lock:
                 if self._index is None:
-                    self._index = _Index(self._source, self._base)
+                    self._index = _Index(self._source, self._base, self._settings)
         return self._index
 
     @property
@@ -320,7 +325,7 @@ class IndexedDataset:
     def __getitem__(self, i):
         if isinstance(i, slice):
             positions = range(self.index.cum[-1]) if self._positions is None else self._positions
-            return IndexedDataset(self._source, self._base, positions[i], self._verify)
+            return IndexedDataset(self._source, self._base, positions[i], self._verify, self._settings)
         return self._read(self._position(i))
 
     def __iter__(self):
@@ -377,7 +382,7 @@ class IndexedDataset:
         http, local, other = [], [], []
         for r in runs:
             scheme = scheme_of(r.url)
-            if scheme in ("http", "https") and not os.environ.get(f"TARPROC_RANGE_{scheme.upper()}"):
+            if scheme in ("http", "https") and not self._settings.command("RANGE", scheme):
                 http.append(r)
             else:
                 (local if scheme == "file" else other).append(r)
@@ -474,7 +479,7 @@ class IndexedDataset:
         start = int(idx.starts[g])
         end = int(idx.starts[g + 1]) if j + 1 < shard["nsamples"] else shard["end"]
         key = idx.key(g)
-        limit = _env_limit("TARPROC_MAX_SAMPLE", MAX_SAMPLE)
+        limit = self._settings.max_sample
         if not 0 <= start < end or end - start > limit:
             raise BadInput(f"{url}: sample {j} ({key!r}): the index gives bytes {start}-{end}: a damaged index")
         if shard.get("seek") is not None:
@@ -507,13 +512,13 @@ class IndexedDataset:
         filesize = shard.get("filesize")
         where = f"{url}: sample {j} ({key!r}) at decoded bytes {start}-{end}"
         data = table.read(lambda a, b: self._range(url, a, b, filesize, shard), shard.get("compression"), start, end, where,
-                          _env_limit("TARPROC_MAX_SAMPLE", MAX_SAMPLE))
+                          self._settings.max_sample)
         return _the_sample(data, url, key, where)
 
     def _range(self, url, start, end, filesize, shard=None):
         shard = _entry(shard, filesize)
         scheme = scheme_of(url)
-        template = os.environ.get(f"TARPROC_RANGE_{scheme.upper()}") if scheme not in ("file", "-") else None
+        template = self._settings.command("RANGE", scheme) if scheme not in ("file", "-") else None
         if template is not None:
             return _range_command(template, url, start, end)
         if scheme == "file":

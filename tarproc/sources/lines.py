@@ -52,7 +52,7 @@ def check_keyformat(keyformat):
 
 
 def iter_line_samples(urls="-", keys=("txt",), separator="\t", keyformat="{:09d}", stats=None,
-                      max_line=MAX_LINE, stall=None):
+                      max_line=MAX_LINE, stall=None, settings=None):
     """Samples from the lines of text inputs, one per line.
 
     Each line (without its ``\\n``) is split on ``separator`` into exactly as
@@ -76,7 +76,7 @@ def iter_line_samples(urls="-", keys=("txt",), separator="\t", keyformat="{:09d}
     index = 0
     for url in urls:
         source = "stdin" if url == "-" else url
-        stream = open_source(url, stall=stall)
+        stream = open_source(url, stall=stall, settings=settings)  # (settings: the reading commands)
         if stats is not None:
             stats.inputs += 1
         try:

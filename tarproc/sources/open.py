@@ -14,8 +14,9 @@ Inputs (:func:`open_source`) and outputs (:func:`open_sink`) are named by URL:
 =================  ==========================================================
 
 The schemes and their commands are one table, :mod:`tarproc.runtime.schemes`;
-the command of each scheme can be replaced with an environment variable,
-``TARPROC_READ_<SCHEME>`` or ``TARPROC_WRITE_<SCHEME>`` (scheme in upper case,
+the command of each scheme can be replaced (``settings=``, a
+:class:`~tarproc.settings.Settings`; at the command line the environment variables
+``TARPROC_READ_<SCHEME>`` or ``TARPROC_WRITE_<SCHEME>``, scheme in upper case,
 ``HTTP``, ``HTTPS``, ``GS``, ``S3``), a shell command in which ``{url}`` stands
 for the quoted URL (and ``{bucket}``, ``{key}`` for its parts).  A command
 that exits non-zero is an error naming the URL.  Reads of ``http(s)``,
@@ -72,7 +73,7 @@ def is_stdout(st):
     return (out.st_dev, out.st_ino) == (st.st_dev, st.st_ino)
 
 
-def open_source(url, decompress=True, stall=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT):
+def open_source(url, decompress=True, stall=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT, settings=None):
     """Open an input by URL for reading; returns a buffered binary stream with
     ``.url`` and ``.compression`` attributes.  Compressed input is decoded.
     ``stall`` (a :class:`~tarproc.runtime.stall.Stall`) is called before a
@@ -83,19 +84,21 @@ def open_source(url, decompress=True, stall=None, retries=RETRIES, stall_timeout
     resumed where it broke, up to ``retries`` times in a row, after checking
     that the object is still the same (:mod:`tarproc.sources.resume`);
     ``retries=0`` reads with one plain request as before.  ``-``, paths and
-    ``pipe:`` cannot resume: they fail as they end."""
+    ``pipe:`` cannot resume: they fail as they end.  ``settings`` (a
+    :class:`~tarproc.settings.Settings`): its ``READ_<SCHEME>`` commands and
+    compression-bomb bounds (default: none, the default bounds)."""
     check_settings(retries, stall_timeout)
     url = as_url(url)
     row = scheme(url)
-    return _READERS[row.reader](url, row, decompress, stall, retries, stall_timeout)
+    return _READERS[row.reader](url, row, decompress, stall, retries, stall_timeout, settings)
 
 
-def _open_stdin(url, row, decompress, stall, retries, stall_timeout):
+def _open_stdin(url, row, decompress, stall, retries, stall_timeout, settings):
     raw = FdReader(0, "-" if url == "-" else url, closefd=False, stall=stall)
-    return _finish_opening(raw, "-", url, row.name, decompress)
+    return _finish_opening(raw, "-", url, row.name, decompress, settings)
 
 
-def _open_file(url, row, decompress, stall, retries, stall_timeout):
+def _open_file(url, row, decompress, stall, retries, stall_timeout, settings):
     try:
         fd = os.open(url, os.O_RDONLY)
     except OSError as e:
@@ -111,38 +114,38 @@ def _open_file(url, row, decompress, stall, retries, stall_timeout):
         # (and `> a.tar` has already been emptied by the shell), as GNU cat says
         os.close(fd)
         raise BadInput(f"{url}: input file is output file (standard output)")
-    return _finish_opening(FdReader(fd, url), url, url, row.name, decompress)
+    return _finish_opening(FdReader(fd, url), url, url, row.name, decompress, settings)
 
 
-def _open_pipe(url, row, decompress, stall, retries, stall_timeout):
-    return _open_command(url[5:], url, row, decompress, stall, "command")
+def _open_pipe(url, row, decompress, stall, retries, stall_timeout, settings):
+    return _open_command(url[5:], url, row, decompress, stall, "command", settings)
 
 
-def _open_client(url, row, decompress, stall, retries, stall_timeout):
-    own = override("READ", row.name) is None
+def _open_client(url, row, decompress, stall, retries, stall_timeout, settings):
+    own = override("READ", row.name, settings) is None
     if own and row.resumable and retries:
         shown = hide_credentials(url)
         raw = Resuming(url, row.name, shown, InputChildren(shown), retries=retries, stall_timeout=stall_timeout,
                        stall=stall, endpoint=endpoint(row.name))
         try:
-            return _finish_opening(raw, url, url, row.name, decompress)
+            return _finish_opening(raw, url, url, row.name, decompress, settings)
         except BaseException:
             raw.close()
             raise
-    cmd = command("READ", url)
+    cmd = command("READ", url, settings)
     what = cmd.split()[0]
     if own:
         # our own one-program templates: the shell becomes the program, which so
         # keeps the parent-death signal (a reader killed outright leaves no curl)
         cmd = "exec " + cmd
-    return _open_command(cmd, url, row, decompress, stall, what)
+    return _open_command(cmd, url, row, decompress, stall, what, settings)
 
 
-def _open_command(cmd, url, row, decompress, stall, what):
+def _open_command(cmd, url, row, decompress, stall, what, settings=None):
     child = start_input(cmd, url)
     raw = FdReader(child.stdout.fileno(), child.name, child, closefd=False, what=what, stall=stall)
     raw._keep = child.stdout
-    return _finish_opening(raw, url, url, row.name, decompress)
+    return _finish_opening(raw, url, url, row.name, decompress, settings)
 
 
 #: How each kind of input (:attr:`~tarproc.runtime.schemes.Scheme.reader`) is opened.
@@ -183,8 +186,8 @@ class InputChildren:
         child.stdout.close()
 
 
-def _finish_opening(raw, name, url, scheme, decompress):
-    stream, codec = wrap_compression(raw, "stdin" if name == "-" else hide_credentials(name)) if decompress else (io.BufferedReader(raw, BUFSIZE), None)
+def _finish_opening(raw, name, url, scheme, decompress, settings=None):
+    stream, codec = wrap_compression(raw, "stdin" if name == "-" else hide_credentials(name), settings=settings) if decompress else (io.BufferedReader(raw, BUFSIZE), None)
     stream.url = name
     stream.compression = codec
     if codec is None and type(stream) is io.BufferedReader and stream.raw is raw and not raw.pollable:

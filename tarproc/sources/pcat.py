@@ -249,9 +249,9 @@ def _worker(conn, urls, mode, strict, header_defaults, hold=False, resume=None):
         pass  # the parent stopped reading (--count, an error): just end
     finally:
         conn.close()
-        from ..core.blob import _remove_live
+        from ..core.blob import remove_spool_files
 
-        _remove_live()  # a process pool ends its workers with os._exit: no atexit
+        remove_spool_files()  # a process pool ends its workers with os._exit: no atexit
 
 
 def _on_term(signum, frame):
@@ -259,12 +259,12 @@ def _on_term(signum, frame):
     the parent itself told to stop): end the worker's input commands
     (``pipe:``, downloads: their process groups) and its spool files, then
     exit at once."""
-    from ..core.blob import _remove_live
+    from ..core.blob import remove_spool_files
     from .open import stop_sources
 
     try:
         stop_sources()
-        _remove_live()
+        remove_spool_files()
     finally:
         os._exit(143)
 
@@ -298,7 +298,7 @@ def _parallel(urls, workers, mode, strict=False, ignore_errors=False, warn=None,
 
     from .badshards import as_bad_shards
 
-    urls = list(url_list(urls))
+    urls = list(url_list(urls, (resume or {}).get("settings")))
     if not urls:
         return iter(())
     bad = as_bad_shards("partial" if ignore_errors and on_bad_shard in (None, "fail") else on_bad_shard, warn)
@@ -463,17 +463,18 @@ def _collect(urls, workers, procs, readers, conns, bad, warn, info, stats, faile
         _stop(procs, readers, conns)
 
 
-def url_list(urls):
-    """A pattern string expanded (``"shard-{0..9}.tar"``), or the URLs of a list."""
-    from ..core.limits import bounded_list
+def url_list(urls, settings=None):
+    """A pattern string expanded (``"shard-{0..9}.tar"``), or the URLs of a
+    list (at most ``settings.max_urls`` of them)."""
+    from ..core.limits import MAX_URLS, bounded_list
 
     from .shardlist import as_urls
 
-    return bounded_list(as_urls(urls), "the shard list")
+    return bounded_list(as_urls(urls), "the shard list", max_urls=settings.max_urls if settings else MAX_URLS)
 
 
-def _shuffled_urls(urls, shuffle, seed):
-    urls = url_list(urls)
+def _shuffled_urls(urls, shuffle, seed, settings=None):
+    urls = url_list(urls, settings)
     if shuffle and len(urls) > 1:
         import random
 
@@ -483,7 +484,7 @@ def _shuffled_urls(urls, shuffle, seed):
 
 def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ignore_errors=False,
                      warn=None, info=None, stats=None, failed=None, start_method=None, stall=None,
-                     on_bad_shard=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT,
+                     on_bad_shard=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT, spooler=None, settings=None,
                      **header_defaults):
     """Yield the samples of ``urls``, read by ``workers`` processes (default:
     the number of cores), each as the ``bytes`` of its tar members (as
@@ -500,17 +501,18 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     Two samples that come side by side with one key and a common field (from
     shards that share keys) raise :class:`~tarproc.errors.BadSample` before
     the second is given (see the module documentation).  ``retries`` and
-    ``stall_timeout``: resuming broken downloads, as for
-    :func:`~tarproc.sources.samples.iter_samples`."""
+    ``stall_timeout``: resuming broken downloads, ``spooler`` and
+    ``settings``: as for :func:`~tarproc.sources.samples.iter_samples`, in
+    every worker."""
     from ..stages.basic import shuffle as shuffle_stage
 
     if shuffle < 0:
         raise UsageError("--shuffle must be >= 0")
-    urls = _shuffled_urls(urls, shuffle, seed)
+    urls = _shuffled_urls(urls, shuffle, seed, settings)
 
     batches = _parallel(urls, workers, "tar-all" if shuffle > 0 else "tar", strict, ignore_errors, warn, info,
                         stats, failed, header_defaults, start_method, stall, on_bad_shard,
-                        {"retries": retries, "stall_timeout": stall_timeout})
+                        {"retries": retries, "stall_timeout": stall_timeout, "spooler": spooler, "settings": settings})
 
     def blobs():
         try:
@@ -571,7 +573,7 @@ def write_pieces(out, pieces):
 
 def parallel_encoded_batches(urls, workers=None, strict=False, ignore_errors=False, warn=None, info=None,
                              stats=None, failed=None, start_method=None, stall=None, on_bad_shard=None,
-                             retries=RETRIES, stall_timeout=STALL_TIMEOUT,
+                             retries=RETRIES, stall_timeout=STALL_TIMEOUT, spooler=None, settings=None,
                              **header_defaults):
     """Like :func:`parallel_encoded` without shuffling, but yields
     ``(lengths, data)`` batches: ``data`` holds ``len(lengths)`` encoded
@@ -580,14 +582,14 @@ def parallel_encoded_batches(urls, workers=None, strict=False, ignore_errors=Fal
     :class:`~tarproc.core.blob.Blob` to write in turn (:func:`write_pieces`).
     A batch whose first sample has the key and a field of the last sample
     given raises :class:`~tarproc.errors.BadSample` instead."""
-    return _parallel(url_list(urls), workers, "tar", strict, ignore_errors, warn, info, stats, failed,
+    return _parallel(url_list(urls, settings), workers, "tar", strict, ignore_errors, warn, info, stats, failed,
                      header_defaults, start_method, stall, on_bad_shard,
-                        {"retries": retries, "stall_timeout": stall_timeout})
+                        {"retries": retries, "stall_timeout": stall_timeout, "spooler": spooler, "settings": settings})
 
 
 def parallel_samples(urls, workers=None, shuffle=0, seed=None, strict=False, ignore_errors=False,
                      warn=None, info=None, stats=None, failed=None, start_method=None, stall=None,
-                     on_bad_shard=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT):
+                     on_bad_shard=None, retries=RETRIES, stall_timeout=STALL_TIMEOUT, spooler=None, settings=None):
     """Yield the sample dicts of ``urls`` read by ``workers`` processes; see
     :func:`parallel_encoded` for ``shuffle`` and ``seed`` and the module
     documentation for the order and for errors."""
@@ -595,11 +597,11 @@ def parallel_samples(urls, workers=None, shuffle=0, seed=None, strict=False, ign
 
     if shuffle < 0:
         raise UsageError("shuffle must be >= 0")
-    urls = _shuffled_urls(urls, shuffle, seed)
+    urls = _shuffled_urls(urls, shuffle, seed, settings)
 
     batches = _parallel(urls, workers, "samples", strict, ignore_errors, warn, info, stats, failed, None,
                         start_method, stall, on_bad_shard,
-                        {"retries": retries, "stall_timeout": stall_timeout})
+                        {"retries": retries, "stall_timeout": stall_timeout, "spooler": spooler, "settings": settings})
 
     def samples():
         try:

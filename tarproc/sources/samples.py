@@ -7,7 +7,7 @@ from .resume import RETRIES, STALL_TIMEOUT
 
 
 def iter_samples(urls, stats=None, strict=False, warn=None, stall=None, spooler=None, raw=False,
-                 on_bad_shard="fail", retries=RETRIES, stall_timeout=STALL_TIMEOUT):
+                 on_bad_shard="fail", retries=RETRIES, stall_timeout=STALL_TIMEOUT, settings=None):
     """Yield the samples of one URL or a list of URLs, in order.
 
     Each sample gets ``__source__`` (its URL; ``stdin`` for ``-``).  ``warn(message)`` receives
@@ -26,8 +26,11 @@ def iter_samples(urls, stats=None, strict=False, warn=None, stall=None, spooler=
     :class:`~tarproc.runtime.stall.Stall`) is called before a read that
     would block on an empty pipe.  Members from ``spooler.threshold`` bytes
     on come as :class:`~tarproc.core.blob.Blob` (``spooler``: a
-    :class:`~tarproc.core.blob.Spooler`, default 4 MiB or
-    ``TARPROC_BLOB_THRESHOLD``, spool files in ``TMPDIR``).  With ``raw``,
+    :class:`~tarproc.core.blob.Spooler`, default 4 MiB, spool files in
+    ``TMPDIR``).  ``settings`` (a :class:`~tarproc.settings.Settings`;
+    default: the defaults, whatever the environment holds): the client
+    commands of URL schemes and the bounds of reading (compression bombs,
+    sparse members).  With ``raw``,
     samples that were read from plain headers carry their bytes, which
     :class:`~tarproc.core.grouping.SampleWriter` copies instead of encoding
     the sample again (:mod:`tarproc.core.passthru`).  An ``http(s)``, ``s3``
@@ -45,7 +48,7 @@ def iter_samples(urls, stats=None, strict=False, warn=None, stall=None, spooler=
         bad.spooler = spooler
 
     def one(url):
-        samples = _shard(url, stats, strict, warn, stall, spooler, raw, retries, stall_timeout)
+        samples = _shard(url, stats, strict, warn, stall, spooler, raw, retries, stall_timeout, settings)
         return samples if bad is None else bad.guard(url, samples)
 
     for url in urls:
@@ -63,15 +66,16 @@ def _each(urls, one):
         yield from one(url)
 
 
-def _shard(url, stats, strict, warn, stall, spooler, raw, retries=RETRIES, stall_timeout=STALL_TIMEOUT):
+def _shard(url, stats, strict, warn, stall, spooler, raw, retries=RETRIES, stall_timeout=STALL_TIMEOUT, settings=None):
     """The samples of one shard."""
     from .open import open_source
 
     stats.inputs += 1  # (tried: a shard that cannot be opened counts too)
-    stream = open_source(url, stall=stall, retries=retries, stall_timeout=stall_timeout)
+    stream = open_source(url, stall=stall, retries=retries, stall_timeout=stall_timeout, settings=settings)
     name = "stdin" if url == "-" else url
     try:
-        reader = TarReader(stream, name, strict=strict, warn=warn, spooler=spooler)
+        reader = TarReader(stream, name, strict=strict, warn=warn, spooler=spooler,
+                           sparse_holes=settings.sparse_holes if settings is not None else None)
         yield from fast_group(reader, name, stats, raw)
     finally:
         stream.close()

@@ -36,6 +36,7 @@ class GzipScanner:
     CRC-32 of the compressed bytes)``."""
 
     def __init__(self, url):
+        self.ratio = {}  # max_ratio, ratio_floor of check_ratio (open_for_index sets them)
         self.url = url
         self.pos = 0  # compressed bytes consumed
         self.out_total = 0
@@ -64,7 +65,7 @@ class GzipScanner:
                     continue
                 self.pos += len(data)
                 data = b""
-        check_ratio(self.url, "gzip", self.out_total, self.pos)
+        check_ratio(self.url, "gzip", self.out_total, self.pos, **self.ratio)
         return out
 
     def finish(self):
@@ -142,7 +143,7 @@ class GzipScanner:
             chunks = [d.decompress(piece, CHUNK)]
             while d.unconsumed_tail or (len(chunks[-1]) == CHUNK and not d.eof):
                 chunks.append(d.decompress(d.unconsumed_tail, CHUNK))
-                check_ratio(self.url, "gzip", self.out_total + CHUNK * len(chunks), self.pos + len(piece))
+                check_ratio(self.url, "gzip", self.out_total + CHUNK * len(chunks), self.pos + len(piece), **self.ratio)
         except zlib.error as e:
             raise BadInput(f"{self.url}: gzip stream is damaged ({e}) near byte {self.pos}") from None
         used = len(piece) - len(d.unused_data) if d.eof else len(piece)
@@ -227,6 +228,7 @@ class ZstdScanner:
     each frame as a group (skippable frames are skipped)."""
 
     def __init__(self, url):
+        self.ratio = {}  # max_ratio, ratio_floor of check_ratio (open_for_index sets them)
         from ..sinks.grouped import zstd_module
 
         self.zstd = zstd_module()
@@ -281,7 +283,7 @@ class ZstdScanner:
                 chunks = [chunk]
                 while not d.eof and not d.needs_input:
                     chunks.append(d.decompress(b"", CHUNK))
-                    check_ratio(self.url, "zstd", self.out_total + CHUNK * len(chunks), self.pos + len(data))
+                    check_ratio(self.url, "zstd", self.out_total + CHUNK * len(chunks), self.pos + len(data), **self.ratio)
             except self.zstd.ZstdError as e:
                 raise BadInput(f"{self.url}: zstd stream is damaged ({e}) in the frame at byte {self.fstart[0]}") \
                     from None
@@ -297,7 +299,7 @@ class ZstdScanner:
                 self.frames += 1
                 self.d = None
             data = data[used:]
-        check_ratio(self.url, "zstd", self.out_total, self.pos)
+        check_ratio(self.url, "zstd", self.out_total, self.pos, **self.ratio)
         return out
 
     def finish(self):
@@ -537,7 +539,7 @@ def groups_record(groups, total, codec):
 CODECS = ("gzip", "zstd")
 
 
-def open_for_index(url, codec, spacing=None):
+def open_for_index(url, codec, spacing=None, settings=None):
     """``(stream, finish, size)`` to index the compressed shard ``url``:
     ``stream`` (buffered) gives its decoded bytes, ``finish()`` (before
     closing it) its seek record or ``None``, ``size()`` its compressed size.
@@ -546,7 +548,7 @@ def open_for_index(url, codec, spacing=None):
 
     from .open import BUFSIZE, open_source
 
-    raw = open_source(url, decompress=False)
+    raw = open_source(url, decompress=False, settings=settings)
     try:
         head = raw.read(PROBE)
         stream, finish = decoded_for_index(url, codec, head, raw.read, spacing or SPACING)
@@ -554,6 +556,8 @@ def open_for_index(url, codec, spacing=None):
         raw.close()
         raise
     scanner = getattr(stream, "scanner", None)
+    if scanner is not None and settings is not None:  # the compression-bomb bounds of the settings
+        scanner.ratio = {"max_ratio": settings.max_ratio, "ratio_floor": settings.ratio_floor}
     if scanner is None:  # indexed_gzip reads its own copy: this one is done
         path = getattr(stream, "path", None)
         raw.close()

@@ -21,7 +21,7 @@ def as_urls(urls, what="urls"):
     return (as_url(u, what) for u in items)
 
 
-def expand_urls(args=(), filelist=None):
+def expand_urls(args=(), filelist=None, settings=None):
     """Yield the URLs of brace patterns (``shard-{0000..0146}.tar``) in every
     argument and in every line of the file list ``filelist`` (a URL, ``-`` for
     stdin; blank lines and ``#`` comments skipped).  With neither, the input
@@ -34,7 +34,8 @@ def expand_urls(args=(), filelist=None):
     read line by line as the URLs are used.  Use ``list(...)`` for a list.
 
     Stdin can be read once: ``-`` named twice (``tarpcat - -``, or ``-T -``
-    whose list names ``-``) is a :class:`UsageError`."""
+    whose list names ``-``) is a :class:`UsageError`.  ``settings``: the
+    reading commands of a remote file list."""
     if isinstance(args, (str, bytes, os.PathLike)):
         args = [args]
     args = list(args)
@@ -42,7 +43,7 @@ def expand_urls(args=(), filelist=None):
         yield "-"
         return
     stdin = filelist == "-"
-    for url in _all_urls(args, filelist):
+    for url in _all_urls(args, filelist, settings):
         if url == "-":
             if stdin:
                 raise UsageError("stdin ('-') is named more than once (as an input or as the file list): it can "
@@ -51,14 +52,14 @@ def expand_urls(args=(), filelist=None):
         yield url
 
 
-def _all_urls(args, filelist):
+def _all_urls(args, filelist, settings=None):
     for pattern in args:
         if isinstance(pattern, os.PathLike):  # a path names one file, braces and all
             yield as_url(pattern)
         else:
             yield from _expand(as_url(pattern, "pattern"))
     if filelist is not None:
-        for line in _lines(filelist):
+        for line in _lines(filelist, settings):
             yield from _expand(line)
 
 
@@ -96,11 +97,11 @@ def _may_name_command(url):
     return "{" in url and ":" in url and ":" not in url.split("{", 1)[0]
 
 
-def _lines(filelist):
+def _lines(filelist, settings=None):
     """The URL lines of a file list, read as they are used."""
     from .open import open_source
 
-    stream = open_source(filelist, decompress=False)
+    stream = open_source(filelist, decompress=False, settings=settings)
     try:
         for number, raw in enumerate(stream, 1):
             line = raw.decode("utf-8", "surrogateescape").strip()
@@ -274,21 +275,22 @@ def _product(factories):
             iters[i] = factories[i]()
 
 
-def shuffle_urls(urls, seed=None):
+def shuffle_urls(urls, seed=None, max_urls=None):
     """The URLs in a random order, reproducible with ``seed``: a full shuffle
-    of up to :data:`~tarproc.core.limits.MAX_URLS` of them; a longer list is
+    of up to ``max_urls`` (:data:`~tarproc.core.limits.MAX_URLS`) of them; a longer list is
     shuffled lazily through a buffer of that many (memory stays bounded)."""
     import itertools
     import random
 
     from ..core import limits
 
+    max_urls = limits.MAX_URLS if max_urls is None else max_urls
     it = iter(urls)
-    head = list(itertools.islice(it, limits.MAX_URLS + 1))
+    head = list(itertools.islice(it, max_urls + 1))
     rng = random.Random(seed)
-    if len(head) <= limits.MAX_URLS:
+    if len(head) <= max_urls:
         rng.shuffle(head)
         return head
     from ..stages.basic import shuffle
 
-    return shuffle(limits.MAX_URLS, rng=rng)(itertools.chain(head, it))
+    return shuffle(max_urls, rng=rng)(itertools.chain(head, it))

@@ -118,8 +118,10 @@ def stamp_of_s3(meta, ranged=False):
     return out
 
 
-def stamp_of(url):
-    """The stamp of the shard at ``url`` (``{}`` where the store gives none)."""
+def stamp_of(url, settings=None):
+    """The stamp of the shard at ``url`` (``{}`` where the store gives none,
+    or where ``settings`` replaces the scheme's reading command)."""
+    override = (lambda scheme: settings is not None and settings.command("READ", scheme))
     scheme = scheme_of(url)
     if scheme == "file":
         import stat
@@ -129,9 +131,9 @@ def stamp_of(url):
         except OSError as e:
             raise BadInput(f"{url}: cannot open: {e.strerror}") from None
         return local_stamp(st) if stat.S_ISREG(st.st_mode) else {}  # a FIFO, /dev/stdin: nothing to compare
-    if scheme in ("http", "https") and not os.environ.get(f"TARPROC_READ_{scheme.upper()}"):
+    if scheme in ("http", "https") and not override(scheme):
         return http_stamp(url)
-    if scheme == "s3" and not os.environ.get("TARPROC_READ_S3"):
+    if scheme == "s3" and not override(scheme):
         return s3_stamp(url)
     return {}
 

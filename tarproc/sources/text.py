@@ -9,13 +9,13 @@ TEXT_MODES = ("lines", "pages", "keys")
 
 
 def iter_text_samples(urls, mode="lines", stats=None, field="txt", stall=None, retries=RETRIES,
-                      stall_timeout=STALL_TIMEOUT):
+                      stall_timeout=STALL_TIMEOUT, settings=None):
     """Samples from text inputs, one per line (``lines``), per form-feed
     separated page (``pages``) or per line naming a key (``keys``).  The text
     goes in field ``txt``; keys are the running index (``000000000``, …), or
     for ``keys`` the line itself (blank lines are skipped).  ``retries``,
     ``stall_timeout``: resuming broken downloads (see
-    :func:`~tarproc.sources.open.open_source`)."""
+    :func:`~tarproc.sources.open.open_source`, as ``settings``)."""
     from .shardlist import expand_urls
     from .open import open_source
 
@@ -26,7 +26,7 @@ def iter_text_samples(urls, mode="lines", stats=None, field="txt", stall=None, r
     sep = b"\f" if mode == "pages" else b"\n"
     index = 0
     for url in urls:
-        stream = open_source(url, stall=stall, retries=retries, stall_timeout=stall_timeout)
+        stream = open_source(url, stall=stall, retries=retries, stall_timeout=stall_timeout, settings=settings)
         if stats is not None:
             stats.inputs += 1
         try:

@@ -128,6 +128,8 @@ class CommandRunner:
         self.ended = threading.Event()  # set once closed (see abort)
         self.any_ok = False  # a sample succeeded: exit 127 is then the sample's own failure
         self.keep_log = True  # False: a successful command's output is not wanted
+        self.capture_spill = None  # bytes of output kept in memory (None: capture.SPILL_BYTES)
+        self.tail_bytes = None  # bytes of a failed command's output kept for its message (None: limits.TAIL_BYTES)
 
     def start(self):
         """Make the run directory (mode 0700); ``close()`` removes it."""
@@ -405,9 +407,10 @@ class CommandRunner:
         dfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=self.rootfd)
         try:
             if not self.keepdir:
-                return name, dfd, Capture(spill=self._spill)
+                return name, dfd, Capture(spill=self._spill, spill_bytes=self.capture_spill, tail_bytes=self.tail_bytes)
             flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            return name, dfd, Capture(file=os.open(name + ".log", flags, 0o600, dir_fd=self.rootfd))
+            return name, dfd, Capture(file=os.open(name + ".log", flags, 0o600, dir_fd=self.rootfd),
+                                      tail_bytes=self.tail_bytes)
         except BaseException:
             os.close(dfd)
             raise
@@ -703,7 +706,8 @@ def _each_sample(handle):
 def map_command(samples, command=None, parallel=None, *, script=None, interpreter="bash", base="sample",
                 error_handling="skip", subdirs=False, multi=False, ordered=True, timeout=None,
                 workdir=None, keepdir=False, add_log=None, stats=None, on_error=None, echo=None,
-                quiet=False, prog="tarproc", stall=None, spooler=None, per_command=1):
+                quiet=False, prog="tarproc", stall=None, spooler=None, per_command=1, capture_spill=None,
+                tail_bytes=None):
     """Run ``command`` (a shell command line, or ``script=FILE``) on every
     sample; yield the output samples (see the module documentation).
 
@@ -725,7 +729,11 @@ def map_command(samples, command=None, parallel=None, *, script=None, interprete
     so that ``gm mogrify ... *.jpg`` starts once for N samples; the files
     ``BASE-<i>.*`` left afterwards are sample ``i``'s outputs.  A command
     that fails fails every sample it had (each reported, counted, and
-    listed on its own).  Not with ``subdirs``, ``multi`` or ``add_log``."""
+    listed on its own).  Not with ``subdirs``, ``multi`` or ``add_log``.
+
+    A command's output past ``capture_spill`` bytes (default 256 KiB) goes to
+    a file; at most ``tail_bytes`` of a failed command's output (default
+    8 KiB) are kept for its message."""
     _check_mode(error_handling)
     parallel = parallel or default_parallel()
     if parallel < 1:
@@ -736,6 +744,8 @@ def map_command(samples, command=None, parallel=None, *, script=None, interprete
     runner = CommandRunner(command, script, interpreter, base, subdirs, multi, timeout, workdir, keepdir, add_log,
                            spooler, per_command)
     runner.keep_log = not (quiet or add_log is not None)
+    runner.capture_spill = capture_spill
+    runner.tail_bytes = tail_bytes
     gen = _run_commands(samples, runner, parallel, error_handling, ordered, stats,
                         on_error or _stderr_report(prog), _log_echo(echo), quiet or add_log is not None, stall)
     return close_at_exit(gen, runner.abort)

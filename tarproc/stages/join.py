@@ -294,14 +294,15 @@ def _rename_npy(samples, new, name):
         yield s
 
 
-def _as_samples(source, stats, strict, warn, stall, spooler, raw):
+def _as_samples(source, stats, strict, warn, stall, spooler, raw, settings=None):
     """A shard input: a URL, pattern or list of them (read here), or an iterable of samples."""
     from ..sources.samples import iter_samples
     import pathlib
 
     if isinstance(source, (str, bytes, pathlib.PurePath)) or (
             isinstance(source, (list, tuple)) and all(isinstance(u, (str, pathlib.PurePath)) for u in source)):
-        return iter_samples(source, stats, strict=strict, warn=warn, stall=stall, spooler=spooler, raw=raw)
+        return iter_samples(source, stats, strict=strict, warn=warn, stall=stall, spooler=spooler, raw=raw,
+                            settings=settings)
     if isinstance(source, dict):
         raise UsageError("join_samples: each input is a URL, a pattern, a list of URLs or an iterable of samples, "
                          "not one sample")
@@ -309,7 +310,7 @@ def _as_samples(source, stats, strict, warn, stall, spooler, raw):
 
 
 def join_samples(inputs, tables=(), how="strict", order="input", rename=None, memory=512 << 20, tmpdir=None,
-                 stats=None, strict=False, warn=None, stall=None, spooler=None, raw=False):
+                 stats=None, strict=False, warn=None, stall=None, spooler=None, raw=False, settings=None):
     """Join the samples of ``inputs`` that share a key; yield the joined samples.
 
     ``inputs``: shard sets, each a URL or brace pattern
@@ -366,7 +367,7 @@ def join_samples(inputs, tables=(), how="strict", order="input", rename=None, me
     keyed = [(names[len(inputs) + i], t) for i, t in enumerate(opened) if t.format != "npy"]
     arrays = [(names[len(inputs) + i], t) for i, t in enumerate(opened) if t.format == "npy"]
     raw = raw and order == "input"
-    streams = [_as_samples(src, stats, strict, warn, stall, spooler, raw) for src in inputs]
+    streams = [_as_samples(src, stats, strict, warn, stall, spooler, raw, settings) for src in inputs]
     for name, array in arrays:  # rows in A's input order, before any sort
         other = sorted(set(rename.get(name, ())) - {"npy"})
         if other:

@@ -17,13 +17,13 @@ tools read as they always did)."""
 from ..errors import BadInput, UsageError
 
 
-def read_keys(url):
+def read_keys(url, settings=None):  # settings: the reading commands
     """The set of keys listed in ``url`` (a path or URL, ``-`` for stdin),
     one per line; blank lines are ignored, a trailing ``\\r`` is dropped."""
     from ..sources.open import open_source
 
     keys = set()
-    stream = open_source(url, decompress=False)
+    stream = open_source(url, decompress=False, settings=settings)
     try:
         for n, line in enumerate(stream, 1):
             key = unescape_key(line.rstrip(b"\n").rstrip(b"\r").decode("utf-8", "surrogateescape"))
@@ -125,13 +125,13 @@ class KeyList:
     or :meth:`abort` leaves no file under that name.  Written under a
     temporary name (see :mod:`tarproc.sinks.output`) until then."""
 
-    def __init__(self, url):
+    def __init__(self, url, settings=None):
         from ..sinks.output import open_sink
 
         self.url = url
         self.count = 0
         self.committed = False
-        self.sink = open_sink(url, compression=None, defer=False)
+        self.sink = open_sink(url, compression=None, defer=False, settings=settings)
 
     def add(self, key):
         self.sink.write(escape_key(str(key)).encode("utf-8", "surrogateescape") + b"\n")

@@ -224,11 +224,14 @@ def _scalar(text, name, no):
 
 # -- mixing ---------------------------------------------------------------------
 
-def mix_sources(spec, seed=None, stats=None, strict=False, warn=None, shuffle=None, on_bad_shard=None):
+def mix_sources(spec, seed=None, stats=None, strict=False, warn=None, shuffle=None, on_bad_shard=None,
+                settings=None):
     """The samples of a checked mix spec (see :func:`load_spec`), mixed.
     ``shuffle`` overrides the spec's top-level shuffle buffer size.
     ``on_bad_shard``: as for :func:`~tarproc.iter_samples`, for every shard
-    of every source."""
+    of every source.  ``settings``: the bound on the shard lists
+    (``max_urls``, all sources together) and the reading settings of
+    :func:`~tarproc.iter_samples`."""
     import random
 
     from .basic import shuffle as shuffle_stage
@@ -236,8 +239,8 @@ def mix_sources(spec, seed=None, stats=None, strict=False, warn=None, shuffle=No
     from ..core import limits
 
     rng = random.Random(seed)
-    budget = [limits.MAX_URLS]  # the shard lists of all sources together (each is held as a list)
-    sources = [_source(s, rng, stats, strict, warn, budget, on_bad_shard) for s in spec["sources"]]
+    budget = [limits.MAX_URLS if settings is None else settings.max_urls]  # the shard lists of all sources together (each is held as a list)
+    sources = [_source(s, rng, stats, strict, warn, budget, on_bad_shard, settings) for s in spec["sources"]]
     top = max(s["weight"] for s in spec["sources"])
     weights = [s["weight"] / top for s in spec["sources"]]  # a sum of weights near the float maximum is inf
     probs = [s["probability"] for s in spec["sources"]]
@@ -270,14 +273,15 @@ def mix_sources(spec, seed=None, stats=None, strict=False, warn=None, shuffle=No
     return mixed()
 
 
-def _source(spec, rng, stats, strict, warn, budget=None, on_bad_shard=None):
-    from ..core.limits import bounded_list
+def _source(spec, rng, stats, strict, warn, budget=None, on_bad_shard=None, settings=None):
+    from ..core.limits import MAX_URLS, bounded_list
     from ..sources.shardlist import expand_urls
     from .basic import shuffle as shuffle_stage
 
     # repeated: a list; ``budget`` is what is left of the bound for all sources
     urls = bounded_list(expand_urls([spec["shards"]]), "the shards of the sources",
-                        None if budget is None else budget[0])
+                        None if budget is None else budget[0],
+                        max_urls=MAX_URLS if settings is None else settings.max_urls)
     if budget is not None:
         budget[0] -= len(urls)
 
@@ -287,14 +291,14 @@ def _source(spec, rng, stats, strict, warn, budget=None, on_bad_shard=None):
             if spec["shuffle"] > 0:
                 rng.shuffle(files)
             yield from _multistream(files, spec["nstreams"], rng, stats, strict, warn, spec["allow_missing"],
-                                    on_bad_shard)
+                                    on_bad_shard, settings)
 
     if spec["shuffle"] > 0:
         return shuffle_stage(spec["shuffle"], rng=rng)(repeated())
     return repeated()
 
 
-def _multistream(files, n, rng, stats, strict, warn, allow_missing, on_bad_shard=None):
+def _multistream(files, n, rng, stats, strict, warn, allow_missing, on_bad_shard=None, settings=None):
     from ..sources.samples import iter_samples
 
     files = list(files)
@@ -304,7 +308,7 @@ def _multistream(files, n, rng, stats, strict, warn, allow_missing, on_bad_shard
         while True:
             while len(streams) < n and files:
                 url = files.pop()
-                streams.append((url, iter_samples([url], stats, strict=strict, warn=warn, on_bad_shard=on_bad_shard),
+                streams.append((url, iter_samples([url], stats, strict=strict, warn=warn, on_bad_shard=on_bad_shard, settings=settings),
                                 [False]))
             if not streams:
                 return

@@ -169,12 +169,14 @@ def _only_runs(path):
         return False
 
 
-def cleanup_stale(tmpdir):
+def cleanup_stale(tmpdir, stale_seconds=None):
     """Remove run directories left by ``tarsort`` processes that were killed
     (SIGKILL gives no chance to clean up).  A live sort holds a lock on the
     ``.lock`` file in its directory (see :mod:`tarproc.runtime.lease`), so a
     sort in another PID namespace sharing the volume is never taken for dead;
     a directory holding anything a sort does not write is left alone.
+    ``stale_seconds``: the age of another host's run directory that is taken
+    as dead (default :data:`~tarproc.runtime.lease.FOREIGN_STALE_SECONDS`).
     Returns the paths removed."""
     import shutil
     import stat
@@ -201,10 +203,9 @@ def cleanup_stale(tmpdir):
         lock = os.path.join(path, ".lock")
         if os.path.lexists(lock):
             host = parts[2] if len(parts) > 3 and len(parts[2]) == 8 else None
-            stale = is_stale(lock, host)
+            stale = is_stale(lock, host, stale_seconds=stale_seconds)
         else:  # being made this instant, or made by an older version: by age
-            stale = time.time() - st.st_mtime > float(os.environ.get("TARPROC_FOREIGN_STALE_SECONDS")
-                                                      or FOREIGN_STALE_SECONDS)
+            stale = time.time() - st.st_mtime > (FOREIGN_STALE_SECONDS if stale_seconds is None else stale_seconds)
         if stale:
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
@@ -230,9 +231,10 @@ def _fd_budget():
 class _Runs:
     """The temporary directory and run files of one sort."""
 
-    def __init__(self, tmpdir):
+    def __init__(self, tmpdir, stale_seconds=None):
         import tempfile
 
+        self.stale_seconds = stale_seconds
         self.base = tmpdir or tempfile.gettempdir()
         self.dir = None
         self.lockfd = None
@@ -244,7 +246,7 @@ class _Runs:
         if self.dir is None:
             if not os.path.isdir(self.base):
                 raise UsageError(f"--tmpdir {self.base}: no such directory")
-            cleanup_stale(self.base)
+            cleanup_stale(self.base, self.stale_seconds)
             try:
                 from ..runtime.lease import create_locked, host_id
 
@@ -320,7 +322,7 @@ def _merge(iterables, reverse):
 
 
 def sort_samples(samples, key="__key__", sorttype="text", reverse=False, seed=None,
-                 memory=512 << 20, tmpdir=None, stats=None, unique=False):
+                 memory=512 << 20, tmpdir=None, stats=None, unique=False, stale_seconds=None):
     """Sort an iterator of samples; returns an iterator of the same samples.
 
     ``key`` is the field to sort by (default ``__key__``); ``sorttype`` one of
@@ -334,13 +336,14 @@ def sort_samples(samples, key="__key__", sorttype="text", reverse=False, seed=No
 
     ``unique`` keeps one sample per sort key: the one that came LAST in the
     input (the original ``tarsort --update``, an "insert or replace" keyed by
-    the sort key); ``stats.dropped`` then counts the samples replaced."""
+    the sort key); ``stats.dropped`` then counts the samples replaced.
+    ``stale_seconds``: see :func:`cleanup_stale` (run before the first spill)."""
     if memory < 1:
         raise UsageError("the memory budget must be positive")
     if unique and sorttype == "shuffle":
         raise UsageError("keeping one sample per sort key needs a sort key: not with the shuffle sort type")
     keyfunc = key_function(key, sorttype, seed)
-    return _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique)
+    return _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique, stale_seconds)
 
 
 def _last_of_equal(pairs, stats):
@@ -363,10 +366,10 @@ def _last_of_equal(pairs, stats):
         stats.dropped = dropped
 
 
-def _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique=False):
+def _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique=False, stale_seconds=None):
     from operator import itemgetter
 
-    runs = _Runs(tmpdir)
+    runs = _Runs(tmpdir, stale_seconds)
     paths = []
     getsizeof = sys.getsizeof
     per_record = _TUPLE + 8 + _SLOT
