@@ -10,6 +10,8 @@ import os
 
 import pytest
 
+from tarproc.settings import Settings
+
 from conftest import ROOT
 from tarproc.errors import UsageError
 from tarproc.runtime import schemes
@@ -35,8 +37,8 @@ def test_every_remote_row_has_the_commands_its_writer_and_reader_need():
 
 def test_an_override_replaces_the_command_and_is_filled_in_one_pass(monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", "")
-    monkeypatch.setenv("TARPROC_MOVE_S3", "mv {src} {url} {key}")
-    cmd = schemes.command("MOVE", "s3://b/k{url}", src="s3://b/.tmp")
+    settings = Settings(commands={"MOVE_S3": "mv {src} {url} {key}"})
+    cmd = schemes.command("MOVE", "s3://b/k{url}", settings, src="s3://b/.tmp")
     assert cmd == "mv s3://b/.tmp 's3://b/k{url}' 'k{url}'"  # the {url} inside the key stays inside its quotes
 
 
@@ -56,8 +58,8 @@ def test_an_unknown_scheme_is_read_and_written_by_its_override_alone(monkeypatch
     from tarproc.sources.open import open_source
 
     (tmp_path / "x").write_bytes(b"hello")
-    monkeypatch.setenv("TARPROC_READ_FOO", f"cat {tmp_path / 'x'}")
-    with open_source("foo://anything", decompress=False) as f:
+    settings = Settings(commands={"READ_FOO": f"cat {tmp_path / 'x'}"})
+    with open_source("foo://anything", decompress=False, settings=settings) as f:
         assert f.read() == b"hello"
 
 
@@ -70,10 +72,12 @@ def test_each_output_gets_its_commit_strategy(url, strategy, monkeypatch):
 
 
 def test_move_mode_is_a_strategy_only_where_the_scheme_can_move(monkeypatch):
+    settings = Settings(remote_commit="move")
+    assert type(output.strategy_for("s3://b/k.tar", settings)).__name__ == "Move"
+    assert type(output.strategy_for("https://h/k.tar", settings)).__name__ == "SpoolUpload"
+    # the environment is the command line's to read, never the library's
     monkeypatch.setenv("TARPROC_REMOTE_COMMIT", "move")
-    monkeypatch.delenv("TARPROC_MOVE_HTTPS", raising=False)
-    assert type(output.strategy_for("s3://b/k.tar")).__name__ == "Move"
-    assert type(output.strategy_for("https://h/k.tar")).__name__ == "SpoolUpload"
+    assert type(output.strategy_for("s3://b/k.tar")).__name__ == "SpoolUpload"
     assert output.strategy_for("out.tar").deferred and not output.strategy_for("-").deferred
 
 

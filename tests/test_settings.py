@@ -115,7 +115,7 @@ def test_every_variable_in_the_docs_is_a_setting():
     """Each TARPROC_* name the docs give is a setting (or a client command
     TARPROC_<KIND>_<SCHEME>, or tarserve's token, an option's default)."""
     known = {env for _, env, _, _ in FIELDS} | {"TARPROC_SERVE_TOKEN"}
-    kinds = re.compile(r"TARPROC_(READ|WRITE|RANGE|MOVE|REMOVE|LIST|EXISTS)_[A-Z0-9<>]+$")
+    kinds = re.compile(r"TARPROC_(READ|WRITE|RANGE|MOVE|REMOVE|LIST|EXISTS|<ACTION>)(_[A-Z0-9<>]+)?$")
     texts = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
     unknown = set()
     for path in texts:
@@ -379,3 +379,23 @@ def test_the_blob_threshold_reaches_tarpcat_workers(data):
     assert b"3000000" in big.stdout and b"k1.txt" in big.stdout
     p = _run("tarpcat -w 2 's{0..4}.tar' > /dev/null", data, {"TARPROC_MAX_URLS": "3"})
     assert p.returncode == 2 and b"more than 3 entries" in p.stderr, p.stderr
+
+
+def test_a_per_call_pixel_budget_leaves_pillows_global_fence_alone():
+    """A budget passed to one call must not become the process's: Pillow's
+    MAX_IMAGE_PIXELS is global, so setting it there leaked a small budget
+    into every later image the process (or the caller) opened."""
+    import io
+
+    from PIL import Image
+
+    from tarproc.core import limits
+
+    buf = io.BytesIO()
+    Image.new("RGB", (140, 172)).save(buf, "PNG")
+    before = Image.MAX_IMAGE_PIXELS
+    with pytest.raises(limits.OverBudget):
+        limits.open_image(buf.getvalue(), 1000)
+    assert Image.MAX_IMAGE_PIXELS == before
+    with limits.open_image(buf.getvalue(), 10**6) as img:
+        assert img.size == (140, 172)

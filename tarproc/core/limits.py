@@ -22,7 +22,7 @@ URLs (or ids) held as list  1,000,000           ``TARPROC_MAX_URLS``
   sniffers look at (``tarshow``, ``tar2tsv``'s text/binary decision).
 - :func:`check_pixels` refuses an image whose header claims more pixels than
   the budget, *before* any pixel is decoded (Pillow's own
-  ``Image.MAX_IMAGE_PIXELS`` is set to the same budget as a second fence).
+  ``Image.MAX_IMAGE_PIXELS``, the process's, is left alone).
 - :func:`json_loads` refuses JSON nested deeper than the depth bound with a
   ``ValueError`` (never a ``RecursionError``), in linear time.
 - :class:`Tail` keeps the last bytes of a stream (a failed command's output,
@@ -140,16 +140,17 @@ def check_pixels(width, height, limit=None):
 def open_image(data, limit=None):
     """A Pillow image opened (header only, no pixels decoded) from ``data``
     (bytes), refused with :class:`OverBudget` when its size is over the pixel
-    budget ``limit`` (default :data:`MAX_PIXELS`).  Pillow's own fence
-    (``Image.MAX_IMAGE_PIXELS``) is set to the budget too, so a frame that
-    claims more later is refused as well."""
+    budget ``limit`` (default :data:`MAX_PIXELS`).  Only the first frame is
+    ever decoded, and its size is what is checked.  Pillow's own fence
+    (``Image.MAX_IMAGE_PIXELS``) is left as it is: it is the process's, and a
+    per-call budget set there would leak into other calls, other threads and
+    the caller's own use of Pillow."""
     import io
     import warnings
 
     from PIL import Image
 
     limit = MAX_PIXELS if limit is None else limit
-    Image.MAX_IMAGE_PIXELS = max(1, limit // 2)  # Pillow refuses at twice this
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
