@@ -444,7 +444,7 @@ def progress_stage(reporter, stats):
 # ---------------------------------------------------------------- running a command
 
 
-from .guards import Terminated, _on_sigterm  # noqa: E402,F401 (Terminated is part of this module's API)
+from .guards import Terminated, on_sigterm  # noqa: E402,F401 (Terminated is part of this module's API)
 
 
 def _usage_error(prog, e):
@@ -481,9 +481,9 @@ def run(prog, cmd, argv=None, extra=None):
 
     default_sigchld()  # started with SIGCHLD ignored: exit statuses would be lost
     debug = "--debug" in argv or os.environ.get("TARPROC_DEBUG") == "1"
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGTERM, on_sigterm)
     if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:  # not under nohup
-        signal.signal(signal.SIGHUP, _on_sigterm)
+        signal.signal(signal.SIGHUP, on_sigterm)
     code = 0
     from ..sinks.output import CommitGate
 

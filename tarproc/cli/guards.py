@@ -130,7 +130,9 @@ class Terminated(BaseException):
         self.code = 128 + int(signum)
 
 
-def _on_sigterm(signum, frame):
+def on_sigterm(signum, frame):
+    """The handler of SIGTERM and SIGHUP: raise :class:`Terminated`, so
+    that outputs are discarded and children ended on the way out."""
     # a second signal (a supervisor repeating itself) must not cut the
     # cleanup short; SIGKILL remains for a cleanup that cannot finish
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
