@@ -116,6 +116,9 @@ def member_reader():
     # v7 tail, octal fields), so whatever matches them is what they stand for.
     rtail, ptail = b"0" + bytes(355), b"x" + bytes(355)
     rsum, psum = 0x30, 0x78
+    # the last pax header block that passed check(), and its size: tarfile and webdataset write
+    # the same block before every member whose records have the same length
+    phead, psize = None, -1
     mode, mode2, mtime = b"0000644\0", b"0000664\0", b"00000000000\0"
 
     def number(field):
@@ -165,7 +168,7 @@ def member_reader():
         return t
 
     def member(chunk, p, end):
-        nonlocal mtime
+        nonlocal mtime, phead, psize
         if chunk.startswith(rtail, p + 156):
             # the common case inline: check() and the time, for a plain member
             stored = checks.get(chunk[p + 148 : p + 156])
@@ -182,9 +185,14 @@ def member_reader():
             kind, tsum = kind_of(chunk, p)
             if not kind:
                 return None
-        size = check(p, chunk, tsum)
-        if size < 0:
-            return None
+        if kind == PAX and phead is not None and chunk.startswith(phead, p):
+            size = psize  # the very block of the last pax header that passed check()
+        else:
+            size = check(p, chunk, tsum)
+            if size < 0:
+                return None
+            if kind == PAX:
+                phead, psize = chunk[p : p + 512], size
         if kind == REGULAR:
             if not chunk.startswith(mtime, p + 136):
                 f = chunk[p + 136 : p + 148]
@@ -202,16 +210,28 @@ def member_reader():
         if records is None:
             return None
         if chunk.startswith(rtail, q + 156):
-            tsum = rsum
+            # the common case inline: check() for a plain member after its pax header
+            stored = checks.get(chunk[q + 148 : q + 156])
+            if stored is not None and (adler32(chunk[q : q + 148]) & 0xFFFF) + 255 + rsum == stored \
+                    and (chunk.startswith(mode, q + 100) or chunk.startswith(mode2, q + 100)):
+                size = numbers.get(chunk[q + 124 : q + 136])
+                if size is None:
+                    size = check(q, chunk, rsum)
+            else:
+                size = check(q, chunk, rsum)
         else:
             kind, tsum = kind_of(chunk, q)
             if kind != REGULAR:
                 return None
-        size = check(q, chunk, tsum)
+            size = check(q, chunk, tsum)
         if size < 0:
             return None
         if b"mtime" in records:
-            if not _pax_number(records[b"mtime"], True):
+            value = records[b"mtime"]  # (as _pax_number(value, True), inline)
+            if value[:1] == b"-":
+                value = value[1:]
+            value = value.split(b".", 1)[0]
+            if not value.isdigit() or len(value) > 30:
                 return None
         elif not chunk.startswith(mtime, q + 136):
             f = chunk[q + 136 : q + 148]
