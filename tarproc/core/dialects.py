@@ -23,6 +23,7 @@ The caches are bounded: a shard's headers repeat a few tails (bytes
 156..512: type, magic, owner names, prefix), modes, sizes and times.
 """
 
+import re
 from zlib import adler32
 
 #: pax keywords whose records the fast path takes: ``path`` and ``size``
@@ -33,8 +34,16 @@ PAX_KEYS = frozenset((b"path", b"size", b"mtime", b"atime", b"ctime", b"uid", b"
 PAX_MAX = 4096
 #: Entries per cache.
 CACHE = 4096
+#: Entries of the cache of checksum fields: a shard's headers (real times,
+#: sizes) have thousands of checksums, all below 130,560 (512 bytes of 255).
+CHECKS = 1 << 15
 
 REGULAR, PAX = 1, 2
+#: pax header data of one ``mtime`` record whose value the general parser
+#: takes (what tarfile and webdataset write before each member): a subset of
+#: what :func:`parse_pax_fast` and the mtime check accept, matched at once
+#: (its length field is compared with the data's length by the caller).
+MTIME_ONLY = re.compile(rb"([1-9][0-9]{0,5}) mtime=-?[0-9]{1,30}(?:\.[^\n]*+)?\n")
 
 
 def octal(field):
@@ -117,9 +126,12 @@ def member_reader():
     rtail, ptail = b"0" + bytes(355), b"x" + bytes(355)
     rsum, psum = 0x30, 0x78
     # the last pax header block that passed check(), and its size: tarfile and webdataset write
-    # the same block before every member whose records have the same length
+    # the same block before every member whose records have the same length (a few lengths: pblocks)
     phead, psize = None, -1
+    pblocks = {}  # pax header blocks that passed check() -> their size (their record lengths vary a little)
     mode, mode2, mtime = b"0000644\0", b"0000664\0", b"00000000000\0"
+
+    mtime_only = MTIME_ONLY.fullmatch
 
     def number(field):
         v = octal(field)
@@ -138,7 +150,7 @@ def member_reader():
             stored = octal(cf)
             if stored is None:
                 stored = -1
-            if len(checks) < CACHE:
+            if len(checks) < CHECKS:
                 checks[cf] = stored
         # bytes 0..148 sum to at most 37740, below Adler-32's modulus: its low half is their sum + 1
         if (adler32(chunk[p : p + 148]) & 0xFFFF) + 255 + tsum != stored:
@@ -187,12 +199,17 @@ def member_reader():
                 return None
         if kind == PAX and phead is not None and chunk.startswith(phead, p):
             size = psize  # the very block of the last pax header that passed check()
+        elif kind == PAX and (block := chunk[p : p + 512]) in pblocks:
+            phead, psize = block, pblocks[block]
+            size = psize
         else:
             size = check(p, chunk, tsum)
             if size < 0:
                 return None
             if kind == PAX:
                 phead, psize = chunk[p : p + 512], size
+                if len(pblocks) < 64:
+                    pblocks[phead] = size
         if kind == REGULAR:
             if not chunk.startswith(mtime, p + 136):
                 f = chunk[p + 136 : p + 148]
@@ -206,9 +223,14 @@ def member_reader():
         q = p + 512 + size + (-size % 512)
         if q + 512 > end:
             return q + 512 - p
-        records = parse_pax_fast(chunk[p + 512 : p + 512 + size])
-        if records is None:
-            return None
+        data = chunk[p + 512 : p + 512 + size]
+        one = mtime_only(data)
+        if one is not None and int(one[1]) == size:
+            records = None  # one mtime record, valid as the general parser reads it (tarfile, webdataset)
+        else:
+            records = parse_pax_fast(data)
+            if records is None:
+                return None
         if chunk.startswith(rtail, q + 156):
             # the common case inline: check() for a plain member after its pax header
             stored = checks.get(chunk[q + 148 : q + 156])
@@ -226,6 +248,8 @@ def member_reader():
             size = check(q, chunk, tsum)
         if size < 0:
             return None
+        if records is None:
+            return q, None, size
         if b"mtime" in records:
             value = records[b"mtime"]  # (as _pax_number(value, True), inline)
             if value[:1] == b"-":
