@@ -39,11 +39,24 @@ CACHE = 4096
 CHECKS = 1 << 15
 
 REGULAR, PAX = 1, 2
-#: pax header data of one ``mtime`` record whose value the general parser
-#: takes (what tarfile and webdataset write before each member): a subset of
-#: what :func:`parse_pax_fast` and the mtime check accept, matched at once
-#: (its length field is compared with the data's length by the caller).
-MTIME_ONLY = re.compile(rb"([1-9][0-9]{0,5}) mtime=-?[0-9]{1,30}(?:\.[^\n]*+)?\n")
+#: pax header data of an ``mtime`` record whose value the general parser
+#: takes, then at most two ``atime``/``ctime`` records (what tarfile and
+#: webdataset write before each member: mtime; GNU tar: mtime, atime,
+#: ctime): a subset of what :func:`parse_pax_fast` and the mtime check
+#: accept, matched at once; groups 1, 3, 5 are the records, 2, 4, 6 their
+#: length fields, which :func:`times_only` compares with their lengths.
+TIMES_ONLY = re.compile(rb"(([1-9][0-9]{0,5}) mtime=-?[0-9]{1,30}(?:\.[^\n]*+)?\n)"
+                        rb"(?:(([1-9][0-9]{0,5}) [ac]time=[^\n]++\n)(([1-9][0-9]{0,5}) [ac]time=[^\n]++\n)?)?")
+
+
+def times_only(data, match=TIMES_ONLY.fullmatch):
+    """Whether pax header data is only time records, ``mtime`` first and
+    valid as the general parser reads it (:data:`TIMES_ONLY`, lengths checked)."""
+    m = match(data)
+    if m is None or int(m[2]) != len(m[1]):
+        return False
+    r = m[3]
+    return r is None or int(m[4]) == len(r) and (m[5] is None or int(m[6]) == len(m[5]))
 
 
 def octal(field):
@@ -130,8 +143,6 @@ def member_reader():
     phead, psize = None, -1
     pblocks = {}  # pax header blocks that passed check() -> their size (their record lengths vary a little)
     mode, mode2, mtime = b"0000644\0", b"0000664\0", b"00000000000\0"
-
-    mtime_only = MTIME_ONLY.fullmatch
 
     def number(field):
         v = octal(field)
@@ -224,9 +235,8 @@ def member_reader():
         if q + 512 > end:
             return q + 512 - p
         data = chunk[p + 512 : p + 512 + size]
-        one = mtime_only(data)
-        if one is not None and int(one[1]) == size:
-            records = None  # one mtime record, valid as the general parser reads it (tarfile, webdataset)
+        if times_only(data):
+            records = None  # time records only, valid as the general parser reads them (tarfile, GNU tar, wds)
         else:
             records = parse_pax_fast(data)
             if records is None:
