@@ -11,10 +11,13 @@ its name field is one match of :data:`~tarproc.core.rules.PLAIN_NAME`,
 bytes 100..148 are looked up in a small cache of the constant parts and
 sizes seen, and the checksum and the rest of the block are compared with
 the bytes a writer would write for that name sum, without summing the
-block (the name's byte sum is the low half of its Adler-32).  Every other
-member (GNU tar's, pax, long names, links, damage, the end of the input)
-goes to the general parser of :class:`~tarproc.core.tario.TarReader`,
-which reads on from the same position.
+block (the name's byte sum is the low half of its Adler-32).  The plain
+members of other writers (GNU tar, bsdtar, tarfile, webdataset, maybe after
+a pax header of a few records) are read from the buffer too
+(:mod:`tarproc.core.dialects`); every other member (long names, other pax
+records, links, damage, the end of the input) goes to the general parser
+of :class:`~tarproc.core.tario.TarReader`, which reads on from the same
+position.
 
 Names are taken as :func:`~tarproc.core.rules.classify` takes them: a
 name of the shape :data:`~tarproc.core.rules.PLAIN_NAME` is split by that
@@ -61,8 +64,6 @@ def _canonical_parts():
 PRE, MTIME, END, CONST = _canonical_parts()
 #: ZEROS[n]: n zero bytes (the padding after member data).
 ZEROS = tuple(bytes(n) for n in range(512))
-#: The name field regex (see :data:`tarproc.core.rules.PLAIN_NAME`).
-NAME = PLAIN_NAME
 
 
 def _size_of(sizes, mid):
@@ -143,11 +144,6 @@ class RawSample(dict):
     setdefault = _mutator("setdefault")
     clear = _mutator("clear")
     del _mutator
-
-
-def is_canonical_writer(tar):
-    """Whether a :class:`TarWriter` writes the headers that raw bytes carry."""
-    return tar.canonical
 
 
 # What a scan of the buffer stopped at: the buffer's end (more is read and the scan goes on), or a
