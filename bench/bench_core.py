@@ -261,7 +261,8 @@ def main():
     small_ratio, small_at = worst(lambda r: r["webdataset read+write"]["median"] / r["tarcat FILE | cat"]["median"],
                                   min)
     large_ratio = r_large["cat FILE | cat"]["median"] / r_large["tarcat FILE | cat"]["median"]
-    peak = max(r[c]["peak_mb"] for r in list(r_smalls.values()) + [r_large] for c in ("tarcat FILE | cat", "tarcat FILE"))
+    peak = max(r[c]["peak_mb"] for r in list(r_smalls.values()) + [r_large]
+               for c in ("tarcat FILE | cat", "tarcat FILE"))
     empty_ms = r_empty["tarcat < empty.tar"]["median"] * 1000
     canon = r_smalls[shards[-1][0]]
     per_member_us = canon["tarcat FILE"]["median"] / (3 * n_small) * 1e6
