@@ -276,15 +276,18 @@ def test_classify_refuses_what_unsafe_name_refuses():
     assert classify("").kind == UNSAFE and classify("x\udcffy.jpg") == ("x\udcffy", "jpg")
 
 
-def test_the_writer_rule_refuses_dot_fields_on_every_path():
-    """sample_members is the one writer rule: a field '.' or '..' is refused
-    whether the sample's values are bytes (the fast path) or not."""
-    for field in (".", ".."):
-        for value in (b"x", "x"):
-            with pytest.raises(BadSample, match="bad field name"):
-                sample_members({"__key__": "k", field: value})
+def test_the_writer_rule_gives_the_same_names_on_both_of_its_paths():
+    """sample_members is the one writer rule (SampleWriter and tarsplit's
+    sizes use it): bytes values (its fast path) and other values (the
+    checked path) give the same names; bad keys and fields are refused."""
     assert sample_members({"__key__": "a/k", "txt": b"1", "jpg": "2", "__source__": "s"}) == \
         [("a/k.jpg", b"2"), ("a/k.txt", b"1")]
+    assert [n for n, _ in sample_members({"__key__": "a.b/k", "seg.png": b"1", "": b"2"})] == \
+        ["a.b/k.", "a.b/k.seg.png"]
+    for bad in ({"__key__": "k.x", "jpg": b"1"}, {"__key__": "../k", "jpg": b"1"}, {"__key__": "k", "a/b": b"1"},
+                {"__key__": "k/", "jpg": b"1"}, {"__key__": "k", "a\tb": b"1"}, {"jpg": b"1"}):
+        with pytest.raises(BadSample):
+            sample_members(bad)
 
 
 @pytest.fixture(scope="module")

@@ -104,7 +104,7 @@ def sample_members(sample):
             for field in fields:
                 value = sample[field]
                 if (type(field) is not str or type(value) is not bytes or "/" in field or not field.isprintable()
-                        or len(field) > 4096 or field == "." or field == ".."):
+                        or len(field) > 4096):
                     break
                 out.append((key + "." + field, value))
             else:
