@@ -101,7 +101,7 @@ def remove_spools_of(pid, directory=None):
                 pass
 
 
-class _File:
+class SharedFile:
     """An open file shared by blobs; closed (and unlinked if owned) when the
     last blob referring to it goes away."""
 
@@ -167,7 +167,7 @@ class Blob:
     def from_path(cls, path, owned=False):
         """A blob of a whole existing file (``owned``: removed with the blob)."""
         fd = os.open(path, os.O_RDONLY)
-        f = _File(fd, path, owned)
+        f = SharedFile(fd, path, owned)
         if owned:
             _live.add(path)
         return cls(f, 0, os.fstat(fd).st_size)
@@ -471,11 +471,11 @@ class Spooler:
         else:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
             self._own(fd, path)
-            return Blob(_File(fd, path, True), 0, os.fstat(fd).st_size)
-        src = _File(os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd), None, False)
+            return Blob(SharedFile(fd, path, True), 0, os.fstat(fd).st_size)
+        src = SharedFile(os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd), None, False)
         try:
             fd, path = self.new_file()
-            f = _File(fd, path, True)
+            f = SharedFile(fd, path, True)
             size = os.fstat(src.fd).st_size
             try:
                 Blob(src, 0, size).copy_to(fd)
@@ -492,7 +492,7 @@ class Spooler:
         ``fail(got)`` is called (it raises); the file is removed.  Disk use
         never exceeds what was really read."""
         fd, path = self.new_file()
-        f = _File(fd, path, True)
+        f = SharedFile(fd, path, True)
         buf = bytearray(min(size, CHUNK))
         view = memoryview(buf)
         got = 0
@@ -505,7 +505,7 @@ class Spooler:
                 try:
                     _write_all(fd, view[:n])
                 except OSError as e:
-                    raise _spool_write_failed(path, e) from None
+                    raise spool_write_failed(path, e) from None
                 got += n
         except BaseException:
             f.close()
@@ -515,19 +515,19 @@ class Spooler:
     def blob_from_bytes(self, data):
         """A spool-file blob holding ``data``."""
         fd, path = self.new_file()
-        f = _File(fd, path, True)
+        f = SharedFile(fd, path, True)
         try:
             _write_all(fd, data)
         except OSError as e:
             f.close()
-            raise _spool_write_failed(path, e) from None
+            raise spool_write_failed(path, e) from None
         except BaseException:
             f.close()
             raise
         return Blob(f, 0, len(data))
 
 
-def _spool_write_failed(path, e):
+def spool_write_failed(path, e):
     """The error for a spool file that could not be written (a full disk):
     names the file and where spool files go, exit 1."""
     from ..errors import OutputError
@@ -542,14 +542,14 @@ def region(fd, path, offset, length, shared=None):
     keeps, so many blobs share one descriptor)."""
     f = shared.get("file") if shared is not None else None
     if f is None or f.fd < 0:
-        f = _File(os.dup(fd), path, False)
+        f = SharedFile(os.dup(fd), path, False)
         if shared is not None:
             shared["file"] = f
     return Blob(f, offset, length)
 
 
 def _reopen(path, offset, length):
-    return Blob(_File(os.open(path, os.O_RDONLY), path, False), offset, length)
+    return Blob(SharedFile(os.open(path, os.O_RDONLY), path, False), offset, length)
 
 
 def handover(blob):
@@ -570,7 +570,7 @@ def take(ref):
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     if owned:
         Spooler._own(None, fd, path)
-    return Blob(_File(fd, path, owned), offset, length)
+    return Blob(SharedFile(fd, path, owned), offset, length)
 
 
 def is_blob(value):

@@ -23,6 +23,7 @@ The caches are bounded: a shard's headers repeat a few tails (bytes
 156..512: type, magic, owner names, prefix), modes, sizes and times.
 """
 
+import re
 from zlib import adler32
 
 #: pax keywords whose records the fast path takes: ``path`` and ``size``
@@ -33,8 +34,29 @@ PAX_KEYS = frozenset((b"path", b"size", b"mtime", b"atime", b"ctime", b"uid", b"
 PAX_MAX = 4096
 #: Entries per cache.
 CACHE = 4096
+#: Entries of the cache of checksum fields: a shard's headers (real times,
+#: sizes) have thousands of checksums, all below 130,560 (512 bytes of 255).
+CHECKS = 1 << 15
 
 REGULAR, PAX = 1, 2
+#: pax header data of an ``mtime`` record whose value the general parser
+#: takes, then at most two ``atime``/``ctime`` records (what tarfile and
+#: webdataset write before each member: mtime; GNU tar: mtime, atime,
+#: ctime): a subset of what :func:`parse_pax_fast` and the mtime check
+#: accept, matched at once; groups 1, 3, 5 are the records, 2, 4, 6 their
+#: length fields, which :func:`times_only` compares with their lengths.
+TIMES_ONLY = re.compile(rb"(([1-9][0-9]{0,5}) mtime=-?[0-9]{1,30}(?:\.[^\n]*+)?\n)"
+                        rb"(?:(([1-9][0-9]{0,5}) [ac]time=[^\n]++\n)(([1-9][0-9]{0,5}) [ac]time=[^\n]++\n)?)?")
+
+
+def times_only(data, match=TIMES_ONLY.fullmatch):
+    """Whether pax header data is only time records, ``mtime`` first and
+    valid as the general parser reads it (:data:`TIMES_ONLY`, lengths checked)."""
+    m = match(data)
+    if m is None or int(m[2]) != len(m[1]):
+        return False
+    r = m[3]
+    return r is None or int(m[4]) == len(r) and (m[5] is None or int(m[6]) == len(m[5]))
 
 
 def octal(field):
@@ -116,6 +138,10 @@ def member_reader():
     # v7 tail, octal fields), so whatever matches them is what they stand for.
     rtail, ptail = b"0" + bytes(355), b"x" + bytes(355)
     rsum, psum = 0x30, 0x78
+    # the last pax header block that passed check(), and its size: tarfile and webdataset write
+    # the same block before every member whose records have the same length (a few lengths: pblocks)
+    phead, psize = None, -1
+    pblocks = {}  # pax header blocks that passed check() -> their size (their record lengths vary a little)
     mode, mode2, mtime = b"0000644\0", b"0000664\0", b"00000000000\0"
 
     def number(field):
@@ -135,7 +161,7 @@ def member_reader():
             stored = octal(cf)
             if stored is None:
                 stored = -1
-            if len(checks) < CACHE:
+            if len(checks) < CHECKS:
                 checks[cf] = stored
         # bytes 0..148 sum to at most 37740, below Adler-32's modulus: its low half is their sum + 1
         if (adler32(chunk[p : p + 148]) & 0xFFFF) + 255 + tsum != stored:
@@ -165,7 +191,7 @@ def member_reader():
         return t
 
     def member(chunk, p, end):
-        nonlocal mtime
+        nonlocal mtime, phead, psize
         if chunk.startswith(rtail, p + 156):
             # the common case inline: check() and the time, for a plain member
             stored = checks.get(chunk[p + 148 : p + 156])
@@ -182,9 +208,19 @@ def member_reader():
             kind, tsum = kind_of(chunk, p)
             if not kind:
                 return None
-        size = check(p, chunk, tsum)
-        if size < 0:
-            return None
+        if kind == PAX and phead is not None and chunk.startswith(phead, p):
+            size = psize  # the very block of the last pax header that passed check()
+        elif kind == PAX and (block := chunk[p : p + 512]) in pblocks:
+            phead, psize = block, pblocks[block]
+            size = psize
+        else:
+            size = check(p, chunk, tsum)
+            if size < 0:
+                return None
+            if kind == PAX:
+                phead, psize = chunk[p : p + 512], size
+                if len(pblocks) < 64:
+                    pblocks[phead] = size
         if kind == REGULAR:
             if not chunk.startswith(mtime, p + 136):
                 f = chunk[p + 136 : p + 148]
@@ -198,20 +234,38 @@ def member_reader():
         q = p + 512 + size + (-size % 512)
         if q + 512 > end:
             return q + 512 - p
-        records = parse_pax_fast(chunk[p + 512 : p + 512 + size])
-        if records is None:
-            return None
+        data = chunk[p + 512 : p + 512 + size]
+        if times_only(data):
+            records = None  # time records only, valid as the general parser reads them (tarfile, GNU tar, wds)
+        else:
+            records = parse_pax_fast(data)
+            if records is None:
+                return None
         if chunk.startswith(rtail, q + 156):
-            tsum = rsum
+            # the common case inline: check() for a plain member after its pax header
+            stored = checks.get(chunk[q + 148 : q + 156])
+            if stored is not None and (adler32(chunk[q : q + 148]) & 0xFFFF) + 255 + rsum == stored \
+                    and (chunk.startswith(mode, q + 100) or chunk.startswith(mode2, q + 100)):
+                size = numbers.get(chunk[q + 124 : q + 136])
+                if size is None:
+                    size = check(q, chunk, rsum)
+            else:
+                size = check(q, chunk, rsum)
         else:
             kind, tsum = kind_of(chunk, q)
             if kind != REGULAR:
                 return None
-        size = check(q, chunk, tsum)
+            size = check(q, chunk, tsum)
         if size < 0:
             return None
+        if records is None:
+            return q, None, size
         if b"mtime" in records:
-            if not _pax_number(records[b"mtime"], True):
+            value = records[b"mtime"]  # (as _pax_number(value, True), inline)
+            if value[:1] == b"-":
+                value = value[1:]
+            value = value.split(b".", 1)[0]
+            if not value.isdigit() or len(value) > 30:
                 return None
         elif not chunk.startswith(mtime, q + 136):
             f = chunk[q + 136 : q + 148]

@@ -8,11 +8,10 @@ from ..errors import BadArchive, BadSample, TarprocError
 from .blob import Blob
 from .pack import Packer, sample_budget
 from .limits import quote
-from .passthru import RawSample, is_canonical_writer
-from .rules import (MAX_NAME_BYTES, bad_field_name, bad_key, is_meta, split_name, starts_another, unnamed,
-                    unsafe_name)
+from .passthru import RawSample
+from .rules import MAX_NAME_BYTES, SKIPPED, bad_field_name, bad_key, classify, is_meta, starts_another, unsafe_name
 from .stats import Stats
-from .tario import REGULAR, TYPE_NAMES, TarWriter
+from .tario import BLOCK, REGULAR, TYPE_NAMES, TarWriter, member_size
 
 
 def group(members, source="-", stats=None, spooler=None):
@@ -42,21 +41,16 @@ def group(members, source="-", stats=None, spooler=None):
             raise
         if m is None:
             break
-        name = m.name
         if m.type != REGULAR:
             stats.skip_member(TYPE_NAMES.get(m.type, "special files"))
             continue
-        why = unsafe_name(name)
-        if why:
-            raise BadArchive(source, m.offset, why)
-        parts = split_name(name)
-        if parts is None:
-            stats.skip_member(unnamed(name))
-            continue
+        parts = classify(m.name)  # THE name rule (rules.py)
+        if type(parts) is not tuple:
+            if parts.kind == SKIPPED:
+                stats.skip_member(parts.why)
+                continue
+            raise BadArchive(source, m.offset, parts.why)
         k, field = parts
-        if field[:2] == "__" and field[-2:] == "__":  # is_meta: it would replace __key__ or vanish on writing
-            raise BadArchive(source, m.offset, f"member name {quote(name)}: field {quote(field)} is a metadata "
-                                               f"name (__...__), never a field")
         if k != key:
             if current is not None:
                 stats.read += 1
@@ -92,7 +86,33 @@ def _check_names(sample):
 
 
 def sample_members(sample):
-    """The ``(name, data)`` members of a sample, fields in sorted order."""
+    """The ``(name, data)`` members of a sample, fields in sorted order:
+    THE writer rule (every writer of samples, and the sizes tarsplit
+    counts, ask this).  A sample whose key or field names would not read
+    back as themselves (:func:`~tarproc.core.rules.bad_key`,
+    :func:`~tarproc.core.rules.bad_field_name`) raises :class:`BadSample`."""
+    key = sample.get("__key__") if type(sample) is dict or type(sample) is RawSample else None
+    if (type(key) is str and key and len(key) <= 65536 and "." not in key[key.rfind("/") + 1 :]
+            and not key.endswith("/") and unsafe_name(key) is None):
+        # the common sample at once: a good key, bytes values, plain field names (is_meta inlined)
+        try:
+            fields = [f for f in sorted(sample) if f[:2] != "__" or f[-2:] != "__"]
+        except TypeError:  # a name that is not a str: said below
+            fields = None
+        if fields is not None:
+            out = []
+            for field in fields:
+                value = sample[field]
+                if (type(field) is not str or type(value) is not bytes or "/" in field or not field.isprintable()
+                        or len(field) > 4096):
+                    break
+                out.append((key + "." + field, value))
+            else:
+                return out
+    return _checked_members(sample)
+
+
+def _checked_members(sample):
     key = _check_names(sample)
     if key is None or key == "":
         raise BadSample(key, "sample has no __key__")
@@ -121,6 +141,24 @@ def sample_members(sample):
             raise BadSample(key, f"not written, bad field name: {why}: it would not read back")
         out.append((name, value))
     return out
+
+
+def written_size(sample):
+    """Bytes a sample takes in a tar written by :class:`SampleWriter`
+    (headers, data, padding; its members are :func:`sample_members`)."""
+    total = 0
+    key = sample.get("__key__")
+    if isinstance(key, str) and key.isascii() and len(key) < 90:
+        for field, value in sample.items():
+            if is_meta(field):
+                continue
+            if type(value) is not bytes or len(field) + len(key) >= 100 or not field.isascii():
+                break
+            size = len(value)
+            total += BLOCK + size + (-size % BLOCK)
+        else:
+            return total
+    return sum(member_size(name, len(value)) for name, value in sample_members(sample))
 
 
 def written_twice(key, field):
@@ -198,7 +236,7 @@ class SampleWriter:
 
     def __init__(self, stream, stats=None, repeated_keys=False, **header_defaults):
         self.tar = TarWriter(stream, **header_defaults)
-        self._raw_ok = is_canonical_writer(self.tar)
+        self._raw_ok = self.tar.canonical  # raw samples carry the bytes of canonical headers
         self.stats = stats if stats is not None else Stats()
         self._last_key = None
         self._last = None  # the last sample written (or the field names of its key so far)
@@ -231,31 +269,10 @@ class SampleWriter:
         if type(sample) is RawSample and self._raw_ok:
             raw = getattr(sample, "raw", None)
             if raw is not None:  # the bytes it was read from are what we would write
-                pieces, members = raw
-                tar = self.tar
-                for piece in pieces:
-                    tar.stream.write(piece)
-                    tar.bytes_written += len(piece)
-                tar.members_written += members
+                self.tar.write_raw(*raw)
                 self.stats.written += 1
                 return
         write = self.tar.write
-        if (isinstance(key, str) and key and len(key) <= 65536 and "." not in key[key.rfind("/") + 1 :]
-                and not key.endswith("/") and unsafe_name(key) is None):
-            # fast path for well-formed samples (is_meta inlined)
-            try:
-                fields = [f for f in sorted(sample) if f[:2] != "__" or f[-2:] != "__"]
-            except TypeError:  # a name that is not a str: sample_members says which
-                fields = [None]
-            for field in fields:
-                if (type(field) is not str or type(sample[field]) is not bytes or "/" in field
-                        or not field.isprintable() or len(field) > 4096):
-                    break
-            else:
-                for field in fields:
-                    write(key + "." + field, sample[field])
-                self.stats.written += 1
-                return
         for name, value in sample_members(sample):
             write(name, value)
         self.stats.written += 1

@@ -11,7 +11,7 @@ buffer."""
 
 import os
 
-from .blob import CHUNK, Blob, Spooler, _File, _spool_write_failed
+from .blob import CHUNK, Blob, Spooler, SharedFile, spool_write_failed
 
 #: Bytes of one sample's fields held in memory (see :func:`sample_budget`;
 #: the default of ``Spooler(sample_memory=)``, ``TARPROC_SAMPLE_MEMORY``).
@@ -32,7 +32,7 @@ class Packer:
     def _out(self):
         if self.file is None:
             wfd, path = self.spooler.new_file()
-            self.file = _File(wfd, path, True)
+            self.file = SharedFile(wfd, path, True)
         return self.file.fd
 
     def add(self, fd, size):
@@ -51,7 +51,7 @@ class Packer:
                     break
                 got += n
         except OSError as e:
-            raise _spool_write_failed(self.file.path, e) from None
+            raise spool_write_failed(self.file.path, e) from None
         finally:
             self.size = start + got
         return Blob(self.file, start, got)
@@ -65,7 +65,7 @@ class Packer:
             while pos < len(view):
                 pos += os.pwrite(out, view[pos : pos + CHUNK], start + pos)
         except OSError as e:
-            raise _spool_write_failed(self.file.path, e) from None
+            raise spool_write_failed(self.file.path, e) from None
         finally:
             self.size = start + pos
         return Blob(self.file, start, len(view))

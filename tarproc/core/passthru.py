@@ -7,15 +7,27 @@ buffer: a plain ustar header that is byte for byte what
 :class:`~tarproc.core.tario.TarWriter` writes with its defaults (mode 0644,
 owner 0, time 0, no prefix, no pax) for an ASCII name of at most 100 bytes,
 and data below 128 KiB and the blob threshold.  Such a header needs no decoding:
-its name field is one match of :data:`NAME` (which splits key and field
-as :func:`~tarproc.core.grouping.group` does, for the names it accepts),
+its name field is one match of :data:`~tarproc.core.rules.PLAIN_NAME`,
 bytes 100..148 are looked up in a small cache of the constant parts and
 sizes seen, and the checksum and the rest of the block are compared with
 the bytes a writer would write for that name sum, without summing the
-block (the name's byte sum is the low half of its Adler-32).  Every other
-member (GNU tar's, pax, long names, links, damage, the end of the input)
-goes to the general parser of :class:`~tarproc.core.tario.TarReader`,
-which reads on from the same position.
+block (the name's byte sum is the low half of its Adler-32).  The plain
+members of other writers (GNU tar, bsdtar, tarfile, webdataset, maybe after
+a pax header of a few records) are read from the buffer too
+(:mod:`tarproc.core.dialects`); every other member (long names, other pax
+records, links, damage, the end of the input) goes to the general parser
+of :class:`~tarproc.core.tario.TarReader`, which reads on from the same
+position.
+
+Names are taken as :func:`~tarproc.core.rules.classify` takes them: a
+name of the shape :data:`~tarproc.core.rules.PLAIN_NAME` is split by that
+regex in the buffer, every other name is asked of ``classify``.  The input
+is read with the reader's public operations only
+(:meth:`~tarproc.core.tario.TarReader.window`,
+:meth:`~tarproc.core.tario.TarReader.advance`): a :class:`_Scanner` takes
+the plain members of each buffer in one tight loop (a batch), a
+:class:`_Samples` builds samples from the batch, and the general parser
+reads whatever the scanner does not take, from the same position.
 
 With ``raw``, samples come as :class:`RawSample`: when every member of a
 sample was such a header, the fields are in sorted order and named as a
@@ -25,42 +37,33 @@ bytes instead of encoding the sample again: the same bytes, without the work.
 Any change to the sample (setting, deleting a field) drops ``raw``.
 """
 
-import io
-import re
 from zlib import adler32
 
 from ..errors import BadArchive, BadSample, TarprocError
 from .pack import Packer, sample_budget
-from .limits import quote
-from .rules import split_name, starts_another, unnamed, unsafe_name
+from .rules import PLAIN_NAME, SKIPPED, classify, starts_another
 from .stats import Stats
 from .dialects import member_reader, octal, parse_pax_fast
-from .tario import _LARGE_MEMBER, REGULAR, TYPE_NAMES, Member, TarWriter
+from .tario import BLOCK, LARGE_MEMBER, REGULAR, TYPE_NAMES, Member, TarWriter
 
 #: After this many members in a row that the fast path could not take,
 #: an input is read by the general parser alone (a GNU tar shard).
 GIVE_UP = 32
+#: Bytes asked of the input at a time (``read1``: what is there, up to this).
+CHUNK = 256 << 10
 
 
 def _canonical_parts():
-    w = TarWriter(io.BytesIO())
-    return w._pre, w._mtime, w._end, w._const
+    """Bytes 100..124 (mode, owner, group), 136..148 (time) and 156..512 of
+    the header a writer with the default header values writes, and the
+    byte sum of all of it but the name, size and checksum fields."""
+    header = TarWriter(None).plain_header(b"", 0)
+    return header[100:124], header[136:148], header[156:], int(header[148:154], 8) - sum(header[124:136])
 
 
 PRE, MTIME, END, CONST = _canonical_parts()
 #: ZEROS[n]: n zero bytes (the padding after member data).
 ZEROS = tuple(bytes(n) for n in range(512))
-
-#: The name field of a header (bytes 0..100) as a writer writes it, in one
-#: match: the key (directories, then a base name up to its first dot), the
-#: field (printable ASCII, no ``/``, lower case, not starting with ``_``) and
-#: NUL padding.  Other names (upper case, ``..``, ``__x__``, no extension, not
-#: ASCII) go to the general path, which decides on them as :func:`group` does.
-NAME = re.compile(
-    rb"((?:[ -.0-~]++/)*+[ -\-0-~]++)"  # the key
-    rb"\.([ -.0-@\[-^`-~][ -.0-@\[-~]*+)\x00*+",  # the field, the padding
-    re.S,
-)
 
 
 def _size_of(sizes, mid):
@@ -95,6 +98,13 @@ def _checksum(sums, total):
     field = b"%06o\0 " % (CONST + total - 1) + END
     if len(sums) < 4096:
         sums[total] = field
+    return field
+
+
+def _field(fields, fb):
+    field = fb.decode("ascii")
+    if len(fields) < 4096:
+        fields[fb] = field
     return field
 
 
@@ -136,59 +146,314 @@ class RawSample(dict):
     del _mutator
 
 
-def is_canonical_writer(tar):
-    """Whether a :class:`TarWriter` writes the headers that raw bytes carry."""
-    return tar._pre == PRE and tar._mtime == MTIME and tar._end == END
+# What a scan of the buffer stopped at: the buffer's end (more is read and the scan goes on), or a
+# member the general parser reads (a pax header of other records, a link, damage, the end marker).
+_MORE, _GENERAL = 0, 1
 
 
-#: Bytes asked of the input at a time (``read1``: what is there, up to this).
-CHUNK = 256 << 10
+class _Scanner:
+    """The plain members of a :class:`~tarproc.core.tario.TarReader`'s
+    input, taken from the buffer :meth:`~tarproc.core.tario.TarReader.window`
+    gives, a batch at a time (:meth:`batch`).  An entry of a batch is
+    ``(key, field, data, p, q, stop, built)``: the member's first header
+    block at ``chunk[p]`` (a pax header, if any), its own header at
+    ``chunk[q]``, its end (data and padding) at ``chunk[stop]``; ``built``
+    is ``None`` when ``chunk[p:stop]`` is what a writer writes for it,
+    the parts of what a writer writes when it is another writer's member
+    read with ``raw``, ``False`` when it is written by the encoder."""
+
+    def __init__(self, reader, raw):
+        self.reader = reader
+        self.raw = raw
+        self.on = reader.offset == 0 and reader.window(0) is not None
+        self.chunk, self.pos, self.base = b"", 0, reader.offset
+        self.need = BLOCK  # bytes from pos the next scan needs in the buffer
+        self.foreign = False  # headers are read as another writer's (dialects.py)
+        self.misses = 0  # members in a row the general parser read
+        self.limit = min(reader.blob_from, LARGE_MEMBER)
+        self.member_at = member_reader()
+        self.sums = {}  # header bytes 148..512 by the sum of the name and size fields (+1)
+        self.sizes = {}  # bytes 100..148 of a header -> _size_of() them
+        self.canon = {}  # size -> bytes 100..148 of our header for it, and the sum of its size field
+        self.fields = {}  # field names as bytes -> str
+        self.keyb = self.key = None  # the last key read (bytes, str)
+
+    def batch(self):
+        """``(chunk, base, entries, stop)``: the members taken from the
+        buffer ``chunk`` (``base``: the input offset of ``chunk[0]``), and
+        why the batch ended (:data:`_MORE` or :data:`_GENERAL`: the general
+        parser reads the next member, from :meth:`handover`)."""
+        chunk, pos = self.chunk, self.pos
+        if len(chunk) - pos < self.need:
+            reader = self.reader
+            reader.advance(pos)
+            chunk, pos = self.chunk, self.pos = reader.window(self.need, CHUNK)
+            self.base = reader.offset - pos
+            if len(chunk) - pos < self.need:  # the input ends first: the general parser says how
+                self.need = BLOCK
+                return chunk, self.base, (), _GENERAL
+        self.need = BLOCK
+        entries = []
+        if not self.foreign:
+            stop = self._ours(chunk, pos, entries)
+            if stop is None:  # another writer's header: read on as one
+                self.foreign = True
+                stop = self._theirs(chunk, self.pos, entries)
+        else:
+            stop = self._theirs(chunk, pos, entries)
+        if entries:
+            self.misses = 0
+        if stop == _GENERAL and len(chunk) - self.pos >= BLOCK:
+            self.misses += 1
+            if self.misses >= GIVE_UP:
+                self.reader.advance(self.pos)
+                self.on = False  # the general parser reads the rest, from here
+        return chunk, self.base, entries, stop
+
+    def _ours(self, chunk, p, entries):
+        """Members whose headers are what our writer writes, from ``chunk[p]``;
+        ``None`` at the first header that is not (another writer's)."""
+        sizes, sums, fields, limit = self.sizes, self.sums, self.fields, self.limit
+        name_of = PLAIN_NAME.fullmatch
+        keyb, key = self.keyb, self.key
+        append = entries.append
+        end = len(chunk)
+        why = _MORE
+        while end - p >= 512:
+            mid = chunk[p + 100 : p + 148]  # mode, owner, group, size and time
+            sz = sizes.get(mid)
+            if sz is None:
+                sz = _size_of(sizes, mid)
+            size, ssum, padded, padding = sz
+            if size < 0:
+                why = None
+                break
+            h = name_of(chunk, p, p + 100)
+            if h is None or size >= limit:
+                why = _GENERAL
+                break
+            total = (adler32(chunk[p : p + 100]) & 0xFFFF) + ssum
+            if not chunk.startswith(sums.get(total) or _checksum(sums, total), p + 148) \
+                    or chunk.find(b"..", p, p + 100) >= 0:
+                why = _GENERAL
+                break
+            stop = p + 512 + padded
+            if stop > end:  # the member goes on past the buffer
+                self.need = stop - p
+                break
+            kb, fb = h.groups()
+            if kb != keyb:
+                key = kb.decode("ascii")
+                keyb = kb
+            # padding that is not zeros is not what a writer writes
+            append((key, fields.get(fb) or _field(fields, fb), chunk[p + 512 : p + 512 + size], p, p, stop,
+                    None if not padding or chunk[p + 512 + size : stop] == padding else False))
+            p = stop
+        self.keyb, self.key, self.pos = keyb, key, p
+        return why
+
+    def _theirs(self, chunk, p, entries):
+        """Members of any writer (:mod:`tarproc.core.dialects`), maybe after
+        a pax header, from ``chunk[p]``."""
+        member_at, fields, limit, raw = self.member_at, self.fields, self.limit, self.raw
+        canon, sums = self.canon, self.sums
+        name_of = PLAIN_NAME.fullmatch
+        keyb, key = self.keyb, self.key
+        append = entries.append
+        end = len(chunk)
+        why = _MORE
+        while end - p >= 512:
+            r = member_at(chunk, p, end)
+            if r is None:
+                why = _GENERAL
+                break
+            if type(r) is int:  # the pax header and its member's header cross the buffer
+                self.need = r
+                break
+            q, nameb, size = r
+            if nameb is None:
+                h = name_of(chunk, q, q + 100)
+                bad = h is None or chunk.find(b"..", q, q + 100) >= 0
+            else:
+                h = name_of(nameb)
+                bad = h is None or b".." in nameb
+            if bad or size >= limit:
+                why = _GENERAL
+                break
+            stop = q + 512 + size + (-size % 512)
+            if stop > end:  # the member goes on past the buffer
+                self.need = stop - p
+                break
+            data = chunk[q + 512 : q + 512 + size]
+            built = False
+            if raw:
+                # the member as a writer writes it: the name field, the size and the checksum
+                if nameb is None:
+                    namef = chunk[q : q + 100]
+                elif len(nameb) <= 100:
+                    namef = nameb + ZEROS[100 - len(nameb)]
+                else:
+                    namef = None  # a writer writes a pax path: it is encoded again
+                if namef is not None:
+                    cs = canon.get(size)
+                    if cs is None:
+                        cs = _canonical_size(canon, size)
+                    total = (adler32(namef) & 0xFFFF) + cs[1]
+                    built = (namef, cs[0], sums.get(total) or _checksum(sums, total), data, ZEROS[-size % 512])
+            kb, fb = h.groups()
+            if kb != keyb:
+                key = kb.decode("ascii")
+                keyb = kb
+            append((key, fields.get(fb) or _field(fields, fb), data, p, q, stop, built))
+            p = stop
+        self.keyb, self.key, self.pos = keyb, key, p
+        return why
+
+    def handover(self):
+        """Let the general parser read from where the scan stopped."""
+        if self.on:
+            self.reader.advance(self.pos)
+
+    def resume(self):
+        """Scan on from where the general parser stopped."""
+        if self.on:
+            reader = self.reader
+            self.chunk, self.pos = reader.window(0)
+            self.base = reader.offset - self.pos
+            self.foreign = False
+            if reader.gpax:
+                self.on = False  # global pax records apply to every member from here on
 
 
-class _Rest:
-    """The input as the general parser sees it: what the fast path has
-    buffered and not used (``head[pos:]``), then ``stream``."""
+class _Samples:
+    """Members in, samples out, as :func:`~tarproc.core.grouping.group`
+    makes them (a new sample where the key changes, a field twice is an
+    error, fields past the memory budget packed into one spool file); with
+    ``raw``, each sample's bytes as read while they are what a writer writes."""
 
-    def __init__(self, stream):
-        self.stream = stream
-        self.head = b""
-        self.pos = 0
+    def __init__(self, source, stats, raw, marks, spooler):
+        self.source = source
+        self.stats = stats
+        self.raw = raw
+        self.marks = marks
+        self.spooler = spooler
+        self.budget = sample_budget(spooler)
+        self.current = None
+        self.key = None
+        self.last = None  # the last field of the current sample, while it can be raw
+        self.pieces = None  # the raw bytes of the current sample (None: it cannot be raw)
+        self.run = (None, 0, 0)  # ... and its last run of members as read: chunk[start:stop]
+        self.nmem = 0
+        self.held = 0  # bytes of the current sample's fields in memory
+        self.pack = None  # past the budget, its further fields go to one spool file
+        self.end = 0  # where the last regular member ends (for marks)
 
-    def read(self, n=-1):
-        head, pos = self.head, self.pos
-        if pos + n <= len(head) and n >= 0:
-            self.pos = pos + n
-            return head[pos : pos + n]
-        part = head[pos:]
-        self.head, self.pos = b"", 0
-        more = self.stream.read(n - len(part) if n >= 0 else -1)
-        return part + more if part else more
+    def add(self, chunk, base, entries):
+        """Take the entries of a batch (see :class:`_Scanner`; positions are
+        offsets in ``chunk``, input offset ``base + p``); yield the samples
+        they complete."""
+        current, key, last, pieces, nmem, held, pack = (self.current, self.key, self.last, self.pieces, self.nmem,
+                                                        self.held, self.pack)
+        rchunk, rs, rstop = self.run
+        budget, setitem = self.budget, dict.__setitem__
+        stop = None
+        for k, field, data, p, q, stop, built in entries:
+            if k != key:  # a new sample (classify's rule: a key other than the last member's)
+                if current is not None:
+                    self.stats.read += 1
+                    if pieces is not None and rchunk is not None:
+                        pieces.append(rchunk[rs:rstop])
+                    _seal(current, pieces, nmem, self.raw)
+                    yield current
+                current = RawSample(__key__=k, __source__=self.source) if self.raw else \
+                    {"__key__": k, "__source__": self.source}
+                if self.marks is not None:
+                    self.marks.starts.append(base + p)
+                key = k
+                last = ""
+                pieces = [] if self.raw else None
+                rchunk = None
+                nmem = held = 0
+                pack = None
+            elif field in current:
+                raise BadSample(k, f"field {field!r} appears twice (offset {base + q})", self.source)
+            if type(data) is bytes:
+                held += len(data)
+                if held > budget:
+                    if pack is None:
+                        pack = Packer(self.spooler)
+                    data = pack.add_bytes(data)
+                    pieces = None  # written again from its fields (its raw bytes are not kept either)
+            setitem(current, field, data)
+            if pieces is not None:
+                if built is not False and field > last:
+                    last = field
+                    nmem += 1
+                    if built is not None:
+                        if rchunk is not None:
+                            pieces.append(rchunk[rs:rstop])
+                            rchunk = None
+                        pieces += built  # (joined into one piece when the sample is done)
+                    elif rchunk is chunk and rstop == p:
+                        rstop = stop
+                    else:
+                        if rchunk is not None:
+                            pieces.append(rchunk[rs:rstop])
+                        rchunk, rs, rstop = chunk, p, stop
+                else:
+                    pieces = None
+        if stop is not None:
+            self.end = base + stop
+        self.current, self.key, self.last, self.pieces, self.nmem, self.held, self.pack = (current, key, last, pieces,
+                                                                                           nmem, held, pack)
+        self.run = (rchunk, rs, rstop)
 
-    def readinto(self, view):
-        data = self.read(len(view))
-        view[: len(data)] = data
-        return len(data)
+    def add_member(self, m, end):
+        """Take a member the general parser read (``end``: where it ends)."""
+        if m.type != REGULAR:
+            self.stats.skip_member(TYPE_NAMES.get(m.type, "special files"))
+            return ()
+        self.end = end
+        parts = classify(m.name)
+        if type(parts) is not tuple:
+            if parts.kind == SKIPPED:
+                self.stats.skip_member(parts.why)
+                return ()
+            raise BadArchive(self.source, m.offset, parts.why)
+        return self.add(None, 0, ((parts[0], parts[1], m.data, m.start, m.offset, end, False),))
 
-    def tell(self):
-        return self.stream.tell() - (len(self.head) - self.pos)
+    def finish(self):
+        """The last sample (or none)."""
+        if self.marks is not None:
+            self.marks.end = self.end
+        if self.current is not None:
+            self.stats.read += 1
+            self._seal_current()
+            done, self.current = self.current, None
+            yield done
 
-    def seek(self, n, whence=0):
-        if whence != 1:
-            raise ValueError("only relative seeks")  # all that TarReader does
-        left = len(self.head) - self.pos
-        if n <= left:
-            self.pos += n
-            return self.tell()
-        self.head, self.pos = b"", 0
-        return self.stream.seek(n - left, 1)
+    def whole_before(self, error):
+        """The current sample, when ``error`` (of the general parser) came
+        while reading a member that starts another sample (as group() does)."""
+        if self.current is not None and starts_another(error, self.key):
+            self.stats.read += 1
+            self._seal_current()
+            done, self.current = self.current, None
+            yield done
+
+    def _seal_current(self):
+        pieces = self.pieces
+        rchunk, rs, rstop = self.run
+        if pieces is not None and rchunk is not None:
+            pieces.append(rchunk[rs:rstop])
+        _seal(self.current, pieces, self.nmem, self.raw)
 
 
-def _seal(sample, pieces, rchunk, rs, rstop, nmem):
-    """A finished sample keeps its input bytes (the pieces, with the last
-    run of buffer ``rchunk[rs:rstop]``) only when all its members were copied
-    as read; otherwise it is written by the encoder."""
-    if pieces is not None and rchunk is not None:
-        pieces.append(rchunk[rs:rstop])
+def _seal(sample, pieces, nmem, raw):
+    """A finished sample keeps its input bytes (``pieces``) only when all
+    its members were copied as read; otherwise it is written by the encoder."""
+    if not raw:
+        return
     if pieces and len(pieces) > 1:
         pieces = [b"".join(pieces)]  # one write (members of other writers come one piece each)
     sample.raw = (pieces, nmem) if pieces else None
@@ -205,281 +470,31 @@ def fast_group(reader, source="-", stats=None, raw=False, marks=None):
     read so far ends (data and padding)."""
     if stats is None:
         stats = Stats()
-    stream = reader.stream
-    read1 = getattr(stream, "read1", None)
-    fast = read1 is not None and reader.offset == 0
-    if fast:
-        rest = reader.stream = _Rest(stream)
-        take = stream.read
+    scan = _Scanner(reader, raw)
+    samples = _Samples(source, stats, raw, marks, reader.spooler)
     general = reader.members()
-    limit = min(reader._blob_from, _LARGE_MEMBER)
-    budget = sample_budget(reader.spooler)
-    held = 0  # bytes of the current sample's fields in memory
-    pack = None  # past the budget, its further fields go to one spool file
-    name_of = NAME.fullmatch
-    sums = {}  # header bytes 148..512 by the sum of the name and size fields (+1)
-    sizes = {}  # bytes 100..148 of a header -> _size_of() them
-    fields = {}  # field names as bytes -> str
-    setitem = dict.__setitem__
-    current = None
-    key = keyb = None  # the current sample's key (and its bytes, when a fast member set it)
-    last = None  # the last field of the current sample, while it can be raw
-    pieces = None  # the raw bytes of the current sample (None: it cannot be raw)
-    rchunk = None  # ... and its last run of members, chunk[rs:rstop]
-    rs = rstop = 0
-    nmem = 0
-    misses = 0
-    foreign = False  # headers are read as another writer's (dialects.py)
-    member_at = member_reader()
-    canon = {}  # size -> bytes 100..148 of our header for it, and the sum of its size field
-    chunk = b""
-    pos = end = 0
-    base = 0  # the input offset of chunk[0]
-    endpos = 0  # where the last regular member ends (for marks)
     while True:
-        if fast and end - pos < 512:
-            more = read1(CHUNK)
-            if pos < end:
-                more = chunk[pos:] + more
-            while 0 < len(more) < 512:  # a header cut by the buffer: one more read
-                piece = read1(CHUNK)
-                if not piece:
-                    break
-                more += piece
-            if rchunk is chunk and pieces is not None:
-                pieces.append(chunk[rs:rstop])
-                rchunk = None
-            base += pos
-            chunk, pos, end = more, 0, len(more)
-        p = pos
-        k = None
-        built = None  # a member of another writer: the parts of its bytes as a writer writes them
-        if fast and foreign and end - p >= 512:
-            # ---- a header of another writer (GNU tar, bsdtar, tarfile, webdataset), maybe after a pax header
-            r = member_at(chunk, p, end)
-            if type(r) is int:  # the pax header and its member's header cross the buffer: get the rest
-                if rchunk is chunk and pieces is not None:
-                    pieces.append(chunk[rs:rstop])
-                    rchunk = None
-                more = take(r - (end - p))
-                chunk = chunk[p:] + more
-                base += p
-                pos = p = 0
-                end = len(chunk)
-                r = member_at(chunk, p, end) if end >= r else None
-            if r is not None:
-                q, nameb, size = r
-                if nameb is None:
-                    h = name_of(chunk, q, q + 100)
-                    bad = h is None or chunk.find(b"..", q, q + 100) >= 0
-                else:
-                    h = name_of(nameb)
-                    bad = h is None or b".." in nameb
-                if not bad and size < limit:
-                    stop = q + 512 + size + (-size % 512)
-                    if stop > end:
-                        # the member goes on past the buffer: get the rest
-                        more = take(stop - end)
-                        if rchunk is chunk and pieces is not None:
-                            pieces.append(chunk[rs:rstop])
-                            rchunk = None
-                        chunk = chunk[p:] + more
-                        base += p
-                        q -= p
-                        stop -= p
-                        pos = p = 0
-                        end = len(chunk)
-                    if stop <= end:
-                        data = chunk[q + 512 : q + 512 + size]
-                        pos = stop
-                        here = base + q
-                        mstart = base + p  # (its pax header, if any, included)
-                        endpos = base + stop
-                        if misses:
-                            misses = 0
-                        kb, fb = h.groups()
-                        if kb == keyb:
-                            k = key
-                        else:
-                            k = kb.decode("ascii")
-                            keyb = kb
-                        field = fields.get(fb)
-                        if field is None:
-                            field = fb.decode("ascii")
-                            if len(fields) < 4096:
-                                fields[fb] = field
-                        israw = raw
-                        if israw:
-                            # the member as a writer writes it: the name field, the size and the checksum
-                            if nameb is None:
-                                namef = chunk[q : q + 100]
-                            elif len(nameb) <= 100:
-                                namef = nameb + ZEROS[100 - len(nameb)]
-                            else:
-                                namef = None  # a writer writes a pax path: it is encoded again
-                                israw = False
-                            if namef is not None:
-                                cs = canon.get(size)
-                                if cs is None:
-                                    cs = _canonical_size(canon, size)
-                                total = (adler32(namef) & 0xFFFF) + cs[1]
-                                built = (namef, cs[0], sums.get(total) or _checksum(sums, total), data,
-                                         ZEROS[-size % 512])
-        elif fast and end - p >= 512:
-            mid = chunk[p + 100 : p + 148]  # mode, owner, group, size and time
-            sz = sizes.get(mid)
-            if sz is None:
-                sz = _size_of(sizes, mid)
-            size, ssum, padded, padding = sz
-            if size < 0:  # not our writer's header: another writer's, or not a plain member at all
-                foreign = True
+        if scan.on:
+            chunk, base, entries, why = scan.batch()
+            if entries:
+                yield from samples.add(chunk, base, entries)
+            if why == _MORE:
                 continue
-            h = name_of(chunk, p, p + 100)
-            if h is not None and size < limit:
-                total = (adler32(chunk[p : p + 100]) & 0xFFFF) + ssum
-                if chunk.startswith(sums.get(total) or _checksum(sums, total), p + 148) \
-                        and chunk.find(b"..", p, p + 100) < 0:
-                    kb, fb = h.groups()
-                    stop = p + 512 + padded
-                    if stop > end:
-                        # the member goes on past the buffer: get the rest
-                        more = take(stop - end)
-                        if rchunk is chunk and pieces is not None:
-                            pieces.append(chunk[rs:rstop])
-                            rchunk = None
-                        chunk = chunk[p:] + more
-                        base += p
-                        pos = p = 0
-                        end = len(chunk)
-                        stop = 512 + padded
-                    if stop <= end:
-                        data = chunk[p + 512 : p + 512 + size]
-                        pos = stop
-                        mstart = here = base + p
-                        endpos = base + stop
-                        if misses:
-                            misses = 0
-                        # padding that is not zeros is not what a writer writes
-                        israw = not padding or chunk[p + 512 + size : stop] == padding
-                        if kb == keyb:
-                            k = key
-                        else:
-                            k = kb.decode("ascii")
-                            keyb = kb
-                        field = fields.get(fb)
-                        if field is None:
-                            field = fb.decode("ascii")
-                            if len(fields) < 4096:
-                                fields[fb] = field
-        if k is None:
-            # the general parser reads one member (and whatever comes before it)
-            if fast:
-                if end - p >= 512:
-                    misses += 1
-                    if misses >= GIVE_UP:
-                        fast = False
-                rest.head, rest.pos = chunk, pos
-                reader.offset = base + pos
-            try:
-                m = next(general, None)
-            except TarprocError as e:
-                # the data of the next member could not be read (damage, a compression bomb): when it
-                # starts another sample, the current one is whole and is given first, so a consumer
-                # that wants no more (tarshow -c 1) ends before the error (as group() does)
-                if current is not None and starts_another(e, key):
-                    stats.read += 1
-                    if raw:
-                        _seal(current, pieces, rchunk, rs, rstop, nmem)
-                    done, current = current, None
-                    yield done
-                raise
-            foreign = False
-            if fast:
-                chunk, pos, end = rest.head, rest.pos, len(rest.head)
-                base = reader.offset - pos
-                if reader.gpax:
-                    fast = False  # global pax records apply to every member from here on
-            elif reader.stream is not stream and rest.pos >= len(rest.head):
-                reader.stream = stream  # nothing left buffered: the parser reads the input directly
-            if m is None:
-                break
-            if m.type != REGULAR:
-                stats.skip_member(TYPE_NAMES.get(m.type, "special files"))
-                continue
-            name, data, here, israw = m.name, m.data, m.offset, False
-            mstart, endpos = m.start, reader.offset
-            # ---- what group() in grouping.py does with a name
-            if name and name[0] != "/" and ".." not in name and name.isprintable():
-                slash = name.rfind("/")
-                dot = name.find(".", slash + 1)
-                if dot <= slash + 1:
-                    stats.skip_member(unnamed(name))
-                    continue
-                k = name[:dot]
-                field = name[dot + 1 :].lower()
-            else:
-                why = unsafe_name(name)
-                if why:
-                    raise BadArchive(source, here, why)
-                parts = split_name(name)
-                if parts is None:
-                    stats.skip_member(unnamed(name))
-                    continue
-                k, field = parts
-            if field[:2] == "__" and field[-2:] == "__":  # as group(): a metadata name is never a field
-                raise BadArchive(source, here, f"member name {quote(name)}: field {quote(field)} is a "
-                                                   f"metadata name (__...__), never a field")
-            keyb = None
-        if k != key:
-            if current is not None:
-                stats.read += 1
-                if raw:
-                    _seal(current, pieces, rchunk, rs, rstop, nmem)
-                yield current
-            current = RawSample(__key__=k, __source__=source) if raw else {"__key__": k, "__source__": source}
-            if marks is not None:
-                marks.starts.append(mstart)
-            key = k
-            last = ""
-            pieces = [] if raw else None
-            rchunk = None
-            nmem = 0
-            held = 0
-            pack = None
-        elif field in current:
-            raise BadSample(k, f"field {field!r} appears twice (offset {here})", source)
-        if type(data) is bytes:
-            held += len(data)
-            if held > budget:
-                if pack is None:
-                    pack = Packer(reader.spooler)
-                data = pack.add_bytes(data)
-                pieces = None  # written again from its fields (its raw bytes are not kept either)
-        setitem(current, field, data)
-        if pieces is not None:
-            if israw and field > last:
-                last = field
-                nmem += 1
-                if built is not None:
-                    if rchunk is not None:
-                        pieces.append(rchunk[rs:rstop])
-                        rchunk = None
-                    pieces += built  # (joined into one piece when the sample is done)
-                elif rchunk is chunk and rstop == p:
-                    rstop = pos
-                else:
-                    if rchunk is not None:
-                        pieces.append(rchunk[rs:rstop])
-                    rchunk, rs, rstop = chunk, p, pos
-            else:
-                pieces = None
-    if marks is not None:
-        marks.end = endpos
-    if current is not None:
-        stats.read += 1
-        if raw:
-            _seal(current, pieces, rchunk, rs, rstop, nmem)
-        yield current
+            scan.handover()
+        # the general parser reads one member (and whatever comes before it)
+        try:
+            m = next(general, None)
+        except TarprocError as e:
+            # the data of the next member could not be read (damage, a compression bomb): when it
+            # starts another sample, the current one is whole and is given first, so a consumer
+            # that wants no more (tarshow -c 1) ends before the error (as group() does)
+            yield from samples.whole_before(e)
+            raise
+        scan.resume()
+        if m is None:
+            break
+        yield from samples.add_member(m, reader.offset)
+    yield from samples.finish()
 
 
 def fast_members(reader):
@@ -491,44 +506,30 @@ def fast_members(reader):
     the input buffer, every other member by the general parser at the same
     offset.  ``leftover(reader)`` tells how many bytes were read from the
     input and not used when it ends (data after the end-of-archive marker)."""
-    stream = reader.stream
-    read1 = getattr(stream, "read1", None)
-    fast = read1 is not None and reader.offset == 0
-    if fast:
-        rest = reader.stream = _Rest(stream)
-        take = stream.read
+    fast = reader.offset == 0 and reader.window(0) is not None
     general = reader.members()
-    limit = min(reader._blob_from, _LARGE_MEMBER)
+    limit = min(reader.blob_from, LARGE_MEMBER)
     member_at = member_reader()
-    name_of = NAME.fullmatch
+    name_of = PLAIN_NAME.fullmatch
     nums = {}  # mode and time fields (checked octal by member_at) -> their values
     chunk = b""
-    pos = end = 0
-    base = 0
+    pos = 0
     misses = 0
     while True:
-        if fast and end - pos < 512:
-            more = read1(CHUNK)
-            if pos < end:
-                more = chunk[pos:] + more
-            while 0 < len(more) < 512:
-                piece = read1(CHUNK)
-                if not piece:
-                    break
-                more += piece
-            base += pos
-            chunk, pos, end = more, 0, len(more)
-        p = pos
         m = None
-        if fast and end - p >= 512:
+        if fast and len(chunk) - pos < BLOCK:
+            reader.advance(pos)
+            chunk, pos = reader.window(BLOCK, CHUNK)
+        end = len(chunk)
+        p = pos
+        if fast and end - p >= BLOCK:
             r = member_at(chunk, p, end)
-            if type(r) is int:
-                chunk = chunk[p:] + take(r - (end - p))
-                base += p
-                pos = p = 0
-                end = len(chunk)
-                r = member_at(chunk, p, end) if end >= r else None
-            if r is not None:
+            if type(r) is int:  # the pax header and its member's header cross the buffer: get the rest
+                reader.advance(p)
+                chunk, pos = reader.window(r, CHUNK)
+                p, end = pos, len(chunk)
+                r = member_at(chunk, p, end) if end - p >= r else None
+            if type(r) is tuple:
                 q, nameb, size = r
                 if nameb is None:
                     ok = name_of(chunk, q, q + 100) is not None and chunk.find(b"..", q, q + 100) < 0
@@ -536,14 +537,14 @@ def fast_members(reader):
                     ok = name_of(nameb) is not None and b".." not in nameb
                 if ok and size < limit:
                     stop = q + 512 + size + (-size % 512)
-                    if stop > end:
-                        chunk = chunk[p:] + take(stop - end)
-                        base += p
-                        q -= p
-                        stop -= p
-                        pos = p = 0
-                        end = len(chunk)
+                    if stop > end:  # the member goes on past the buffer: get the rest
+                        reader.advance(p)
+                        chunk, pos = reader.window(stop - p, CHUNK)
+                        q += pos - p
+                        stop += pos - p
+                        p, end = pos, len(chunk)
                     if stop <= end:
+                        base = reader.offset - pos
                         if nameb is None:
                             nameb = chunk[q : q + 100].rstrip(b"\0")
                         f = chunk[q + 100 : q + 108]
@@ -562,20 +563,18 @@ def fast_members(reader):
                         m = Member(nameb.decode("ascii"), chunk[q + 512 : q + 512 + size], REGULAR, mode, mtime, link,
                                    base + q, base + p)
                         pos = stop
-                        reader.offset = base + stop
+                        reader.advance(stop)
                         misses = 0
         if m is None:
             if fast:
-                if end - p >= 512:
+                if end - p >= BLOCK:
                     misses += 1
                     if misses >= GIVE_UP:
                         fast = False
-                rest.head, rest.pos = chunk, pos
-                reader.offset = base + pos
+                reader.advance(p)
             m = next(general, None)
             if fast:
-                chunk, pos, end = rest.head, rest.pos, len(rest.head)
-                base = reader.offset - pos
+                chunk, pos = reader.window(0)
                 if reader.gpax:
                     fast = False
             if m is None:
@@ -603,5 +602,4 @@ def _mtime(chunk, p, q):
 def leftover(reader):
     """Bytes :func:`fast_members` or :func:`fast_group` read from the input
     of ``reader`` and did not use (0 when they read nothing ahead)."""
-    stream = reader.stream
-    return len(stream.head) - stream.pos if type(stream) is _Rest else 0
+    return reader.read_ahead

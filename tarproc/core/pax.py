@@ -54,7 +54,9 @@ def parse_pax(data, source="-", offset=0):
     return records
 
 
-def _pax_int(records, key, source, offset):
+def pax_int(records, key, source, offset):
+    """The integer value of the pax record ``key`` (``mtime``: its whole
+    seconds); :class:`BadArchive` when it is not one."""
     value = records[key]
     text = value.split(b".", 1)[0] if key == "mtime" else value
     if text.startswith(b"-"):
@@ -67,7 +69,9 @@ def _pax_int(records, key, source, offset):
     return sign * int(text)
 
 
-def _pax_name(records, key, source, offset):
+def pax_name(records, key, source, offset):
+    """The name in the pax record ``key`` (``path``, ``linkpath``) as a
+    ``str``; :class:`BadArchive` when it holds a NUL byte."""
     value = records[key]
     if b"\0" in value:
         raise BadArchive(source, offset, f"NUL byte in pax {key}")

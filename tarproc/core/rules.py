@@ -11,6 +11,8 @@ sample built in Python is written with its fields as given.  Entries whose names
 start and end with ``__`` (``__source__``) are metadata: they travel with the
 sample and are never written as members."""
 
+import re
+
 from .limits import quote
 
 #: Longest member name (UTF-8 bytes) read or written: a longer one needs a pax
@@ -39,6 +41,71 @@ def split_name(name):
     if dot <= slash + 1:
         return None
     return name[:dot], name[dot + 1 :].lower()
+
+
+#: What :func:`classify` says of a member name that is not a field of a sample.
+SKIPPED = "skipped"  # no extension (README, .hidden, ._x AppleDouble files): skipped and counted
+UNSAFE = "unsafe"  # absolute, a '..' component, control characters, ...: refused (unsafe_name)
+METADATA = "metadata"  # a field named like metadata (KEY.__x__): refused
+
+
+class Refused:
+    """Why a member name is not a field of a sample: ``kind`` is
+    :data:`SKIPPED`, :data:`UNSAFE` or :data:`METADATA`; ``why`` the
+    reason as counted (skipped) or the error message (refused)."""
+
+    __slots__ = ("kind", "why")
+
+    def __init__(self, kind, why):
+        self.kind = kind
+        self.why = why
+
+    def __repr__(self):
+        return f"Refused({self.kind!r}, {self.why!r})"
+
+
+def classify(name):
+    """THE sample name rule of every reader: ``(key, field)`` of a member
+    name that is a field of a sample, else a :class:`Refused`.
+
+    Grouping (:func:`~tarproc.core.grouping.group`), its fast twin
+    (:func:`~tarproc.core.passthru.fast_group`) and ``tarcheck``
+    (:mod:`tarproc.sinks.check`) all ask this: an unsafe name
+    (:func:`unsafe_name`) is refused, a name without an extension is
+    skipped (:func:`unnamed` says why), a field named like metadata is
+    refused, the rest split as :func:`split_name` splits them.  A member
+    whose key differs from the key of the member before it starts a new
+    sample (consecutive members with one key are one sample).  Names that
+    :data:`PLAIN_NAME` matches are read by the fast path without asking:
+    for them this gives the key and field that regex splits."""
+    if not (name and name[0] != "/" and ".." not in name and name.isprintable()
+            and len(name) <= MAX_NAME_BYTES // 4):
+        why = unsafe_name(name)  # (the common name above passes it: no need to ask)
+        if why:
+            return Refused(UNSAFE, why)
+    parts = split_name(name)
+    if parts is None:
+        return Refused(SKIPPED, unnamed(name))
+    field = parts[1]
+    if field[:2] == "__" and field[-2:] == "__":  # is_meta: it would replace __key__ or vanish on writing
+        return Refused(METADATA, f"member name {quote(name)}: field {quote(field)} is a metadata name (__...__), "
+                                 f"never a field")
+    return parts
+
+
+#: The name field of a plain header (bytes 0..100) whose name :func:`classify`
+#: takes as it is, in one match: the key (groups(1): directories, then a base
+#: name up to its first dot) and the field (group 2: printable ASCII, no
+#: ``/``, lower case, not starting with ``_``), then NUL padding.  A match
+#: without ``..`` in it is a name :func:`classify` splits the same way (the
+#: fast path in :mod:`tarproc.core.passthru` reads such names without asking
+#: it); every other name (upper-case fields, ``..``, ``__x__``, no extension,
+#: not ASCII) is left to :func:`classify`.
+PLAIN_NAME = re.compile(
+    rb"((?:[ -.0-~]++/)*+[ -\-0-~]++)"  # the key
+    rb"\.([ -.0-@\[-^`-~][ -.0-@\[-~]*+)\x00*+",  # the field, the padding
+    re.S,
+)
 
 
 def unnamed(name):

@@ -34,16 +34,13 @@ def read_sparse(reader, buf, records, size, here, name):
     :class:`~tarproc.core.tario.TarReader`); ``records`` its pax records
     (or ``None``), ``size`` its stored size.  ``extra``: bytes read beyond
     ``size`` and its padding (old GNU extension blocks)."""
-    from .tario import _decode, _number
-
-    source = reader.source
-    read = reader.stream.read
+    read = reader.read_raw
 
     def fail(problem):
-        reader._fail(here, f"sparse member {limits.quote(name)}: {problem}")
+        reader.fail(here, f"sparse member {limits.quote(name)}: {problem}")
 
     def num(field, what):
-        return _number(bytes(field), what, source, here)
+        return reader.number(field, what, here)
 
     extra = 0
     stored = size  # the data bytes after the map
@@ -51,7 +48,7 @@ def read_sparse(reader, buf, records, size, here, name):
     if "GNU.sparse.major" in records or "GNU.sparse.map" in records or "GNU.sparse.size" in records \
             or "GNU.sparse.realsize" in records:
         if "GNU.sparse.name" in records:
-            name = _decode(records["GNU.sparse.name"])
+            name = records["GNU.sparse.name"].decode("utf-8", "surrogateescape")
             if "\0" in name:
                 fail("NUL byte in GNU.sparse.name")
         real = records.get("GNU.sparse.realsize", records.get("GNU.sparse.size"))

@@ -18,7 +18,7 @@ from zlib import adler32
 
 from ..errors import BadArchive, TarprocError
 from .blob import Blob, Spooler, region
-from .pax import _pax_int, _pax_name, parse_pax  # noqa: F401 (parse_pax: part of this module's API)
+from .pax import parse_pax, pax_int, pax_name  # noqa: F401 (parse_pax: part of this module's API)
 from .sparse import read_sparse
 from .limits import quote
 
@@ -144,8 +144,9 @@ def _checksum_ok(buf, stored):
     return total - 256 * high == stored
 
 
-#: Members from this size on make the reader tune malloc (see _tune_malloc).
-_LARGE_MEMBER = 128 << 10
+#: Members from this size on make the reader tune malloc (see _tune_malloc);
+#: the fast paths (:mod:`tarproc.core.passthru`) read smaller ones only.
+LARGE_MEMBER = 128 << 10
 _malloc_tuned = False
 
 
@@ -171,6 +172,46 @@ def _tune_malloc():
     mallopt(-1, 64 << 20)  # M_TRIM_THRESHOLD: keep up to 64 MB of freed heap
 
 
+class _ReadAhead:
+    """The input of a :class:`TarReader` after :meth:`TarReader.window`:
+    the bytes read ahead and not yet used (``head[pos:]``), then ``stream``."""
+
+    __slots__ = ("stream", "head", "pos")
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.head = b""
+        self.pos = 0
+
+    def read(self, n):
+        head, pos = self.head, self.pos
+        if pos + n <= len(head):
+            self.pos = pos + n
+            return head[pos : pos + n]
+        part = head[pos:]
+        self.head, self.pos = b"", 0
+        more = self.stream.read(n - len(part))
+        return part + more if part else more
+
+    def readinto(self, view):
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+    def tell(self):
+        return self.stream.tell() - (len(self.head) - self.pos)
+
+    def seek(self, n, whence=0):
+        if whence != 1:
+            raise ValueError("only relative seeks")  # all that TarReader does
+        left = len(self.head) - self.pos
+        if n <= left:
+            self.pos += n
+            return self.tell()
+        self.head, self.pos = b"", 0
+        return self.stream.seek(n - left, 1)
+
+
 class TarReader:
     """Iterate the members of a tar stream.
 
@@ -187,11 +228,19 @@ class TarReader:
     a plain file opened by :func:`~tarproc.sources.open.open_source`), else
     a spool file written while the data arrives.  A GNU sparse member may
     expand to at most ``sparse_holes`` zero bytes (``None``: 1 GiB).
+
+    A fast path that reads plain members itself
+    (:mod:`tarproc.core.passthru`) asks for the input bytes with
+    :meth:`window`, takes whole members from them and says how far it got
+    with :meth:`advance`; the general parser (:meth:`members`) reads on from
+    there, the bytes read ahead first.
     """
 
     def __init__(self, stream, source="-", strict=False, warn=None, spooler=None, sparse_holes=None):
         self.sparse_holes = sparse_holes
         self.stream = stream
+        self._in = stream  # what the general parser reads: stream, or _ahead while it holds bytes
+        self._ahead = None  # a _ReadAhead, made by the first window()
         self.source = source
         self.strict = strict
         self.warn = warn
@@ -207,6 +256,76 @@ class TarReader:
 
     def __iter__(self):
         return self.members()
+
+    @property
+    def blob_from(self):
+        """Members from this size on come as blobs (see the class doc)."""
+        return self._blob_from
+
+    def window(self, need=BLOCK, ahead=256 << 10):
+        """``(buf, pos)``: the input from :attr:`offset` on is ``buf[pos:]``,
+        then what is still unread; at least ``need`` bytes of it unless the
+        input ends first (``None``: the stream has no ``read1``, so nothing
+        is read ahead).  Up to ``ahead`` bytes are read at a time: what has
+        arrived (``read1``), so output flows while input still arrives;
+        past a header (``need`` > 512) exactly what is missing.  Call it
+        between members only (before the first one, or after
+        :meth:`members` gave one or :meth:`advance` was called)."""
+        ra = self._ahead
+        if ra is None:
+            read1 = getattr(self.stream, "read1", None)
+            if read1 is None:
+                return None
+            ra = self._ahead = _ReadAhead(self.stream)
+        head, pos = ra.head, ra.pos
+        have = len(head) - pos
+        if have >= need:
+            return head, pos
+        if need <= BLOCK:
+            read1 = self.stream.read1
+            more = read1(ahead)
+            while 0 < len(more) < need - have:  # a header cut by the buffer: one more read
+                piece = read1(ahead)
+                if not piece:
+                    break
+                more += piece
+        else:
+            more = self.stream.read(need - have)
+        head = head[pos:] + more if have else more
+        ra.head, ra.pos = head, 0
+        self._in = ra
+        return head, 0
+
+    def advance(self, pos):
+        """The caller took the bytes of :meth:`window`'s ``buf`` up to
+        ``pos`` as whole members: :attr:`offset` moves there, and the general
+        parser reads on from there."""
+        ra = self._ahead
+        self.offset += pos - ra.pos
+        ra.pos = pos
+        if pos >= len(ra.head):
+            self._in = self.stream  # nothing left read ahead: the parser reads the input directly
+
+    @property
+    def read_ahead(self):
+        """Bytes read from the stream and not used yet (data after the end
+        of the archive, when the members have all been read)."""
+        ra = self._ahead
+        return len(ra.head) - ra.pos if ra is not None else 0
+
+    def read_raw(self, n):
+        """The next ``n`` bytes of the input (fewer at its end), for the
+        parts of a member read outside this module (sparse maps)."""
+        return self._in.read(n)
+
+    def number(self, field, what, offset):
+        """A numeric header field (octal text or GNU base-256) of the header
+        at ``offset``; :class:`BadArchive` when it is neither."""
+        return _number(bytes(field), what, self.source, offset)
+
+    def fail(self, offset, problem):
+        """Raise the :class:`BadArchive` of ``problem`` at ``offset``."""
+        self._fail(offset, problem)
 
     def _fail(self, offset, problem, head=None):
         if head is not None and offset == 0:  # the first header: say what the input is instead
@@ -227,7 +346,7 @@ class TarReader:
 
     def _read_blob(self, size, offset, name):
         """The data of a large member as a :class:`Blob` (see the class doc)."""
-        stream = self.stream
+        stream = self._in
         pad = -size % BLOCK
         if self._region is not None:
             fd, path = self._region
@@ -260,8 +379,8 @@ class TarReader:
             blob = self._read_blob(size, offset, name)
             if blob is not None:
                 return blob
-        read = self.stream.read
-        if size >= _LARGE_MEMBER and not _malloc_tuned:
+        read = self._in.read
+        if size >= LARGE_MEMBER and not _malloc_tuned:
             _tune_malloc()
         if size <= READ_CHUNK:
             data = read(size)
@@ -283,7 +402,7 @@ class TarReader:
         return data
 
     def _skip_data(self, size, offset, name):
-        read = self.stream.read
+        read = self._in.read
         left = size + (-size % BLOCK)
         while left:
             piece = read(min(left, 1 << 20))
@@ -292,11 +411,10 @@ class TarReader:
             left -= len(piece)
 
     def members(self):
-        """Yield the members.  Between two members the caller may read whole
-        members from ``self.stream`` itself if it adds their bytes to
-        ``self.offset``, and may replace ``self.stream`` by a stream at the
-        same position: :func:`~tarproc.core.passthru.fast_group` does."""
-        read = self.stream.read
+        """Yield the members.  Between two members a caller may take whole
+        members itself with :meth:`window` and :meth:`advance` (the fast
+        paths of :mod:`tarproc.core.passthru` do): this reads on from there."""
+        read = self._in.read
         source = self.source
         offset = self.offset
         zero_seen = False
@@ -415,16 +533,16 @@ class TarReader:
                         if not v:  # POSIX: an empty value deletes the keyword (the header's own field holds)
                             del records[k]
                 if "path" in records:
-                    name = _pax_name(records, "path", source, here)
+                    name = pax_name(records, "path", source, here)
                 if "linkpath" in records:
-                    linkname = _pax_name(records, "linkpath", source, here)
+                    linkname = pax_name(records, "linkpath", source, here)
                 if "size" in records:
-                    size = _pax_int(records, "size", source, here)
+                    size = pax_int(records, "size", source, here)
                     if size < 0:
                         self._fail(here, f"negative pax size {size}")
                     offset = here + BLOCK + size + (-size % BLOCK)
                 if "mtime" in records:
-                    mtime = _pax_int(records, "mtime", source, here)
+                    mtime = pax_int(records, "mtime", source, here)
                 else:
                     mtime = _number(buf[136:148], "mtime", source, here)
                 if any(k.startswith("GNU.sparse.") for k in records):
@@ -469,8 +587,8 @@ class TarReader:
                 m = Member(name, None, kind, mode, mtime, linkname, here, start)
             self.offset = offset
             yield m
-            offset = self.offset  # fast_group may have read on
-            read = self.stream.read
+            offset = self.offset  # a fast path may have taken members since (advance)
+            read = self._in.read
 
 
 def read_members(stream, source="-", strict=False, warn=None):
@@ -520,6 +638,13 @@ def _ustar_split(nameb):
     return b"", None
 
 
+def member_size(name, size):
+    """Bytes :class:`TarWriter` writes for a member named ``name`` of
+    ``size`` bytes (header blocks, data, padding; the same whatever the
+    header defaults)."""
+    return _SIZER.header_size(name.encode("utf-8", "surrogateescape"), size) + size + (-size % BLOCK)
+
+
 class TarWriter:
     """Write tar members to ``stream`` (anything with ``write``).
 
@@ -552,6 +677,24 @@ class TarWriter:
         self._zeros = bytes(BLOCK)
         self._end = self._tail + bytes(167)  # bytes 156..512 of a plain header
         self._sizes = {}  # size -> (bytes 100..148 of its header, their sum beyond _const)
+        self.canonical = (mode, mtime, uid, gid, uname, gname) == (0o644, 0, 0, 0, "", "")
+
+    def plain_header(self, nameb, size):
+        """The header block this writer writes for a member named ``nameb``
+        (bytes, ASCII, at most 100 of them) of ``size`` bytes."""
+        if len(nameb) > 100 or not nameb.isascii() or size > _MAX_OCTAL_SIZE:
+            raise ValueError("not a plain member: a name of at most 100 ASCII bytes, a size below 8 GiB")
+        return self._header(nameb, size)
+
+    def write_raw(self, pieces, members):
+        """Write ``pieces`` (bytes) as they are: ``members`` whole members
+        as this writer writes them (a sample's bytes copied as read,
+        :class:`~tarproc.core.passthru.RawSample`); counted as written."""
+        w = self.stream.write
+        for piece in pieces:
+            w(piece)
+            self.bytes_written += len(piece)
+        self.members_written += members
 
     def _header(self, nameb, size, prefix=b"", flag=None):
         sizef = _octal_field(size, 12) if size <= _MAX_OCTAL_SIZE else _octal_field(0, 12)
@@ -600,6 +743,13 @@ class TarWriter:
         self.bytes_written += len(header) + size + pad
         self.members_written += 1
 
+    def header_size(self, nameb, size):
+        """Bytes of the header blocks written for a member named ``nameb``
+        (bytes) of ``size`` bytes: 512, or more with a pax header."""
+        if len(nameb) <= 100 and size <= _MAX_OCTAL_SIZE and nameb.isascii():
+            return BLOCK
+        return len(self._slow_header(nameb, size))
+
     def _slow_header(self, nameb, size):
         records = []
         prefix, short = _ustar_split(nameb)
@@ -630,3 +780,6 @@ class TarWriter:
         """Write the end-of-archive marker (does not close the stream)."""
         self.stream.write(bytes(2 * BLOCK))
         self.bytes_written += 2 * BLOCK
+
+
+_SIZER = TarWriter(None)  # (member_size: header sizes do not depend on the defaults)

@@ -103,12 +103,12 @@ class Capture:
         that file (which it then owns): a long log stored in a field is not
         loaded into memory."""
         if self.fd is not None and not self.buf and self.size() >= threshold:
-            from ..core.blob import Blob, _File
+            from ..core.blob import Blob, SharedFile
 
             self.started()
             self._close_pipe()
             fd, self.fd = self.fd, None
-            return Blob(_File(fd, None, False), 0, os.fstat(fd).st_size)
+            return Blob(SharedFile(fd, None, False), 0, os.fstat(fd).st_size)
         return self.read()
 
     def copy_to(self, write, close=True):

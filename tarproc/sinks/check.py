@@ -37,7 +37,7 @@ deleted when the check ends; SQLite's page cache is bounded).
 from ..core.pack import SizesOnly
 from ..core import limits
 from ..core.limits import shorten
-from ..core.rules import split_name, unnamed, unsafe_name
+from ..core.rules import SKIPPED, UNSAFE, classify
 from ..errors import BadInput
 from ..sources.resume import RETRIES, STALL_TIMEOUT
 from ..core.passthru import fast_members
@@ -221,23 +221,21 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False, retries=RETRIES
                 probs.add("skipped_members", "members skipped by readers (links, special files, no extension)",
                           f"{name} ({reason})")
                 continue
-            why = unsafe_name(name)
-            if why:
-                probs.add("unsafe_names", "member names that escape a directory or have control characters",
-                          name)
-                continue
-            parts = split_name(name)
-            if parts is None:
-                reason = unnamed(name)
-                skipped[reason] = skipped.get(reason, 0) + 1
-                probs.add("skipped_members", "members skipped by readers (links, special files, no extension)",
-                          f"{name} ({reason})")
+            parts = classify(name)  # THE name rule, as readers apply it (core/rules.py)
+            if type(parts) is not tuple:
+                if parts.kind == SKIPPED:
+                    reason = parts.why
+                    skipped[reason] = skipped.get(reason, 0) + 1
+                    probs.add("skipped_members", "members skipped by readers (links, special files, no extension)",
+                              f"{name} ({reason})")
+                elif parts.kind == UNSAFE:
+                    probs.add("unsafe_names", "member names that escape a directory or have control characters",
+                              name)
+                else:
+                    probs.add("metadata_fields", "member names whose field is a metadata name (__...__): readers "
+                              "refuse them", name)
                 continue
             k, field = parts
-            if field[:2] == "__" and field[-2:] == "__":
-                probs.add("metadata_fields", "member names whose field is a metadata name (__...__): readers "
-                          "refuse them", name)
-                continue
             size = len(m.data)
             if size == 0:
                 probs.add("empty_files", "empty files", name)

@@ -25,15 +25,13 @@ import os
 
 from ..core.limits import check_widths
 from ..errors import OutputError, UsageError
-from ..core.rules import is_meta
-from ..core.grouping import SampleWriter, sample_members
+from ..core.grouping import SampleWriter
+from ..core.grouping import written_size as sample_size  # the writer rule (sinks/index imports it from here)
 from ..core.stats import Stats
-from ..core.tario import BLOCK, TarWriter
+from ..core.tario import BLOCK
 
 #: The end-of-archive marker every shard ends with.
 END_MARKER = 2 * BLOCK
-_MAX_OCTAL_SIZE = 0o77777777777
-_sizer = TarWriter(None)
 
 
 class Shard:
@@ -60,38 +58,6 @@ class Shard:
 
     def __repr__(self):
         return f"Shard({self.name!r}, index={self.index}, samples={self.samples}, bytes={self.bytes})"
-
-
-def member_size(name, size):
-    """Bytes :class:`TarWriter` writes for a member (header(s), data, padding)."""
-    nameb = name.encode("utf-8", "surrogateescape")
-    if len(nameb) <= 100 and size <= _MAX_OCTAL_SIZE and nameb.isascii():
-        head = BLOCK
-    else:
-        head = len(_sizer._slow_header(nameb, size))
-    return head + size + (-size % BLOCK)
-
-
-def sample_size(sample):
-    """Bytes a sample takes in a tar written by :class:`SampleWriter`."""
-    total = 0
-    key = sample.get("__key__")
-    fast = isinstance(key, str) and key.isascii() and len(key) < 90
-    if fast:
-        for field, value in sample.items():
-            if is_meta(field):
-                continue
-            if type(value) is not bytes or len(field) + len(key) >= 100 or not field.isascii():
-                fast = False
-                break
-            size = len(value)
-            total += BLOCK + size + (-size % BLOCK)
-        if fast:
-            return total
-    total = 0
-    for name, value in sample_members(sample):
-        total += member_size(name, len(value))
-    return total
 
 
 #: Name endings of shards: a prefix ending in one keeps it after the number.

@@ -285,7 +285,7 @@ def _file_blob(where, path):
     that many bytes, one that shrinks is an error naming it."""
     import stat
 
-    from ..core.blob import Blob, _File
+    from ..core.blob import Blob, SharedFile
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO swapped in since the check never blocks
@@ -310,7 +310,7 @@ def _file_blob(where, path):
                 parts.append(piece)
                 left -= len(piece)
             return b"".join(parts)
-        blob = Blob(_File(fd, path, False), 0, st.st_size)
+        blob = Blob(SharedFile(fd, path, False), 0, st.st_size)
         fd = -1  # the blob owns it now
         return blob
     except OSError as e:
@@ -331,7 +331,7 @@ def item_bytes(item, basedir=None):
         return _file_blob(item.where, item.value)
     import tempfile
 
-    from ..core.blob import Blob, _File
+    from ..core.blob import Blob, SharedFile
     from ..runtime.child import Child
     from ..runtime.procs import wait_nowait
 
@@ -353,7 +353,7 @@ def item_bytes(item, basedir=None):
         size = os.fstat(outf.fileno()).st_size
         if size <= SMALL_FILE:
             return os.pread(outf.fileno(), size, 0)
-        return Blob(_File(os.dup(outf.fileno()), None, False), 0, size)
+        return Blob(SharedFile(os.dup(outf.fileno()), None, False), 0, size)
 
 
 def write_plan(items, output="-", basedir=None, on_item=None, group_size=None, settings=None):
