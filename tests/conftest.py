@@ -41,6 +41,19 @@ REALDATA = _realdata()
 
 # The commands under test are the installed ones, first on PATH.
 os.environ["PATH"] = VENV_BIN + os.pathsep + os.environ.get("PATH", "")
+
+# tests/ is laid out by what the tests test (tests/README.md); every folder is
+# importable by module name, whatever the depth of the file that imports:
+# `helpers`, `conftest`, `make_corpus` (tests/hostile) and the modules that
+# other tests share fixtures from (`from test_urls import s3`).  Test file
+# names are unique across the folders (pytest's default import mode needs it).
+HOSTILE = os.path.join(HERE, "hostile")
+for _dir, _subdirs, _files in sorted(os.walk(HERE), reverse=True):
+    _subdirs[:] = [d for d in _subdirs if not d.startswith((".", "__"))]
+    if _dir not in sys.path:
+        sys.path.insert(0, _dir)
+if HERE in sys.path:
+    sys.path.remove(HERE)
 sys.path.insert(0, HERE)
 
 

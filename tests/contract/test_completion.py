@@ -8,7 +8,7 @@ import subprocess
 import pytest
 from conftest import require
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT
 VENV_BIN = os.path.join(ROOT, ".venv", "bin")
 
 

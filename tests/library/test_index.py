@@ -20,7 +20,7 @@ import threading
 import pytest
 
 import tarproc
-from conftest import require
+from conftest import ROOT, require
 from helpers import read_tar, samples_of, tar_bytes
 from test_urls import s3  # noqa: F401  (the moto S3 fixture)
 
@@ -476,7 +476,7 @@ def test_tarcat_keys_and_exclude_keys(sh, shards, tmp_path):
 def test_the_python_example_of_docs_tarindex_runs(tmp_path):
     import re
 
-    text = open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "tarindex.md")).read()
+    text = open(os.path.join(ROOT, "docs", "tarindex.md")).read()
     code = re.findall(r"```python\n(.*?)```", text, re.S)[-1]
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, timeout=120)
     assert p.returncode == 0, p.stderr.decode()

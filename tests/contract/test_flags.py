@@ -15,8 +15,7 @@ import subprocess
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+from conftest import ROOT
 
 COMMANDS = ["tarcat", "tarpcat", "tarsplit", "tarsort", "tarshow", "tar2tsv", "tarfirst", "tarcheck", "tarcreate",
             "tarproc", "kujob", "tarserve", "lines2tar", "tar2json", "tarmix", "tarindex"]

@@ -23,8 +23,6 @@ import time
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "hostile"))
 import make_corpus as M  # noqa: E402
 
 PARTIAL = re.compile(r"^\.(.+)\.(\d+)\.tarproc-partial$")

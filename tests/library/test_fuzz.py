@@ -20,8 +20,6 @@ import sys
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "hostile"))
 import make_corpus as M  # noqa: E402
 from helpers import tar_bytes  # noqa: E402
 

@@ -5,9 +5,8 @@ import os
 import subprocess
 import sys
 
+from conftest import ROOT
 from helpers import samples_of
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _pixels(png):

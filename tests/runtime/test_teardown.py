@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 
+from conftest import ROOT
 from helpers import tar_bytes
 
 PRELUDE = """
@@ -92,7 +93,7 @@ def test_capture_at_shutdown(tmp_path):
 
 def test_every_del_in_the_package_is_covered():
     """A new __del__ gets a test here: these are the ones there are."""
-    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tarproc")
+    root = os.path.join(ROOT, "tarproc")
     found = set()
     for d, _, files in os.walk(root):
         for f in files:

@@ -10,9 +10,8 @@ import os
 
 import pytest
 
+from conftest import ROOT
 from helpers import tar_bytes
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # command -> (the file read, a command line reading it and writing stdout)
 READERS = {

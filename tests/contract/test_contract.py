@@ -18,9 +18,7 @@ import tarfile
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(HERE, "hostile"))
+from conftest import ROOT
 import make_corpus as M  # noqa: E402
 
 
