@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from helpers import kubernetes_expand
+from helpers import kill_left, kubernetes_expand, one_line, processes_with, unique_sleep, wait_for
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostile"))
 import make_corpus as M  # noqa: E402
@@ -48,40 +48,9 @@ def run(cmd, cwd, timeout=60, **kw):
     return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, timeout=timeout, **kw)
 
 
-def one_line(p):
-    err = p.stderr.decode(errors="replace")
-    assert "Traceback" not in err and "internal error" not in err, err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1, err
-    return lines[0]
-
-
-def unique_sleep():
-    """A `sleep` command line no other test runs: `sleep 7<digits>` (seconds)."""
-    return f"sleep 7{time.time_ns() % 10**9:09d}"
-
-
-processes_with = M.processes_with
-
-
 def _default_signals():
     for sig in (signal.SIGHUP, signal.SIGINT):
         signal.signal(sig, signal.SIG_DFL)
-
-
-def wait_for(predicate, timeout=20):
-    deadline = time.monotonic() + timeout
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return predicate()
-
-
-def kill_left(words):
-    for pid in processes_with(words):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 # ------------------------------------------------------------------ signals

@@ -14,7 +14,21 @@ import time
 
 import pytest
 
-from test_hostile_more2 import kill_left, one_line, processes_with, run, tar_of, unique_sleep, wait_for
+from helpers import kill_left, one_line, processes_with, unique_sleep, wait_for
+
+
+def tar_of(members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def run(cmd, cwd, timeout=60, **kw):
+    return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, timeout=timeout, **kw)
 
 
 def members(path):

@@ -15,7 +15,7 @@ import time
 import pytest
 
 import tarproc
-from test_hostile_more2 import kill_left, processes_with, unique_sleep, wait_for
+from helpers import kill_left, processes_with, unique_sleep, wait_for
 
 
 def members(path):
