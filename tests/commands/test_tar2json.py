@@ -5,11 +5,14 @@ A `json` field is the value it holds, in tar2json and tar2tsv --format jsonl."""
 
 import io
 import json
+import os
 import subprocess
 import tarfile
 
 import pytest
 import yaml
+
+from helpers import one_line
 
 
 def shard(path, samples):
@@ -84,3 +87,61 @@ def test_tar2tsv_key_column_once(tmp_path):
     assert run("tar2tsv -f '__key__ cls' t.tar", tmp_path) == "__key__\tcls\na\t1\nb\t2\n"
     assert run("tar2tsv -f 'cls __key__' t.tar", tmp_path) == "cls\t__key__\n1\ta\n2\tb\n"
     assert run("tar2tsv -f cls t.tar", tmp_path) == "__key__\tcls\na\t1\nb\t2\n"
+
+
+def tar_of(members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def text_shard(n, prefix="s"):
+    return tar_of([(f"{prefix}{i:03d}.txt", f"text {prefix} {i}\n".encode()) for i in range(n)])
+
+
+def run_bash(cmd, cwd, timeout=60, **kw):
+    return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, timeout=timeout, **kw)
+
+
+def test_tar2json_full_disk_is_output_not_written(tmp_path):
+    """tar2json on a full disk said 'No space left on device' with exit 2
+    (bad usage); every other writer says 'write failed', exit 1."""
+    (tmp_path / "a.tar").write_bytes(text_shard(200))
+    p = run_bash("tar2json a.tar > /dev/full", tmp_path)
+    assert p.returncode == 1 and one_line(p) == "tar2json: -: write failed: No space left on device"
+
+
+def run_pipefail(cmd, cwd, input=None, env=None, timeout=60):
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=cwd, input=input, capture_output=True,
+                          timeout=timeout, env=full_env)
+
+
+def test_tar2json_json_output_is_json_for_numbers_floats_cannot_hold(tmp_path):
+    """A JSON field holding 1e999 (valid JSON, beyond a float) or NaN (which
+    Python's parser accepts) came out as the bare words Infinity / NaN: not
+    JSON, strict readers (JavaScript's JSON.parse, Go, serde) refuse the
+    whole line. They are null now, as JSON.stringify writes them; YAML keeps
+    .inf / .nan (valid YAML)."""
+    line = b'k1\t{"v": 1e999, "m": -1e999, "w": NaN, "x": [1.5, {"y": 1e999}]}\n'
+    (tmp_path / "j.tar").write_bytes(run_pipefail("lines2tar -k '__key__ json'", tmp_path, line).stdout)
+
+    def strict(text):
+        def refuse(c):
+            raise ValueError(f"not JSON: {c}")
+        return json.loads(text, parse_constant=refuse)
+
+    p = run_pipefail("tar2json -f jsonlines -k 'json.v json.m json.w json.x'", tmp_path, (tmp_path / "j.tar").read_bytes())
+    assert p.returncode == 0, p.stderr
+    assert strict(p.stdout) == {"json.v": None, "json.m": None, "json.w": None, "json.x": [1.5, {"y": None}]}
+    p = run_pipefail("tar2json -f json -k 'json.v json.x' j.tar", tmp_path)
+    assert strict(p.stdout) == {"json.v": None, "json.x": [1.5, {"y": None}]}
+    p = run_pipefail("tar2tsv --format jsonl -f 'json.v json.x' j.tar", tmp_path)  # the same rows in tar2tsv
+    assert p.returncode == 0, p.stderr
+    assert strict(p.stdout) == {"__key__": "k1", "json.v": None, "json.x": [1.5, {"y": None}]}
+    p = run_pipefail("tar2json -k 'json.v json.w' j.tar", tmp_path)
+    assert b'json.v: .inf' in p.stdout and b'json.w: .nan' in p.stdout  # plain YAML keys, as PyYAML writes them

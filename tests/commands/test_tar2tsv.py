@@ -81,3 +81,17 @@ def test_stdin_and_empty_input(sh, tmp_path):
     p = sh("head -c 1000 small.tar | tar2tsv", ok=False)
     assert p.returncode == 2 and len(p.stderr.splitlines()) == 1
     assert b"examples:" in sh("tar2tsv --help").stdout
+
+
+def test_tar2tsv_columns_are_every_field_of_the_first_samples(sh, tmp_path):
+    members = [("a.x", b"1"), ("b.y", b"2"), ("c.x", b"3"), ("c.z", b"9"), ("d.w", b"0")]
+    (tmp_path / "m.tar").write_bytes(tar_bytes(members))
+    assert sh("tar2tsv m.tar").stdout.decode() == "__key__\tw\tx\ty\tz\na\t\t1\t\t\nb\t\t\t2\t\nc\t\t3\t\t9\nd\t0\t\t\t\n"
+    p = sh("tar2tsv --scan 2 --format csv m.tar", stderr_ok=True)
+    assert p.stdout.decode() == "__key__,x,y\na,1,\nb,,2\nc,3,\nd,,\n"
+    err = p.stderr.decode().splitlines()  # each new field named once
+    assert len(err) == 2 and "'c': field z not in the columns" in err[0] and "'d': field w" in err[1]
+    rows = [json.loads(x) for x in sh("tar2tsv --format jsonl m.tar").stdout.splitlines()]
+    assert rows[2] == {"__key__": "c", "x": "3", "z": "9"} and rows[3] == {"__key__": "d", "w": "0"}
+    # with -f the header comes at once (streaming) and has exactly those columns
+    assert sh("tar2tsv -f 'y x' -c 2 m.tar").stdout.decode() == "__key__\ty\tx\na\t\t1\nb\t2\t\n"

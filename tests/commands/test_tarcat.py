@@ -1,8 +1,10 @@
 """tarcat through real pipes, checked with independent readers (GNU tar,
 bsdtar, Python's tarfile, webdataset)."""
 
+import io
 import os
 import random
+import re
 import select
 import subprocess
 import tarfile
@@ -12,7 +14,9 @@ from importlib.metadata import version
 import pytest
 
 from conftest import require
-from helpers import read_tar, samples_of, tar_bytes
+from helpers import png_bytes, read_tar, samples_of, tar_bytes
+import make_corpus
+import make_corpus as M
 
 UTF8 = {"LC_ALL": "C.UTF-8"}
 LONG_SPLIT = "d" * 100 + "/" + "n" * 95 + ".txt"  # 200 bytes, fits ustar's prefix/name split
@@ -431,3 +435,114 @@ def test_non_utf8_names_pass_through_byte_for_byte(sh, tmp_path, fmt):
     assert read_tar((tmp_path / "out.tar").read_bytes()) == read_tar((tmp_path / "in.tar").read_bytes())
     require("bsdtar")
     assert len(sh("bsdtar -tf out.tar", stderr_ok=True).stdout.splitlines()) == 2
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("corpus")
+    items = [(n, p, e) for n, p, e in make_corpus.write_corpus(str(d))]
+    return items
+
+
+def _members(data):
+    """(name bytes, data) of the regular members, read by tarfile."""
+    out = []
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:*", encoding="utf-8", errors="surrogateescape") as tf:
+        for info in tf:
+            if info.isfile():
+                out.append((info.name.encode("utf-8", "surrogateescape"), tf.extractfile(info).read()))
+    return out
+
+
+def _sample_count(members):
+    n, last = 0, None
+    for name, _ in members:
+        slash = name.rfind(b"/")
+        dot = name.find(b".", slash + 1)
+        key = name[:dot]
+        if key != last:
+            n += 1
+            last = key
+    return n
+
+
+def test_strict_fails_a_cut_off_shard(sh, tmp_path):
+    data = make_corpus.small_shard()
+    ends, eoa = make_corpus.small_layout()
+    (tmp_path / "cut.tar").write_bytes(data[:eoa])
+    p = sh("tarcat --strict cut.tar > out.tar", ok=False)
+    assert p.returncode == 2
+    assert re.search(rb"offset \d+: input ends without the end-of-archive", p.stderr)
+    assert len(p.stderr.splitlines()) == 1
+    p = sh("tarcat cut.tar > out.tar", stderr_ok=True)
+    assert b"warning" in p.stderr
+    assert _sample_count(_members((tmp_path / "out.tar").read_bytes())) == make_corpus.SMALL_SAMPLES
+
+
+def test_samples_before_damage_are_written(sh, tmp_path):
+    """Damage is an error, but everything before it has already gone out."""
+    data = make_corpus.small_shard()
+    good = data[: data.index(b"cafe/0002.txt") - 1024]  # up to the pax header of the third sample
+    (tmp_path / "bad.tar").write_bytes(good + make_corpus.header(b"z.txt", 5, chksum_delta=1) + bytes(1024))
+    p = sh("tarcat bad.tar > out.tar", ok=False)
+    assert p.returncode == 2 and b"checksum" in p.stderr
+    names = [n for n, _ in _members((tmp_path / "out.tar").read_bytes() + bytes(1024))]
+    assert names[:2] == [b"0000.cls", b"0000.txt"]
+
+
+def test_specials_are_never_created(sh, tmp_path):
+    corpus = {n: (d, e) for n, d, e in make_corpus.cases(big=False)}
+    (tmp_path / "in.tar").write_bytes(corpus["specials"][0])
+    p = sh("tarcat -v in.tar > out.tar", stderr_ok=True)
+    assert re.search(rb"members skipped 8 \(", p.stderr), p.stderr
+    assert [n for n, _ in _members((tmp_path / "out.tar").read_bytes())] == [b"k.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["in.tar", "out.tar"]
+
+
+plain_shard = M.plain_shard
+
+
+run = M.bash
+
+
+one_line = M.one_line
+
+
+def test_tarcat_shuffles_a_long_list_through_a_bounded_buffer(tmp_path):
+    for k in range(3):
+        (tmp_path / f"in-{k}.tar").write_bytes(plain_shard(2))
+    # 3 real shards, then 10^8 names: with the bound at 50 the list is never
+    # held; the missing shards make it fail, after it has started reading
+    p = run("tarcat --shuffle 5 --seed 1 'in-{0..2}.tar' 'nope-{0..99999999}.tar' > out.tar", tmp_path,
+            env={"TARPROC_MAX_URLS": "50"}, timeout=60)
+    assert p.returncode == 2 and "nope-" in one_line(p) and "cannot open" in one_line(p)
+    from tarproc.core import limits
+    from tarproc.sources.shardlist import shuffle_urls
+
+    old = limits.MAX_URLS
+    limits.MAX_URLS = 100
+    try:
+        urls = [f"u{i}" for i in range(1000)]
+        once = list(shuffle_urls(iter(urls), seed=3))
+        assert sorted(once) == sorted(urls) and once != urls and once == list(shuffle_urls(iter(urls), seed=3))
+        short = shuffle_urls(urls[:100], seed=3)
+        assert isinstance(short, list) and sorted(short) == sorted(urls[:100])
+    finally:
+        limits.MAX_URLS = old
+
+
+def small_tar(n=4, ext="png"):
+    return tar_bytes([m for i in range(n) for m in ((f"s{i}.{ext}", png_bytes(4, 4, seed=i)),
+                                                    (f"s{i}.cls", str(i).encode()))])
+
+
+def test_tarcat_fields_matching_nothing_warns_once(sh, tmp_path):
+    (tmp_path / "in.tar").write_bytes(small_tar())
+    p = sh("tarcat -f nofield in.tar > out.tar", stderr_ok=True)
+    lines = p.stderr.decode().splitlines()
+    assert len(lines) == 1 and "warning" in lines[0] and "'nofield'" in lines[0], lines
+    assert "4 samples" in lines[0] and "cls, png" in lines[0]
+    assert read_tar((tmp_path / "out.tar").read_bytes()) == []
+    # a selection that keeps some samples says nothing; -q silences the warning
+    sh("tarcat -f 'png cls' in.tar | tar tf - > /dev/null")
+    assert sh("tarcat -q -f nofield in.tar > /dev/null").stderr == b""

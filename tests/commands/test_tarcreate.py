@@ -1,8 +1,17 @@
 """tarcreate / tsv2tar: table plans and line plans, checked before writing."""
 
+import hashlib
 import os
+import re
+import signal
+import subprocess
+import tarfile
+import time
 
-from helpers import jpeg_bytes, png_bytes, read_tar, samples_of
+import pytest
+
+from helpers import jpeg_bytes, kill_left, one_line, png_bytes, processes_with, read_tar, samples_of, unique_sleep, wait_for
+import make_corpus as M
 
 
 def make_files(tmp_path, n=3):
@@ -107,3 +116,154 @@ def test_refused_names_and_failed_commands(sh, tmp_path):
     p = sh("tarcreate w.tsv", ok=False)
     assert p.returncode == 2 and b"w.tsv:2: 3 columns, the header has 2" in p.stderr
     assert b"examples:" in sh("tarcreate --help").stdout
+
+
+@pytest.mark.parametrize("plan", [
+    b"../../x.txt text:hi\n", b"/abs/x.txt text:hi\n", b"a/../../b.txt text:hi\n",
+    b"ok.txt text:fine\n../x.txt text:late\n",
+])
+def test_tarcreate_refuses_unsafe_names(plan, sh, tmp_path):
+    """tarcreate writes names from a plan: the same names are refused there,
+    and nothing is written (not even the members before the bad line)."""
+    (tmp_path / "plan.txt").write_bytes(plan)
+    p = sh("tarcreate plan.txt -o out.tar", ok=False)
+    err = p.stderr.decode(errors="replace")
+    assert p.returncode == 2, err
+    assert len(err.splitlines()) == 1 and re.search(r"absolute|'\.\.' component", err), err
+    assert sorted(os.listdir(tmp_path)) == ["plan.txt"]
+
+
+def run(cmd, cwd, timeout=60, **kw):
+    return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, timeout=timeout, **kw)
+
+
+def members(path):
+    with tarfile.open(path) as tf:
+        return [(m.name, tf.extractfile(m).read()) for m in tf]
+
+
+def test_tarcreate_plan_lines_end_only_at_newlines(tmp_path):
+    """Plans were cut into lines by str.splitlines(), which also ends a line
+    at U+2028, U+0085, form feed, vertical tab and \\x1c-\\x1e: a file whose
+    name holds U+2028 was 'not found' (line plan) or 'N columns, the header
+    has M' (table), and a `text:` value lost everything after a form feed."""
+    weird = "photo\u2028one\u0085x.jpg"
+    (tmp_path / weird).write_bytes(b"JPEG")
+    (tmp_path / "plan.txt").write_text(f"0.jpg {weird}\n0.txt text:a\x0cb\x0bc\u2028d\n1.txt text:two\n")
+    p = run("tarcreate plan.txt -o lines.tar", tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert members(tmp_path / "lines.tar") == [("0.jpg", b"JPEG"), ("0.txt", "a\x0cb\x0bc\u2028d".encode()),
+                                               ("1.txt", b"two")]
+    (tmp_path / "plan.tsv").write_text(f"__key__\t@jpg\tcls\nk0\t{weird}\t3\nk1\t{weird}\t4\u2028x\n")
+    p = run("tarcreate plan.tsv -o table.tar", tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert members(tmp_path / "table.tar") == [("k0.cls", b"3"), ("k0.jpg", b"JPEG"),
+                                               ("k1.cls", "4\u2028x".encode()), ("k1.jpg", b"JPEG")]
+
+
+@pytest.mark.parametrize("name", ["dir/", "a.txt/", "x/.", "."])
+def test_tarcreate_refuses_a_member_name_that_is_a_directory(name, tmp_path):
+    """`dir/ text:hi` wrote a regular-file member named `dir/` with data:
+    GNU tar lists it as a directory and fails extracting (`Skipping to next
+    header`, exit 2), bsdtar calls the archive damaged.  A member name must
+    end in a file name; such names are refused, naming the line."""
+    (tmp_path / "plan.txt").write_text(f"0.txt text:ok\n{name} text:hello world\n")
+    p = run("tarcreate plan.txt -o out.tar", tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert "plan.txt:2" in one_line(p)
+    assert sorted(os.listdir(tmp_path)) == ["plan.txt"]
+
+
+def test_tarcreate_output_naming_the_plan_is_refused(tmp_path):
+    """`tarcreate plan.txt -o plan.txt` replaced the plan with the tar, exit
+    0 (as lines2tar and tarmix did before pass 4).  A file of the plan may
+    still be the output: it is read before the new one replaces it."""
+    (tmp_path / "plan.txt").write_text("0.txt text:hi\n")
+    p = run("tarcreate plan.txt -o ./plan.txt", tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert "plan.txt: is also the output" in one_line(p)
+    assert (tmp_path / "plan.txt").read_text() == "0.txt text:hi\n"
+    (tmp_path / "p2.txt").write_text("0.tar old.tar\n1.txt text:new\n")
+    (tmp_path / "old.tar").write_bytes(b"old bytes")
+    p = run("tarcreate p2.txt -o old.tar", tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert members(tmp_path / "old.tar") == [("0.tar", b"old bytes"), ("1.txt", b"new")]
+
+
+def test_tarcreate_terminated_leaves_no_pipe_command_running(tmp_path):
+    """SIGTERM while a `pipe:` command ran killed only its shell: the
+    command's own children (here a sleep) went on running, orphaned."""
+    marker = unique_sleep()
+    (tmp_path / "plan.txt").write_text(f"0.txt text:a\n1.txt pipe:{marker}; echo late\n")
+    proc = subprocess.Popen(["tarcreate", "plan.txt", "-o", "out.tar"], cwd=tmp_path, stderr=subprocess.PIPE)
+    try:
+        assert wait_for(lambda: processes_with(marker))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 143
+        assert wait_for(lambda: not processes_with(marker), 10), "the pipe: command's children still run"
+        assert sorted(os.listdir(tmp_path)) == ["plan.txt"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_left(marker)
+
+
+def test_tarcreate_plan_size_is_bounded(tmp_path):
+    """A plan is checked whole before writing, so its size is bounded:
+    ``tarcreate /dev/zero`` read until memory ran out."""
+    p = subprocess.run(["tarcreate", "/dev/zero"], cwd=tmp_path, capture_output=True, timeout=60,
+                       env={**os.environ, "TARPROC_MAX_PLAN": "100000"})
+    assert p.returncode == 2 and p.stdout == b""
+    assert p.stderr.decode() == ("tarcreate: /dev/zero: the plan is larger than 100,000 bytes (TARPROC_MAX_PLAN): "
+                                 "it is checked whole before anything is written, so split it and join the parts "
+                                 "with tarcat\n")
+
+
+@pytest.mark.parametrize("name, hint", [("README", " (e.g. 'README.txt')"), ("d/.hidden", "")])
+def test_tarcreate_refuses_members_no_reader_keeps(tmp_path, name, hint):
+    """A member whose file name is not KEY.FIELD was written, and every
+    reader (tarcat, webdataset) then skipped it: what we write must read back."""
+    (tmp_path / "a.txt").write_text("hi\n")
+    p = run(f"printf 'x.txt a.txt\\n{name} a.txt\\n' | tarcreate -o out.tar", tmp_path)
+    assert p.returncode == 2
+    assert one_line(p) == (f"tarcreate: stdin:2: refusing member name '{name}': its file name is not KEY.FIELD, "
+                           f"so readers skip it{hint}")
+    assert not (tmp_path / "out.tar").exists()
+
+
+def _sha_of_member(path, name):
+    h = hashlib.sha256()
+    with tarfile.open(path) as tf:
+        f = tf.extractfile(tf.getmember(name))
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def test_tarcreate_streams_large_files_and_command_outputs(tmp_path):
+    """A 64 MB file and a 64 MB command output go into the tar in chunks:
+    the peak memory of tarcreate stays far below either."""
+    big = tmp_path / "big.bin"
+    with open(big, "wb") as f:
+        for i in range(64):
+            f.write(hashlib.sha256(b"%d" % i).digest() * (1 << 15))
+    (tmp_path / "plan.txt").write_text("0.bin big.bin\n0.zero pipe:head -c 64000000 /dev/zero\n0.txt text:hi\n")
+    p = run("/usr/bin/time -f 'maxrss %M' tarcreate plan.txt -o out.tar", tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr
+    rss_kb = int(p.stderr.decode().rsplit("maxrss", 1)[1])
+    assert rss_kb < 48 * 1024, f"tarcreate peaked at {rss_kb} KB"
+    assert _sha_of_member(tmp_path / "out.tar", "0.bin") == hashlib.sha256(big.read_bytes()).hexdigest()
+    assert _sha_of_member(tmp_path / "out.tar", "0.zero") == hashlib.sha256(bytes(64000000)).hexdigest()
+    assert sorted(os.listdir(tmp_path)) == ["big.bin", "out.tar", "plan.txt"]
+
+
+def test_tarcreate_file_shrinking_while_copied_is_one_line(tmp_path):
+    """The file is cut while its bytes are being copied into a pipe: never a
+    member shorter than its header says, one line naming the file, exit 2."""
+    (tmp_path / "shrink.bin").write_bytes(b"x" * (20 << 20))
+    (tmp_path / "plan.txt").write_text("0.bin shrink.bin\n")
+    p = run("tarcreate plan.txt | { head -c 1000 > /dev/null; truncate -s 10 shrink.bin; cat > /dev/null; }; "
+            "exit ${PIPESTATUS[0]}", tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert "shrink.bin" in one_line(p) and "shrank" in one_line(p)

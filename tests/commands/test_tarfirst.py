@@ -79,3 +79,31 @@ def test_stops_reading_at_the_match(tmp_path):
         p.stderr.close()
     assert rc == 0, err
     assert out == images["0002"]
+
+
+def run(cmd, cwd, input=None, env=None, timeout=60):
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=cwd, input=input, capture_output=True,
+                          timeout=timeout, env=full_env)
+
+
+def shard(n, prefix="s", size=0):
+    members = []
+    for i in range(n):
+        members += [(f"{prefix}{i:05d}.txt", b"%s %d " % (prefix.encode(), i) + b"x" * size),
+                    (f"{prefix}{i:05d}.cls", b"%d" % (i % 7))]
+    return tar_bytes(members)
+
+
+def test_tarfirst_output_naming_its_input_is_refused(tmp_path):
+    """`tarfirst -f jpg -o shard.tar shard.tar` (first.jpg meant) replaced the
+    shard by one field's bytes; lines2tar, tarindex and tarmix refuse it."""
+    (tmp_path / "a.tar").write_bytes(shard(3))
+    before = (tmp_path / "a.tar").read_bytes()
+    p = run("tarfirst -f txt -o a.tar a.tar", tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert b"a.tar: is also the output" in p.stderr and p.stderr.count(b"\n") == 1, p.stderr
+    assert (tmp_path / "a.tar").read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["a.tar"]
+    assert run("tarfirst -f txt -o first.txt a.tar", tmp_path).returncode == 0
+    assert (tmp_path / "first.txt").read_bytes() == b"s 0 "

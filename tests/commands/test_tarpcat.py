@@ -3,8 +3,15 @@
 import collections
 import gzip
 import os
+import signal
+import subprocess
+import tarfile
+import time
+
+import pytest
 
 from helpers import read_tar, samples_of, tar_bytes
+import make_corpus as M
 
 
 def make_shards(tmp_path, n=24, per=30):
@@ -216,3 +223,95 @@ def test_side_by_side_rule_on_the_merged_order_matches_sample_writer(tmp_path):
             assert run(plain, **kw) == (expected, want), kw
             outcomes.add(want is None)
     assert outcomes == {True, False}  # both allowed and refused orders were tried
+
+
+def shard(n, prefix="s", size=20):
+    return M.plain_shard(n, prefix, size)
+
+
+def names(path):
+    with tarfile.open(path) as tf:
+        return [m.name for m in tf if m.isfile()]
+
+
+run = M.bash
+
+
+one_line = M.one_line
+
+
+processes_with = M.processes_with
+
+
+def test_tarpcat_with_stdin_closed_is_a_read_error_not_a_crash(tmp_path):
+    p = run("tarpcat <&-", tmp_path)
+    assert p.returncode == 2
+    assert one_line(p) == "tarpcat: -: read error: Bad file descriptor"
+
+
+@pytest.mark.parametrize("how", ["sigterm", "count"])
+def test_tarpcat_stopped_leaves_no_input_command_running(tmp_path, how):
+    """A worker reading a `pipe:` input is stopped (the parent got SIGTERM,
+    or --count was reached): its input command's process group ends too, and
+    an existing output is left as it was, with no temporary file beside it."""
+    (tmp_path / "a.tar").write_bytes(shard(5, "a"))
+    (tmp_path / "b.tar").write_bytes(shard(5, "b"))
+    (tmp_path / "out.tar").write_bytes(b"old output")
+    marker = f"{time.time() % 1000:.6f}"  # a unique `sleep` to look for
+    slow = f"'pipe:cat b.tar; sleep 3{marker}'"
+    if how == "count":
+        p = run(f"tarpcat -w 2 -c 7 a.tar {slow} -o out.tar", tmp_path, timeout=30)
+        assert p.returncode == 0, p.stderr
+        assert len(names(tmp_path / "out.tar")) == 14
+    else:
+        proc = subprocess.Popen(["bash", "-c", f"exec tarpcat -w 2 a.tar {slow} -o out.tar"], cwd=tmp_path,
+                                stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 20
+        while not processes_with(f"sleep 3{marker}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert processes_with(f"sleep 3{marker}")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) in (143, -15)
+        assert (tmp_path / "out.tar").read_bytes() == b"old output"
+    deadline = time.monotonic() + 5
+    while processes_with(f"sleep 3{marker}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_with(f"sleep 3{marker}") == []
+    assert sorted(os.listdir(tmp_path)) == ["a.tar", "b.tar", "out.tar"]
+
+
+def _slow_parts(tmp_path, name, n=6, cut=3):
+    data = tar_bytes([(f"{name}{i}.txt", b"x" * 10) for i in range(n)])
+    (tmp_path / f"{name}1").write_bytes(data[: cut * 1024])  # one 1 KiB member per sample
+    (tmp_path / f"{name}2").write_bytes(data[cut * 1024:])
+    (tmp_path / f"{name}.tar").write_bytes(data)
+
+
+def test_tarpcat_passes_samples_on_while_its_input_stalls(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    _slow_parts(tmp_path, "s")
+    # 3 samples arrive, then the input is silent for 20 s: the first sample must come out at once
+    cmd = """tarpcat -w 1 'pipe:sh -c "cat s1; sleep 20; cat s2"' | tarcat -c 1 -o out.tar"""
+    start = time.monotonic()
+    p = subprocess.Popen(["bash", "-c", cmd], cwd=tmp_path, start_new_session=True, stderr=subprocess.PIPE)
+    try:
+        while not (tmp_path / "out.tar").exists() and time.monotonic() - start < 15:
+            time.sleep(0.05)
+        took = time.monotonic() - start
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    assert took < 15, "no output while the input stalled"
+    assert [n for n, _ in read_tar((tmp_path / "out.tar").read_bytes())] == ["s0.txt"]
+
+
+def test_tarpcat_early_batches_keep_the_order_and_bytes(sh, tmp_path):
+    _slow_parts(tmp_path, "a")
+    _slow_parts(tmp_path, "b", n=5, cut=2)
+    fast = sh("tarpcat -w 2 a.tar b.tar").stdout
+    slow = sh("""tarpcat -w 2 'pipe:sh -c "cat a1; sleep 0.5; cat a2"' 'pipe:sh -c "cat b1; sleep 0.3; cat b2"'""").stdout
+    assert slow == fast and len(read_tar(slow)) == 11

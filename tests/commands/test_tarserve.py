@@ -4,15 +4,19 @@ byte for byte against the offline `tarcat ... | tarproc ...` output and read
 by Python's tarfile."""
 
 import http.server
+import io
 import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -572,3 +576,176 @@ def test_a_stalled_job_is_ended(data, serve):
             time.monotonic() < deadline:
         time.sleep(0.1)
     assert subprocess.run(["pgrep", "-f", f"^sleep 3{marker}$"], capture_output=True).stdout == b""
+
+
+def tar_of(members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def text_shard(n, prefix="s"):
+    return tar_of([(f"{prefix}{i:03d}.txt", f"text {prefix} {i}\n".encode()) for i in range(n)])
+
+
+PRINTING = '''
+import os
+print("loaded")
+def f(sample):
+    print("debug", sample["__key__"])
+    os.write(1, b"raw write\\n")
+    sample["txt"] = sample["txt"].upper()
+    return sample
+'''
+
+
+def test_tarserve_map_function_that_prints_does_not_corrupt_responses(tmp_path):
+    """The same in tarserve: the job's stdout is the response, so a print
+    became part of the shard a client downloaded.  It goes to the log now,
+    and the server keeps serving."""
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "a.tar").write_bytes(text_shard(5))
+    (tmp_path / "f.py").write_text(PRINTING)
+    proc = subprocess.Popen(["tarserve", "root", "--port", "0", "--map", "f.py:f"], cwd=tmp_path,
+                            stderr=subprocess.PIPE)
+    try:
+        line = b""
+        deadline = time.monotonic() + 20
+        while b"\n" not in line and time.monotonic() < deadline:
+            if select.select([proc.stderr], [], [], 1)[0]:
+                line += os.read(proc.stderr.fileno(), 4096)
+        url = re.search(rb"http://\S+/", line).group(0).decode()
+        for _ in range(2):
+            with urllib.request.urlopen(url + "a.tar", timeout=30) as r:
+                body = r.read()
+            with tarfile.open(fileobj=io.BytesIO(body)) as tf:
+                assert [m.name for m in tf] == [f"s{i:03d}.txt" for i in range(5)]
+                assert tf.extractfile("s004.txt").read() == b"TEXT S 4\n"
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert b"raw write" in proc.stderr.read() + line
+
+
+def prefixed_shard(n, prefix="s", size=0):
+    members = []
+    for i in range(n):
+        members += [(f"{prefix}{i:05d}.txt", b"%s %d " % (prefix.encode(), i) + b"x" * size),
+                    (f"{prefix}{i:05d}.cls", b"%d" % (i % 7))]
+    return tar_bytes(members)
+
+
+@pytest.fixture
+def serve_in_tmp(tmp_path):
+    servers = []
+
+    def start(args, env=None):
+        s = Tarserve(tmp_path, args, env)
+        servers.append(s)
+        return s
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+def _dechunk(body):
+    """The payload of a chunked body, and whether it ended with the zero chunk."""
+    out, pos = bytearray(), 0
+    while True:
+        eol = body.find(b"\r\n", pos)
+        if eol < 0:
+            return bytes(out), False
+        size = int(body[pos:eol], 16)
+        if size == 0:
+            return bytes(out), body[eol:eol + 4] == b"\r\n\r\n"
+        out += body[eol + 2:eol + 2 + size]
+        if len(body) < eol + 2 + size + 2:
+            return bytes(out), False
+        pos = eol + 2 + size + 2
+
+
+def test_tarserve_a_client_trickling_bytes_after_its_answer_does_not_keep_its_slot(tmp_path, serve_in_tmp):
+    """The close of an answered connection read what the client still sent
+    with a 1 s timeout per read and no total: a client sending a byte every
+    half second after its 404 held one of --max-clients forever (80 such
+    connections shut a server out for good, for ~160 bytes/s)."""
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "a.tar").write_bytes(prefixed_shard(3))
+    s = serve_in_tmp(["root", "-q", "--max-clients", "1"])
+    hog = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    hog.sendall(b"GET /missing.tar HTTP/1.1\r\n\r\n")
+    stop = threading.Event()
+
+    def trickle():
+        while not stop.wait(0.3):
+            try:
+                hog.send(b"x")
+            except OSError:
+                return
+
+    t = threading.Thread(target=trickle)
+    t.start()
+    try:
+        assert status(hog.recv(4096)) == 404
+        time.sleep(3.5)  # past the bounded linger (2 s); the hog still sends
+        answer = raw(s.port, b"GET /a.tar HTTP/1.1\r\n\r\n")
+        assert status(answer) == 200, answer[:200]
+    finally:
+        stop.set()
+        t.join()
+        hog.close()
+
+
+def test_tarserve_bytes_sent_after_the_request_do_not_reset_a_complete_answer(tmp_path, serve_in_tmp):
+    """A client that sent anything after its request head (a pipelined
+    request, a stray CRLF) got a reset instead of the end of a complete
+    body: closing a socket with unread bytes discards what is still queued
+    for sending, while the server logged a complete 200."""
+    (tmp_path / "root").mkdir()
+    data = prefixed_shard(1500, size=3000)  # several MB: more than the socket buffers hold
+    (tmp_path / "root" / "big.tar").write_bytes(data)
+    s = serve_in_tmp(["root"])
+    with socket.create_connection(("127.0.0.1", s.port), timeout=20) as c:
+        c.sendall(b"GET /big.tar HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.3)
+        c.sendall(b"GET /big.tar HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(1.0)  # the server has written everything by now and closes
+        answer = b""
+        while True:
+            try:
+                got = c.recv(1 << 20)
+            except ConnectionResetError:
+                break
+            if not got:
+                break
+            answer += got
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert status(head) == 200
+    payload, complete = _dechunk(body)
+    assert complete, f"{len(payload)} of {len(data)} bytes, no terminating chunk"
+    assert sorted(read_tar(payload)) == sorted(read_tar(data))
+
+
+def test_tarserve_a_cut_off_shard_is_never_a_complete_answer(tmp_path, serve_in_tmp):
+    """A shard that ends on a member boundary without its end-of-archive
+    marker (a shard still being copied into the directory: cp writes whole
+    blocks) was served as a complete 200: offline readers warn, but the
+    client of a server never sees the warning. tarserve is strict by
+    default now (--no-strict serves what is there)."""
+    (tmp_path / "root").mkdir()
+    data = prefixed_shard(40)
+    cut = data[:10 * 2048]  # 10 samples of 2 one-block members: a member boundary
+    (tmp_path / "root" / "cut.tar").write_bytes(cut)
+    s = serve_in_tmp(["root", "-q"])
+    p = subprocess.run(["curl", "-sS", s.url + "cut.tar"], capture_output=True, timeout=30)
+    assert p.returncode != 0, "a cut-off shard looked complete"
+    s2 = serve_in_tmp(["root", "-q", "--no-strict"])
+    p = subprocess.run(["curl", "-sS", "--fail", s2.url + "cut.tar"], capture_output=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert len([n for n, _ in read_tar(p.stdout)]) == 20
+    assert "end-of-archive" in s2.text()

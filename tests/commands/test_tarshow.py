@@ -2,10 +2,18 @@
 
 import io
 import json
+import os
 import re
+import subprocess
+import sys
+import zlib
+
+import pytest
 
 from conftest import require
 from helpers import image_shard, jpeg_bytes, png_bytes, tar_bytes
+import make_corpus
+import make_corpus as mc
 
 ESC = b"\x1b["
 
@@ -139,3 +147,127 @@ def test_help_and_bad_cmap(sh):
     assert "examples:" in out and "tarshow -c 2 small.tar" in out
     p = sh("tarshow -C nosuch < /dev/null", ok=False)
     assert p.returncode == 2 and b"unknown colormap" in p.stderr
+
+
+_MEASURE = ("import resource, subprocess, sys\n"
+            "p = subprocess.run(['bash', '-o', 'pipefail', '-c', sys.argv[1]])\n"
+            "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+            "open(sys.argv[2], 'w').write(f'{u.ru_utime + u.ru_stime} {u.ru_maxrss}')\n"
+            "sys.exit(p.returncode)\n")
+
+
+def _run_measured(cmd, cwd, env=None, input=None, timeout=120):
+    """Run a bash command; returns (CompletedProcess, CPU seconds, max RSS in
+    MB) of the command and the pipeline around it (measured in a fresh
+    process, so earlier tests do not count)."""
+    import tempfile
+
+    full = dict(os.environ, **(env or {}))
+    with tempfile.NamedTemporaryFile("r", suffix=".usage") as usage:
+        p = subprocess.run([sys.executable, "-c", _MEASURE, cmd, usage.name], cwd=cwd, env=full, input=input,
+                           capture_output=True, timeout=timeout)
+        cpu, rss = usage.read().split()
+    return p, float(cpu), int(rss) / 1024
+
+
+def _tar(members):
+    return b"".join(make_corpus.member(n, d) for n, d in members) + make_corpus.EOA
+
+
+def _png(width, height):
+    """A grey PNG of any size made with zlib (no pixels in memory)."""
+    return make_corpus.png_header_bomb(width, height)
+
+
+def test_tarshow_gzip_bomb(tmp_path):
+    """A 400 KB .tar.gz whose first member inflates to 96 MB: tarshow -c 1
+    shows it (holding the member is the codec's part: issue 12 spools large
+    members to disk; the preview's part is the next test)."""
+    size = 96 << 20
+    comp = zlib.compressobj(9, zlib.DEFLATED, 31)
+    body = comp.compress(make_corpus.header(b"bomb.txt", size))
+    zeros = b"a" * (1 << 20)
+    for _ in range(size >> 20):
+        body += comp.compress(zeros)
+    body += comp.compress(make_corpus.EOA) + comp.flush()
+    assert len(body) < 1 << 20
+    (tmp_path / "bomb.tar.gz").write_bytes(body)
+    p, cpu, rss = _run_measured("tarshow -c 1 bomb.tar.gz", tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert b"bomb" in p.stdout and b"101 MB" in p.stdout and len(p.stdout) < 1000
+
+
+def test_pixel_budget(tmp_path):
+    """A 9000x9000 PNG of 40 KB is not decoded by tarshow --grid or terminal
+    images (a warning names it); TARPROC_MAX_PIXELS moves the budget."""
+    (tmp_path / "in.tar").write_bytes(_tar([("big.png", _png(9000, 9000)), ("small.png", _png(64, 64))]))
+    p, cpu, rss = _run_measured("tarshow --grid sheet.png in.tar", tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert re.search(rb"warning: sample 'big': png: not drawn: .*pixel budget", p.stderr), p.stderr
+    assert rss < 250, f"{rss:.0f} MB"
+    from PIL import Image
+
+    with Image.open(tmp_path / "sheet.png") as sheet:  # the small one is on the sheet
+        assert sheet.size[0] > 0
+    p, _, _ = _run_measured("tarshow -f png --images always in.tar", tmp_path, env={"TARPROC_MAX_PIXELS": "1000"})
+    assert p.returncode == 0
+    assert p.stderr.count(b"not drawn") == 2, p.stderr
+    assert b"\x1b[38;2" not in p.stdout
+    p, _, _ = _run_measured("tarshow -f png --images always in.tar", tmp_path, env={"TARPROC_MAX_PIXELS": "5000"})
+    assert p.stderr.count(b"not drawn") == 1 and b"\x1b[38;2" in p.stdout
+
+
+def test_npy_over_the_pixel_budget_is_not_loaded(tmp_path):
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, np.zeros((300, 300), dtype=np.uint8))
+    (tmp_path / "in.tar").write_bytes(_tar([("a.npy", buf.getvalue())]))
+    p, _, _ = _run_measured("tarshow -f npy --images always in.tar", tmp_path, env={"TARPROC_MAX_PIXELS": "1000"})
+    assert p.returncode == 0 and b"pixel budget" in p.stderr, p.stderr
+
+
+def _gzip_bomb(size, tail=b""):
+    """A .tar.gz (about size/1000 bytes) whose member bomb.txt inflates to ``size`` bytes."""
+    import zlib
+
+    comp = zlib.compressobj(9, zlib.DEFLATED, 31)
+    out = [comp.compress(mc.header(b"bomb.txt", size))]
+    chunk = b"a" * (1 << 20)
+    for _ in range(size >> 20):
+        out.append(comp.compress(chunk))
+    out.append(comp.compress(mc.member(b"bomb.cls", b"7") + tail + mc.EOA) + comp.flush())
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("fmt", ["blocks", "original"])
+def test_tarshow_bomb_writes_nothing_to_disk(sh, tmp_path, fmt):
+    """tarshow only previews: a member that inflates far past the blob
+    threshold is read through, keeping its head, and never spooled (before:
+    the whole member went to a spool file).  `ulimit -f` makes any spool
+    write of more than 1 MB kill the command."""
+    (tmp_path / "bomb.tar.gz").write_bytes(_gzip_bomb(48 << 20, mc.member(b"next.txt", b"hi")))
+    p = sh(f"ulimit -f 1024; tarshow -c 1 --format {fmt} < bomb.tar.gz",
+           env={"TARPROC_BLOB_THRESHOLD": "64K", "TMPDIR": str(tmp_path)})
+    text = p.stdout.decode()
+    if fmt == "blocks":
+        assert text.splitlines()[0] == "bomb"
+        assert "50 MB  aaaa" in text and "7" in text and "next" not in text  # 48 MiB = 50.3 MB (decimal units)
+    else:
+        assert "txt                 \tb'aaaa" in text and "cls                 \tb'7'" in text
+    assert sorted(os.listdir(tmp_path)) == ["bomb.tar.gz"]
+
+
+def test_tarshow_original_check_and_flags(sh, tmp_path):
+    """The original's own test (`tarshow imagenet.tar` shows b'746') holds
+    with --format original; the default is the block display (a decision,
+    docs/tarshow.md); the original's --use-keyboard is accepted."""
+    data = mc.member(b"20.cls", b"746") + mc.member(b"20.wnid", b"n07734744") + mc.EOA
+    (tmp_path / "in.tar").write_bytes(data)
+    out = sh("tarshow --format original --use-keyboard in.tar").stdout.decode()
+    assert "b'746'" in out and "n07734744" in out
+    assert out.splitlines()[:4] == [f"{'__key__':20s}\t20", f"{'__source__':20s}\tin.tar",
+                                    f"{'cls':20s}\tb'746'", f"{'wnid':20s}\tb'n07734744'"]
+    out = sh("tarshow in.tar").stdout.decode()
+    assert [line.split() for line in out.splitlines()] == [["20"], ["cls", "3", "B", "746"],
+                                                            ["wnid", "9", "B", "n07734744"]]

@@ -18,6 +18,7 @@ import pytest
 
 from conftest import require
 from helpers import read_tar, tar_bytes
+import make_corpus as M
 from test_urls import free_port, s3, wait_for  # noqa: F401  (s3: the moto fixture)
 
 MEMBERS = [(f"s{i:03d}.{f}", (str(i) if f == "cls" else f"text {i} " * 40).encode())
@@ -488,3 +489,176 @@ def test_library_commits_on_close_and_the_gate_holds_commits(tmp_path):
     with CommitGate():
         write_samples(str(tmp_path / "dropped.tar"), iter(samples))
     assert not (tmp_path / "dropped.tar").exists() and not partials(tmp_path)
+
+
+NESTED_MEMBERS = [(f"d{i % 3}/s{i:04d}.{f}", (f"{f} {i} " * (20 + i % 7)).encode())
+           for i in range(240) for f in ("cls", "txt")]
+
+
+def run_argv(cmd, cwd, input=None, env=None, **kw):
+    return subprocess.run(cmd, cwd=cwd, input=input, capture_output=True, timeout=60,
+                          env={**os.environ, **(env or {})}, **kw)
+
+
+def wait_until(pred, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def partial_names(d):
+    return [n for n in os.listdir(d) if "partial" in n]
+
+
+def _aws(s3env, *args, input=None):
+    return subprocess.run(["aws", *args], input=input, capture_output=True, timeout=120,
+                          env={**os.environ, **s3env})
+
+
+OLD = b"old object"
+
+
+def _objects(s3env, prefix):
+    """``{key: size}`` under a prefix (one aws call: the CLI starts slowly)."""
+    out = _aws(s3env, "s3", "ls", "--recursive", f"s3://tarproc-test/{prefix}").stdout.decode()
+    return {line.split()[-1]: int(line.split()[-2]) for line in out.splitlines() if line.strip()}
+
+
+def _put_old(s3env, tmp_path, prefix, names):
+    d = tmp_path / "old"
+    d.mkdir()
+    for n in names:
+        (d / n).write_bytes(OLD)
+    assert _aws(s3env, "s3", "cp", "--recursive", "--quiet", str(d), f"s3://tarproc-test/{prefix}").returncode == 0
+    for n in names:
+        (d / n).unlink()
+    d.rmdir()
+    assert _objects(s3env, prefix) == {prefix + n: len(OLD) for n in names}
+
+
+def test_sigkill_never_lets_the_client_publish_partial_data(s3, tmp_path):
+    """``sh -c 'aws s3 cp - URL'`` forked aws, and the parent-death signal
+    reached only the shell: after a SIGKILL, aws read end-of-input and
+    published the partial tar under the final key (``-o pipe:aws ...``) or
+    as a temporary object (``TARPROC_REMOTE_COMMIT=move``)."""
+    require("aws")
+    data = tar_bytes(NESTED_MEMBERS)
+    runs = {"k/pipe.tar": (["-o", "pipe:aws s3 cp - s3://tarproc-test/k/pipe.tar"], {}),
+            "k/move.tar": (["-o", "s3://tarproc-test/k/move.tar"], {"TARPROC_REMOTE_COMMIT": "move"})}
+    procs = []
+    _put_old(s3, tmp_path, "k/", ["pipe.tar", "move.tar"])
+    for key, (argv, env) in runs.items():
+        p = subprocess.Popen(["tarcat", *argv], cwd=tmp_path, stdin=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             env={**os.environ, **s3, **env})
+        p.stdin.write(data[: len(data) // 2])
+        p.stdin.flush()
+        procs.append(p)
+    time.sleep(1.2)  # the clients have read what there is
+    for p in procs:
+        p.kill()
+        assert p.wait(timeout=30) == -signal.SIGKILL
+        p.stdin.close()
+    for _ in range(2):  # and no orphaned client publishes anything later
+        assert _objects(s3, "k/") == {"k/move.tar": len(OLD), "k/pipe.tar": len(OLD)}
+        time.sleep(1.5)
+
+
+@pytest.mark.parametrize("mode", ["spool", "move"])
+def test_failed_runs_leave_an_existing_object_as_it_was(mode, s3, tmp_path):
+    require("aws")
+    env = {**s3, "TARPROC_REMOTE_COMMIT": mode, "TARPROC_SPOOL_DIR": str(tmp_path)}
+    data = tar_bytes(NESTED_MEMBERS[:40])
+    (tmp_path / "cut.tar").write_bytes(data[: len(data) // 2 + 100])
+    (tmp_path / "in.tar").write_bytes(data)
+    pre = f"f{mode}/"
+    names = ["abort.tar", "client.tar", "cut.tar", "term.tar"]
+    _put_old(s3, tmp_path, pre, names)
+    # bad input midway
+    r = run_argv(["tarcat", "cut.tar", "-o", f"s3://tarproc-test/{pre}cut.tar"], tmp_path, env=env)
+    assert r.returncode == 2 and r.stderr.decode().count("\n") == 1 and b"cut.tar" in r.stderr
+    # a sample command that fails: no output written
+    r = run_argv(["tarproc", "-c", "exit 3", "in.tar", "-o", f"s3://tarproc-test/{pre}abort.tar"], tmp_path, env=env)
+    assert r.returncode == 1 and b"no output written" in r.stderr
+    # SIGTERM while the input still flows
+    p = subprocess.Popen(["tarcat", "-o", f"s3://tarproc-test/{pre}term.tar"], cwd=tmp_path, stdin=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env={**os.environ, **env})
+    p.stdin.write(data[:5000])
+    p.stdin.flush()
+    time.sleep(0.8)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) == 143 and b"Traceback" not in p.stderr.read()
+    p.stdin.close()
+    if mode == "move":  # the client killed while it streams: exit 1, one line naming the URL
+        p = subprocess.Popen(["tarcat", "-o", f"s3://tarproc-test/{pre}client.tar"], cwd=tmp_path,
+                             stdin=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **env})
+        p.stdin.write(data[:5000])
+        p.stdin.flush()
+        wait_until(lambda: run_argv(["pgrep", "-P", str(p.pid)], tmp_path).stdout.strip())
+        for child in run_argv(["pgrep", "-P", str(p.pid)], tmp_path).stdout.split():
+            os.kill(int(child), signal.SIGKILL)
+        try:
+            p.stdin.write(data[5000:])
+            p.stdin.close()
+        except BrokenPipeError:
+            pass
+        err = p.stderr.read().decode()
+        assert p.wait(timeout=30) == 1 and err.count("\n") == 1 and f"{pre}client.tar" in err, err
+        assert "Traceback" not in err
+    time.sleep(0.5)
+    assert _objects(s3, pre) == {pre + n: len(OLD) for n in names}  # no temporary object either
+    assert not partial_names(tmp_path)
+
+
+plain_shard = M.plain_shard
+
+
+def members(path):
+    with tarfile.open(path) as tf:
+        return [(m.name, tf.extractfile(m).read()) for m in tf if m.isfile()]
+
+
+run = M.bash
+
+
+one_error_line = M.one_line
+
+
+WRITERS = {
+    "tarcat": "tarcat in.tar -o {out}",
+    "tarsort": "tarsort in.tar -o {out}",
+    "tarproc": "tarproc -c true in.tar -o {out}",
+    "tarcreate": "printf '0.txt text:hi\\n' | tarcreate - -o {out}",
+    "lines2tar": "seq 3 | lines2tar -o {out}",
+}
+
+
+@pytest.mark.parametrize("command", list(WRITERS))
+def test_output_to_a_directory_is_refused_before_any_work(command, tmp_path):
+    (tmp_path / "in.tar").write_bytes(plain_shard(5))
+    (tmp_path / "d").mkdir()
+    for out in ("d", "d/", "missing/"):
+        p = run(WRITERS[command].format(out=out), tmp_path)
+        assert p.returncode == 1, p.stderr
+        assert "names a directory" in one_error_line(p)
+    assert os.listdir(tmp_path / "d") == [] and sorted(os.listdir(tmp_path)) == ["d", "in.tar"]
+    if command == "tarcat":  # refused at once, not after reading an input that has not ended yet
+        t = time.monotonic()
+        p = run("exec tarcat -o d < <(exec 2>&-; sleep 20)", tmp_path, timeout=25)
+        assert p.returncode == 1 and time.monotonic() - t < 15
+
+
+@pytest.mark.parametrize("command", ["tarcat", "tarcreate"])
+def test_output_on_a_symlink_replaces_the_link_never_its_target(command, tmp_path):
+    """A symlinked dataset (git-annex, DVC): writing an output under a
+    link's name commits a new file there; the shared target is untouched."""
+    (tmp_path / "in.tar").write_bytes(plain_shard(5))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "object").write_bytes(b"shared, read by others")
+    os.symlink(tmp_path / "cache" / "object", tmp_path / "link.tar")
+    p = run(WRITERS[command].format(out="link.tar"), tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert not os.path.islink(tmp_path / "link.tar")
+    assert len(members(tmp_path / "link.tar")) == (10 if command == "tarcat" else 1)
+    assert (tmp_path / "cache" / "object").read_bytes() == b"shared, read by others"
+    assert os.listdir(tmp_path / "cache") == ["object"]

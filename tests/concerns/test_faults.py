@@ -10,6 +10,8 @@ line, never a traceback; temporary directories are gone after a command ends.
 """
 
 import importlib.util
+import io
+import json
 import os
 import random
 import re
@@ -23,6 +25,7 @@ import time
 
 import pytest
 
+from helpers import kill_left, processes_with, unique_sleep, wait_for
 import make_corpus as M  # noqa: E402
 
 PARTIAL = re.compile(r"^\.(.+)\.(\d+)\.tarproc-partial$")
@@ -423,3 +426,152 @@ def test_interrupt(command, sig, tmp_path):
     assert _wait_gone(lambda: _procs_in(tmp_path)) == [], "child processes live on"
     left = sorted(n for n in os.listdir(tmp_path) if n not in ("tmpdir",))
     assert left == [], f"left behind: {left}"
+
+
+SIGNAL_COMMANDS = ["tarcat", "tarshow", "tar2tsv", "tarsort -s txt", "tarproc -c true", "tarpcat"]
+
+
+@pytest.fixture(scope="module")
+def many_samples(tmp_path_factory):
+    from tarproc.core.tario import TarWriter
+
+    path = tmp_path_factory.mktemp("sig") / "many.tar"
+    with open(path, "wb") as f:
+        w = TarWriter(f)
+        for i in range(20000):
+            w.write(f"s{i:06d}.txt", b"hello %d" % i)
+        w.close()
+    return path
+
+
+def _blocked_then_signalled(argv, stdin, signum):
+    r, w = os.pipe()  # nobody reads r
+    try:
+        proc = subprocess.Popen(argv, stdin=stdin, stdout=w, stderr=subprocess.PIPE)
+    finally:
+        os.close(w)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # until it blocks writing (or reading)
+            try:
+                with open(f"/proc/{proc.pid}/wchan") as f:
+                    if f.read() in ("pipe_write", "anon_pipe_write", "pipe_read", "anon_pipe_read"):
+                        break
+            except OSError:
+                pass
+            time.sleep(0.05)
+        time.sleep(0.2)
+        proc.send_signal(signum)
+        t = time.monotonic()
+        rc = proc.wait(10)
+        return rc, time.monotonic() - t, proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(r)
+
+
+@pytest.mark.parametrize("command", SIGNAL_COMMANDS)
+def test_sigterm_while_blocked_writing(command, many_samples):
+    with open(many_samples, "rb") as stdin:
+        rc, seconds, err = _blocked_then_signalled(command.split(), stdin, signal.SIGTERM)
+    assert rc == 143, (command, rc, err)
+    assert seconds < 5
+
+
+def test_sigint_while_blocked_writing_and_reading(many_samples, tmp_path):
+    with open(many_samples, "rb") as stdin:
+        rc, seconds, err = _blocked_then_signalled(["tarcat"], stdin, signal.SIGINT)
+    assert rc == 130 and b"interrupted" in err
+    r, w = os.pipe()  # stdin: a pipe nobody writes
+    try:
+        rc, seconds, err = _blocked_then_signalled(["tarcat", "-o", str(tmp_path / "out.tar")], r,
+                                                   signal.SIGTERM)
+    finally:
+        os.close(r)
+        os.close(w)
+    assert rc == 143 and seconds < 5
+    assert not (tmp_path / "out.tar").exists()
+
+
+def tar_of(members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def text_shard(n, prefix="s"):
+    return tar_of([(f"{prefix}{i:03d}.txt", f"text {prefix} {i}\n".encode()) for i in range(n)])
+
+
+def _default_signals():
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def _signalled(argv, cwd, marker, sig, started):
+    """Start ``argv``, wait until ``started()`` (it is mid-run, its input
+    command alive), send ``sig``; return the exit status."""
+    # the default dispositions of a terminal's job: a test run under nohup (or in the background of a
+    # script, which ignores SIGINT) must not hand its SIG_IGN on to the command
+    proc = subprocess.Popen(argv, cwd=cwd, stderr=subprocess.PIPE, preexec_fn=_default_signals)
+    try:
+        assert wait_for(lambda: started() and processes_with(marker)), proc.stderr.read1() if proc.poll() else ""
+        proc.send_signal(sig)
+        return proc.wait(30), proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_left(marker)
+
+
+@pytest.mark.parametrize("command", ["lines2tar", "tarmix", "tarindex"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_signal_mid_run_leaves_no_output_no_temp_no_child(command, sig, tmp_path):
+    """SIGHUP killed these commands outright, leaving the temporary output
+    (`.out.tar.*.tarproc-partial`) behind; SIGTERM was already clean."""
+    (tmp_path / "a.tar").write_bytes(text_shard(3))
+    (tmp_path / "out.tar").write_bytes(b"old output")  # an existing output stays as it was
+    marker = unique_sleep()
+    argv = {"lines2tar": ["lines2tar", f"pipe:printf 'a\\nb\\n'; {marker}", "-o", "out.tar"],
+            "tarmix": ["tarmix", "mix.json", "-o", "out.tar"],
+            "tarindex": ["tarindex", "a.tar", f"pipe:cat a.tar; {marker}", "-o", "out.tar"]}[command]
+    (tmp_path / "mix.json").write_text(json.dumps({"sources": [{"shards": f"pipe:cat a.tar; {marker}"}]}))
+    before = sorted(os.listdir(tmp_path))
+    if command == "tarindex":  # reading the second shard (its command runs): past the first
+        started = lambda: True  # noqa: E731
+    else:
+        started = lambda: any("partial" in n for n in os.listdir(tmp_path))  # noqa: E731
+    code, err = _signalled(argv, tmp_path, marker, sig, started)
+    assert code == 128 + sig, err
+    assert "Traceback" not in err
+    assert sorted(os.listdir(tmp_path)) == before
+    assert (tmp_path / "out.tar").read_bytes() == b"old output"
+    assert wait_for(lambda: not processes_with(marker), 10)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("command", ["tarcreate - -o out.tar", "lines2tar -o out.tar"])
+def test_signal_while_the_input_still_arrives(command, sig, tmp_path):
+    p = subprocess.Popen(command.split(), cwd=tmp_path, stdin=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL)
+    p.stdin.write(b"0.txt text:hello\n" if command.startswith("tarcreate") else b"a\nb\n")
+    p.stdin.flush()
+    time.sleep(1.5)
+    p.send_signal(sig)
+    try:
+        p.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise AssertionError(f"{command} ignored {sig!r}")
+    p.stdin.close()
+    err = p.stderr.read().decode(errors="replace")
+    assert p.returncode in (130, 143, -2, -15), (p.returncode, err)
+    assert "Traceback" not in err
+    assert os.listdir(tmp_path) == [], os.listdir(tmp_path)

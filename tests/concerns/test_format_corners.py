@@ -9,8 +9,11 @@ import io
 import json
 import tarfile
 
+import pytest
+
 from conftest import require
 from helpers import tar_bytes
+import make_corpus as mc
 
 
 def _header(name, size, typ=tarfile.REGTYPE):
@@ -98,3 +101,32 @@ def test_bomb_after_the_samples_asked_for(sh, tmp_path):
     # asked for more: the bomb is still refused, after the sample before it
     p = sh("tarshow bomb.tar.gz", env=env, ok=False)
     assert p.returncode == 2 and b"first" in p.stdout and b"1000:1" in p.stderr
+
+
+def names_of(data):
+    """Member names (bytes) of the regular members, read by tarfile."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:*", encoding="utf-8", errors="surrogateescape") as tf:
+        return [m.name.encode("utf-8", "surrogateescape") for m in tf if m.isfile()]
+
+
+@pytest.mark.parametrize("tail", [mc.text(3000, 5), b"<html>404</html>\n" * 40, b"\xff" * 512])
+def test_data_after_the_end_of_archive_marker_is_ignored_with_a_warning(sh, tmp_path, tail):
+    """A shard with junk after its end-of-archive marker (a preallocated
+    file, a bad upload) reads as GNU tar and tarfile read it: every member,
+    a one-line warning with the offset, exit 0; --strict makes it an error.
+    Junk before the marker is still damage (exit 2)."""
+    good = mc.member(b"a.txt", b"1") + mc.member(b"b.txt", b"2")
+    (tmp_path / "in.tar").write_bytes(good + mc.EOA + tail)
+    p = sh("tarcat in.tar", stderr_ok=True)
+    assert names_of(p.stdout) == [b"a.txt", b"b.txt"]
+    assert p.stderr.decode().splitlines() == [
+        "tarcat: warning: in.tar: offset 3072: data after the end-of-archive marker ignored (not a tar header)"]
+    assert sh("tar tf in.tar").stdout == b"a.txt\nb.txt\n"  # GNU tar agrees
+    p = sh("tarcat --strict in.tar > /dev/null", ok=False)
+    assert p.returncode == 2 and b"offset 3072" in p.stderr
+    (tmp_path / "bad.tar").write_bytes(good + tail + mc.EOA)
+    p = sh("tarcat bad.tar > /dev/null", ok=False)
+    assert p.returncode == 2 and b"offset 2048" in p.stderr
+    # a concatenation still reads on after the first marker (tar -i)
+    (tmp_path / "two.tar").write_bytes(good + mc.EOA + mc.member(b"c.txt", b"3") + mc.EOA)
+    assert names_of(sh("tarcat two.tar").stdout) == [b"a.txt", b"b.txt", b"c.txt"]

@@ -6,12 +6,16 @@ strict UTF-8 stdout)."""
 
 import io
 import json
+import os
+import re
+import subprocess
+import sys
 import tarfile
 
 import pytest
 
-from helpers import tar_bytes
 from tarproc.core.limits import NAME_CHARS, safe_text
+from helpers import tar_bytes
 
 OSC52 = "\x1b]52;c;SGVsbG8=\x07"
 
@@ -90,3 +94,88 @@ def test_tar_written_from_escaped_names_is_unchanged(sh, tmp_path):
     out = sh("tarcat n.tar", env={"PYTHONIOENCODING": "utf-8"}).stdout
     with tarfile.open(fileobj=io.BytesIO(out), encoding="utf-8", errors="surrogateescape") as tf:
         assert tf.getnames() == ["k\udce9.txt"]
+
+
+_MEASURE = ("import resource, subprocess, sys\n"
+            "p = subprocess.run(['bash', '-o', 'pipefail', '-c', sys.argv[1]])\n"
+            "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+            "open(sys.argv[2], 'w').write(f'{u.ru_utime + u.ru_stime} {u.ru_maxrss}')\n"
+            "sys.exit(p.returncode)\n")
+
+
+def _run_measured(cmd, cwd, env=None, input=None, timeout=120):
+    """Run a bash command; returns (CompletedProcess, CPU seconds, max RSS in
+    MB) of the command and the pipeline around it (measured in a fresh
+    process, so earlier tests do not count)."""
+    import tempfile
+
+    full = dict(os.environ, **(env or {}))
+    with tempfile.NamedTemporaryFile("r", suffix=".usage") as usage:
+        p = subprocess.run([sys.executable, "-c", _MEASURE, cmd, usage.name], cwd=cwd, env=full, input=input,
+                           capture_output=True, timeout=timeout)
+        cpu, rss = usage.read().split()
+    return p, float(cpu), int(rss) / 1024
+
+
+def test_long_names_are_shortened_in_messages(tmp_path):
+    name = "/" + "n" * 800000 + ".txt"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+        ti = tarfile.TarInfo(name)
+        ti.size = 1
+        t.addfile(ti, io.BytesIO(b"x"))
+    (tmp_path / "in.tar").write_bytes(buf.getvalue())
+    for cmd in ("tarcat in.tar", "tarshow in.tar", "tar2tsv in.tar", "tarsort in.tar", "tarproc -c true in.tar"):
+        p, _, _ = _run_measured(cmd + " > /dev/null", tmp_path)
+        assert p.returncode == 2, (cmd, p.stderr[:300])
+        assert b"absolute member name" in p.stderr and b"chars]" in p.stderr, cmd
+        assert len(p.stderr) < 1000, (cmd, len(p.stderr))
+    p, _, _ = _run_measured("tarcheck in.tar", tmp_path)
+    assert p.returncode == 1 and len(p.stdout) < 2000
+
+
+def tar_of(members):
+    return tar_bytes(members, format=tarfile.GNU_FORMAT)
+
+
+def run(cmd, cwd, input=None, **kw):
+    return subprocess.run(cmd, cwd=cwd, input=input, capture_output=True, timeout=60, **kw)
+
+
+HOSTILE = [
+    ("a", "tab\there\nnl\rcr\x1b[31mRED\x1b]0;title\x07 end"),
+    ("b", "\x9b2J\x85NEL"),                       # 8-bit CSI and NEL, valid UTF-8
+    ("c", "\u202eRLO\u2028LS\u2029PS\x7fDEL"),    # bidi override, line/paragraph separators
+]
+
+
+UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def test_tables_and_previews_never_pass_terminal_controls(tmp_path):
+    members = []
+    for key, text in HOSTILE:
+        members.append((f"{key}.txt", text.encode()))
+        members.append((f"{key}.json", ('{"s": "%s"}' % text.encode("unicode_escape").decode()
+                                        .replace('\\x', '\\u00')).encode()))
+    members.append(("k\u202eevil\u2028x.t\u2029xt", b"1"))  # names may carry them too
+    (tmp_path / "h.tar").write_bytes(tar_of(members))
+    for cmd in (["tar2tsv", "-f", "txt json.s"], ["tar2tsv", "-f", "txt json.s", "--format", "csv"],
+                ["tar2tsv", "-f", "txt json.s", "--format", "jsonl"], ["tar2tsv"], ["tarshow"]):
+        p = run(cmd + ["h.tar"], tmp_path)
+        assert p.returncode == 0, (cmd, p.stderr)
+        out = p.stdout.decode()
+        assert not UNSAFE.search(out), (cmd, out)
+        if cmd[0] == "tar2tsv":
+            rows = 4 + ("jsonl" not in cmd)  # one per sample, and a header
+            assert out.endswith("\n") and out.count("\n") == rows, (cmd, out)
+            assert len(out.splitlines()) == rows, (cmd, out)  # also for readers splitting at U+2028/NEL
+    tsv = run(["tar2tsv", "-f", "txt", "--nokey", "--noheader"], tmp_path, (tmp_path / "h.tar").read_bytes())
+    assert tsv.stdout.decode().splitlines()[:3] == [
+        "tab\\there\\nnl\\rcr\\x1b[31mRED\\x1b]0;title\\x07 end", "\\x9b2J\\x85NEL",
+        "\\u202eRLO\\u2028LS\\u2029PS\\x7fDEL"]
+    import json
+
+    rows = [json.loads(line) for line in run(["tar2tsv", "-f", "txt", "--format", "jsonl", "h.tar"],
+                                             tmp_path).stdout.decode().splitlines()]
+    assert [r["txt"] for r in rows[:3]] == [t for _, t in HOSTILE]  # JSON still carries the exact text

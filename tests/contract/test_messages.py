@@ -3,8 +3,12 @@ and skipped samples; --map tracebacks with the user's frames only, in full
 once per error; listed keys never found; binary stdout of a kujob command;
 glob characters in a missing input name."""
 
+import io
+import json
 import re
 import tarfile
+
+from helpers import jpeg_bytes, png_bytes, tar_bytes
 
 
 def lines_tar(sh, n, name="in.tar"):
@@ -80,3 +84,76 @@ def test_glob_characters_in_a_missing_name_are_explained(sh):
         assert len(err.strip().splitlines()) == 1
     p = sh("tarcat nothere.tar", ok=False)
     assert p.returncode == 2 and "expand" not in p.stderr.decode()
+
+
+def small_tar(n=4, ext="png"):
+    return tar_bytes([m for i in range(n) for m in ((f"s{i}.{ext}", png_bytes(4, 4, seed=i)),
+                                                    (f"s{i}.cls", str(i).encode()))])
+
+
+def test_tables_and_previews_name_the_columns_no_sample_has(sh, tmp_path):
+    (tmp_path / "in.tar").write_bytes(small_tar())
+    p = sh("tar2tsv -f 'cls nofield' in.tar", stderr_ok=True)
+    assert p.stdout.decode().splitlines()[1] == "s0\t0\t"
+    assert p.stderr.decode().count("\n") == 1 and "no sample has 'nofield'" in p.stderr.decode()
+    p = sh("tarshow -f 'jpg;gif cls' in.tar", stderr_ok=True)
+    assert p.stderr.decode().count("\n") == 1 and "'jpg;gif'" in p.stderr.decode()
+    p = sh("tarfirst -f nofield in.tar", ok=False)
+    assert p.returncode == 1 and b"no sample matched" in p.stderr and b"cls, png" in p.stderr
+
+
+def _zip_bytes():
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("a.txt", "hello")
+    return buf.getvalue()
+
+
+NOT_TAR = {
+    "PNG image data": lambda: png_bytes(64, 48),
+    "JPEG image data": lambda: jpeg_bytes(64, 48),
+    "GIF image data": lambda: b"GIF89a\x01\x00\x01\x00\x00\x00\x00;",
+    "a PDF document": lambda: b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<<>>\nendobj\n" * 20,
+    "a ZIP archive": _zip_bytes,
+    "a 7-Zip archive": lambda: b"7z\xbc\xaf\x27\x1c\x00\x04" + bytes(600),
+    "a RAR archive": lambda: b"Rar!\x1a\x07\x01\x00" + bytes(40),
+    "an ELF executable": lambda: open("/bin/true", "rb").read(),
+    "an HTML document": lambda: b"<!DOCTYPE html>\n<html><body>404 Not Found</body></html>\n",
+    "an XML document": lambda: b'<?xml version="1.0"?><Error><Code>NoSuchKey</Code></Error>\n' * 10,
+    "JSON text": lambda: json.dumps({"error": "not found", "pad": "x" * 600}).encode(),
+    "lz4 compressed data": lambda: b"\x04\x22\x4d\x18\x64\x40\xa7" + bytes(700),
+    "Unix compress (.Z) data": lambda: b"\x1f\x9d\x90" + bytes(30),
+    "text": lambda: b"just some words\n",
+}
+
+
+def test_not_a_tar_archive_says_what_it_looks_like(sh, tmp_path):
+    for n, what in enumerate(sorted(NOT_TAR)):
+        (tmp_path / f"thing{n}").write_bytes(NOT_TAR[what]())
+    p = sh(f"for n in $(seq 0 {len(NOT_TAR) - 1}); do tarcat < thing$n > /dev/null; echo $? >&2; done", stderr_ok=True)
+    lines = p.stderr.decode().splitlines()
+    for n, what in enumerate(sorted(NOT_TAR)):
+        err, rc = lines[2 * n: 2 * n + 2]
+        assert rc == "2" and err.startswith(f"tarcat: stdin: offset 0: not a tar archive (looks like {what}"), err
+    p = sh("tarcat thing0 > /dev/null", ok=False)  # the source is named, as for any damage
+    assert p.returncode == 2 and p.stderr.decode().startswith("tarcat: thing0: offset 0: not a tar archive")
+
+
+def test_damaged_tar_header_is_still_reported_as_damage(sh, tmp_path):
+    data = bytearray(small_tar())
+    data[148:156] = b"zzzzzzz\0"  # checksum field of a real ustar header
+    (tmp_path / "bad.tar").write_bytes(bytes(data))
+    p = sh("tarcat bad.tar > /dev/null", ok=False)
+    assert p.returncode == 2 and b"not a tar archive (looks like" not in p.stderr and b"offset 0" in p.stderr
+    # a PNG that comes after a good archive is not sniffed: the offset says where
+    (tmp_path / "img.png").write_bytes(png_bytes(64, 48))
+    p = sh("cat bad.tar img.png | tarcat -c 1 > /dev/null", ok=False)
+    assert p.returncode == 2
+
+
+def test_a_tar_cut_inside_its_first_header_is_not_called_text(sh, tmp_path):
+    (tmp_path / "cut.tar").write_bytes(small_tar()[:100])
+    p = sh("tarcat < cut.tar > /dev/null", ok=False)
+    assert p.returncode == 2 and b"input ends inside a header (100 of 512 bytes)" in p.stderr

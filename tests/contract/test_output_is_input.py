@@ -6,12 +6,17 @@ applied where every command gets its inputs (tarproc.cli.base.open_inputs),
 so a console script added later is covered; this test walks setup.cfg."""
 
 import configparser
+import io
+import json
 import os
+import subprocess
+import tarfile
 
 import pytest
 
 from conftest import ROOT
-from helpers import tar_bytes
+from helpers import one_line, tar_bytes
+import make_corpus as M
 
 # command -> (the file read, a command line reading it and writing stdout)
 READERS = {
@@ -107,3 +112,80 @@ def test_other_outputs_still_work(sh, tmp_path):
     sh("cp v.tar copy.tar && tarproc -c true v.tar > copy.tar && tarcat v.tar > /dev/null && "
        "tarproc -c true v.tar | tarcat > out.tar && tarcat -o v2.tar v.tar && tarcat v2.tar >> copy2.tar")
     assert (tmp_path / "copy.tar").read_bytes()[:5] == b"0.txt"
+
+
+def tar_of(members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def shard(n, prefix="s"):
+    return tar_of([(f"{prefix}{i:03d}.txt", f"text {prefix} {i}\n".encode()) for i in range(n)])
+
+
+def run(cmd, cwd, timeout=60, **kw):
+    return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, timeout=timeout, **kw)
+
+
+@pytest.mark.parametrize("cmd, victim", [
+    ("lines2tar l.txt -o l.txt", "l.txt"),
+    ("lines2tar a.txt l.txt -o ./l.txt", "l.txt"),
+    ("tarindex a.tar b.tar -o b.tar", "b.tar"),
+    ("tarindex a.tar --offsets a.tar -o index.json", "a.tar"),
+    ("tarmix mix.json -o mix.json", "mix.json"),
+])
+def test_output_naming_an_input_of_another_kind_is_refused(cmd, victim, tmp_path):
+    """`-o` naming the input replaced a text file, a shard or the mix spec
+    with the output, exit 0: the input was gone (and an index pointed into a
+    file that no longer existed).  Now: exit 2, one line, nothing touched."""
+    (tmp_path / "a.tar").write_bytes(shard(2, "a"))
+    (tmp_path / "b.tar").write_bytes(shard(2, "b"))
+    (tmp_path / "l.txt").write_text("x\ny\n")
+    (tmp_path / "a.txt").write_text("z\n")
+    (tmp_path / "mix.json").write_text('{"sources": [{"shards": "a.tar"}]}')
+    before = {f: (tmp_path / f).read_bytes() for f in os.listdir(tmp_path)}
+    p = run(cmd, tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert f"{victim}: is also the output" in one_line(p)
+    assert {f: (tmp_path / f).read_bytes() for f in os.listdir(tmp_path)} == before
+    # an output that is a symbolic link to the input replaces the link, not the input: allowed
+    (tmp_path / "link").symlink_to(victim)
+    p = run(cmd.replace(f"-o {victim}", "-o link").replace(f"-o ./{victim}", "-o link")
+            .replace(f"--offsets {victim}", "--offsets link"), tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / victim).read_bytes() == before[victim]
+
+
+plain_shard = M.plain_shard
+
+
+def members(path):
+    with tarfile.open(path) as tf:
+        return [(m.name, tf.extractfile(m).read()) for m in tf if m.isfile()]
+
+
+def test_output_onto_its_own_input_keeps_every_sample(tmp_path):
+    (tmp_path / "a.tar").write_bytes(plain_shard(300, size=3000))
+    before = members(tmp_path / "a.tar")
+    p = run("tarcat a.tar -o a.tar && tarsort --memory 100KB -r a.tar -o a.tar && tarsort --memory 100KB a.tar -o a.tar", tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert sorted(members(tmp_path / "a.tar")) == sorted(before)
+    assert sorted(os.listdir(tmp_path)) == ["a.tar"]
+
+
+@pytest.mark.parametrize("cmd", ["tarcat a.tar", "tarshow a.tar", "tar2tsv a.tar", "tarsort a.tar"])
+def test_stdout_onto_its_own_input_is_refused(tmp_path, cmd):
+    """`tarcat a.tar >> a.tar` would read its own output forever: refused
+    with one line, as GNU cat does, and the input is left as it was."""
+    (tmp_path / "a.tar").write_bytes(plain_shard(20))
+    before = (tmp_path / "a.tar").read_bytes()
+    p = run(f"{cmd} >> a.tar", tmp_path, timeout=30)
+    err = p.stderr.decode() if isinstance(p.stderr, bytes) else p.stderr
+    assert p.returncode == 2 and err.count("\n") == 1, err
+    assert "a.tar: input file is output file" in err
+    assert (tmp_path / "a.tar").read_bytes() == before

@@ -7,6 +7,7 @@ one test streams a 1 GiB member and measures peak RSS with GNU time."""
 
 import hashlib
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -343,3 +344,36 @@ def test_docs_examples_run(tmp_path, monkeypatch):
                 exec(compile(block, doc, "exec"), {})
                 ran += 1
     assert ran == 2
+
+
+def run(cmd, cwd, input=None, **kw):
+    return subprocess.run(cmd, cwd=cwd, input=input, capture_output=True, timeout=60, **kw)
+
+
+@pytest.mark.parametrize("cmd, gen", [
+    (["tarcat"], "--fields 600"),   # a sample of many members, packed past the sample budget
+    (["tarcat"], ""),               # one large member, spooled
+    (["tarproc", "-c", "true"], "--fields 600"),
+])
+def test_full_spool_directory_is_one_line_naming_it(tmp_path, cmd, gen):
+    """A spool file that cannot be written (a full disk; here a file-size
+    limit) is one line naming it and where spool files go, exit 1, and no
+    spool file is left."""
+    import sys
+
+    from conftest import ROOT
+
+    args = "10000 3 " + gen if gen else "30000000 1"
+    data = subprocess.run([sys.executable, f"{ROOT}/testdata/bigmember.py", *args.split()], capture_output=True,
+                          check=True).stdout
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2_000_000, 2_000_000))
+
+    p = run(cmd + ["--tmpdir", str(tmp_path)], tmp_path, data, preexec_fn=limit,
+            env={**os.environ, "TARPROC_BLOB_THRESHOLD": "256KB"})  # a sample budget of 1 MiB
+    err = p.stderr.decode()
+    assert p.returncode == 1, err
+    assert len(err.splitlines()) == 1 and "cannot write a spool file: File too large" in err, err
+    assert "--tmpdir" in err and str(tmp_path) in err
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".tarproc-spool")] == []

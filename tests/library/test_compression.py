@@ -5,22 +5,25 @@ members, the same errors, stop early, and leave no process or thread behind."""
 
 import bz2
 import gzip
+import io
 import lzma
 import os
 import random
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 
 import pytest
 
-from conftest import VENV_BIN, require
-from helpers import read_tar, tar_bytes
 from tarproc.errors import BadInput
 from tarproc.sources import compression as C
 from tarproc.sources import unzip
 from tarproc.sources.open import _FdReader, open_source
+from conftest import VENV_BIN, require
+from helpers import read_tar, tar_bytes
+import make_corpus as mc
 
 MEMBERS = [(f"s{i:03d}.{ext}", random.Random(i).randbytes(i * 37 % 3000) if ext == "bin" else b"x%d" % i)
            for i in range(40) for ext in ("bin", "txt")]
@@ -276,3 +279,24 @@ def test_large_compressed_files_decode_in_a_process_of_their_own(sh, tmp_path):
             lines = r.stderr.decode().strip().splitlines()
             assert r.returncode == 2 and len(lines) == 1 and f"{codec} stream is" in lines[0], (codec, bad, lines)
             assert "truncated" in lines[0] if bad == "cut" else "damaged" in lines[0]
+
+
+def members_of(data):
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:*", encoding="utf-8", errors="surrogateescape") as tf:
+        return [(m.name.encode("utf-8", "surrogateescape"), tf.extractfile(m).read()) for m in tf if m.isfile()]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "bzip2", "xz", "zstd"])
+def test_multi_stream_compressed_input(sh, tmp_path, codec):
+    """`cat a.tar.gz b.tar.gz` (and pigz/pbzip2/zstd -T output, which are
+    multi-stream too) reads as one stream, split anywhere, as gzip -dc does;
+    gzip followed by zero padding (a tape or a preallocated file) too."""
+    require("zstd")
+    data = b"".join(mc.member(b"%04d.txt" % i, b"x" * i) for i in range(60)) + mc.EOA
+    cut = 12345  # not on a block boundary
+    z = mc._compress(codec, data[:cut]) + mc._compress(codec, data[cut:])
+    if codec == "gzip":
+        z += bytes(1000)
+    (tmp_path / "in").write_bytes(z)
+    p = sh("tarcat < in")
+    assert members_of(p.stdout) == members_of(data)

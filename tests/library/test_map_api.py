@@ -5,8 +5,10 @@ import os
 import pytest
 
 from tarproc import SampleFailed, Stats, UsageError
+import tarproc
 from tarproc.stages.command import bad_field_name, map_command
 from tarproc.stages.function import load_function, map_function
+from helpers import png_bytes, tar_bytes
 
 
 def samples(n):
@@ -57,3 +59,45 @@ def test_map_function_callable_and_spec():
         load_function("nosuchmodule_xyz:f")
     with pytest.raises(UsageError):
         map_command(samples(1), "true", error_handling="bogus")
+
+
+@pytest.mark.parametrize("stage", ["command", "function"])
+def test_map_stages_fail_only_the_sample_that_is_not_a_sample(stage):
+    """A non-dict item in the input of ``map_command`` ended the run with a
+    bare AttributeError ("'int' object has no attribute 'get'"), a field
+    name that is not a ``str`` with a TypeError; in ``map_function`` a
+    non-dict failed its whole batch ("worker process failed") even under
+    ``error_handling="skip"``.  Each is now that sample's failure, under
+    the error policy, and the other samples go through."""
+    items = [{"__key__": "a", "x": b"1"}, 7, {"__key__": "b", 3: b"x", "x": b"2"}, {"__key__": "c", "x": b"3"}]
+    errors = []
+    if stage == "command":
+        run = lambda items, **kw: tarproc.map_command(iter(items), "true", parallel=2, **kw)  # noqa: E731
+    else:
+        run = lambda items, **kw: tarproc.map_function(iter(items), lambda s: s, parallel=2, **kw)  # noqa: E731
+    out = list(run(items, on_error=errors.append))
+    assert [s["__key__"] for s in out] == ["a", "c"]
+    assert any("a sample is a dict, not int" in m for m in errors), errors
+    with pytest.raises(tarproc.SampleFailed) as e:
+        list(run([7], error_handling="abort"))
+    assert "a sample is a dict, not int" in str(e.value)
+
+
+def small_tar(n=4, ext="png"):
+    return tar_bytes([m for i in range(n) for m in ((f"s{i}.{ext}", png_bytes(4, 4, seed=i)),
+                                                    (f"s{i}.cls", str(i).encode()))])
+
+
+def test_map_function_chained_into_map_command(tmp_path):
+    # the README's Python example: failed before the runtime rewrite (the pool was started from a thread)
+    import tarproc
+
+    (tmp_path / "in.tar").write_bytes(small_tar(2))
+
+    def tag(sample):
+        sample["tag"] = b"x"
+        return sample
+
+    mapped = tarproc.map_function(tarproc.iter_samples(str(tmp_path / "in.tar")), tag, parallel=2)
+    out = list(tarproc.map_command(mapped, "cp sample.tag sample.tag2", parallel=2))
+    assert [s["tag2"] for s in out] == [b"x", b"x"]

@@ -1,19 +1,23 @@
 """Grouping, ungrouping and the stages (tarproc.core, tarproc.stages.basic), as DESIGN.md states them."""
 
 import io
+import json
+import tarfile
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tarproc.errors import BadArchive, BadSample, UsageError
+import tarproc
 from tarproc.core.grouping import SampleWriter, group
-from tarproc.core.stats import Stats
-from tarproc.stages.basic import parse_fields, parse_slice, pipeline, rekey, rename_fields, select_fields, shuffle, skip, slice_samples, take
 from tarproc.core.rules import split_name
+from tarproc.core.stats import Stats
 from tarproc.core.tario import Member, TarReader
-
-from helpers import read_tar, samples_of
+from tarproc.errors import BadArchive, BadSample, UsageError
+from tarproc.stages.basic import parse_fields, parse_slice, pipeline, rekey, rename_fields, select_fields, shuffle, skip, slice_samples, take
+from helpers import jpeg_bytes, read_tar, samples_of, tar_bytes
+import make_corpus
+import make_corpus as mc
 
 
 def members(*names):
@@ -179,3 +183,107 @@ def test_shuffle_is_reproducible_and_keeps_every_sample():
 def test_pipeline_chains_stages():
     got = pipeline(numbered(20), skip(2), slice_samples(None, None, 2), take(3), rekey("{index}"))
     assert [(s["__key__"], s["cls"]) for s in got] == [("0", b"2"), ("1", b"4"), ("2", b"6")]
+
+
+@pytest.mark.parametrize("key", ["../x", "/abs", "a/../../b", "tab\there", "esc\x1b[31m", "new\nline",
+                                 "csi\x9bx", "del\x7f"])
+def test_writers_refuse_what_readers_refuse(key, tmp_path):
+    from tarproc.core.grouping import SampleWriter, group
+    from tarproc.core.tario import TarReader
+    from tarproc.errors import BadArchive, BadSample
+
+    with pytest.raises(BadSample):
+        SampleWriter(io.BytesIO()).write({"__key__": key, "txt": b"x"})
+    if not key.isprintable():  # the same characters in a field name
+        with pytest.raises(BadSample):
+            SampleWriter(io.BytesIO()).write({"__key__": "ok", "t" + key + "x": b"x"})
+    # and a reader refuses the same name
+    data = make_corpus.member((key + ".txt").encode(), b"x") + make_corpus.EOA
+    with pytest.raises(BadArchive):
+        list(group(TarReader(io.BytesIO(data), "t").members()))
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: tarproc.take("3"), "take: n must be a whole number >= 0, not '3'"),
+    (lambda: tarproc.skip(-1), "skip: n must be a whole number >= 0, not -1"),
+    (lambda: tarproc.shuffle(0), "shuffle: bufsize must be a whole number >= 1, not 0"),
+    (lambda: tarproc.slice_samples(1, "x"), "slice_samples: stop must be a whole number >= 0, not 'x'"),
+    (lambda: tarproc.slice_samples(0, 5, 0), "slice_samples: step must be a whole number >= 1, not 0"),
+])
+def test_stage_arguments_are_checked_when_the_stage_is_made(make, message):
+    """``take("3")`` raised a bare TypeError in the middle of the run, and
+    ``shuffle(0)`` a ValueError from ``randrange``; now one UsageError when
+    the stage is made."""
+    with pytest.raises(tarproc.UsageError) as e:
+        make()
+    assert str(e.value) == message
+
+
+def members_of(data):
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:*", encoding="utf-8", errors="surrogateescape") as tf:
+        return [(m.name.encode("utf-8", "surrogateescape"), tf.extractfile(m).read()) for m in tf if m.isfile()]
+
+
+@pytest.mark.parametrize("field", [b"__key__", b"__source__", b"__index__", b"__KEY__", b"__"])
+def test_metadata_like_fields_are_refused_clearly(sh, tmp_path, field):
+    """`x.__key__` used to give a misleading 'appears twice' error, and
+    `x.__index__` became metadata that no writer writes back (silently lost).
+    A field named like metadata is one clear error naming the member; tarcheck
+    reports it as a problem."""
+    (tmp_path / "in.tar").write_bytes(mc.member(b"x.txt", b"1") + mc.member(b"x." + field, b"evil") + mc.EOA)
+    for cmd in ("tarcat in.tar", "tarshow in.tar", "tar2tsv in.tar", "tar2json in.tar"):
+        p = sh(cmd + " > /dev/null", ok=False)
+        err = p.stderr.decode()
+        assert p.returncode == 2 and len(err.splitlines()) == 1, (cmd, err)
+        assert "offset 1024" in err and "metadata name" in err, (cmd, err)
+    p = sh("tarcheck --json in.tar", ok=False)
+    assert p.returncode == 1
+    probs = json.loads(p.stdout)["shards"][0]["problems"]
+    assert [q["kind"] for q in probs] == ["metadata_fields"]
+
+
+def test_names_kept_as_they_are(sh, tmp_path):
+    """Names are never normalised: `./x` and `x` are different keys, NFC and
+    NFD spellings of `café` are different keys (bytes kept), dots in
+    directories stay in the key, an empty field (`x.`) and a field `.` (`x..`)
+    read and write back; upper-case extensions become lower-case fields (as
+    webdataset reads them)."""
+    nfd, nfc = "cafe\u0301".encode(), "caf\u00e9".encode()
+    names = [b"./x.jpg", b"x.JPG", nfd + b".txt", nfc + b".txt", b"a.b/c.d.jpg", b"e.", b"f.."]
+    (tmp_path / "in.tar").write_bytes(b"".join(mc.member(n, n) for n in names) + mc.EOA)
+    p = sh("tarcat in.tar")
+    assert members_of(p.stdout) == [(n.replace(b"JPG", b"jpg"), n) for n in names]
+    rows = sh("tar2tsv -f txt in.tar").stdout.decode().splitlines()
+    assert [r.split("\t")[0] for r in rows[1:]] == ["./x", "x", "cafe\u0301", "caf\u00e9", "a.b/c", "e", "f"]
+    # tarcheck counts 7 samples: none is merged with another
+    rep = json.loads(sh("tarcheck --json in.tar", ok=False).stdout)
+    assert rep["shards"][0]["samples"] == 7
+
+
+def test_upper_case_extensions_give_webdatasets_field_names(sh, tmp_path):
+    import webdataset as wds
+
+    import tarproc
+
+    members = [("x1.JPEG", jpeg_bytes()), ("x1.Cls", b"3"), ("a.b/C2.Seg.PNG", b"p"), ("a.b/C2.cls", b"4")]
+    (tmp_path / "in.tar").write_bytes(tar_bytes(members))
+    ours = [{k: v for k, v in s.items() if k != "__source__"}
+            for s in tarproc.iter_samples(str(tmp_path / "in.tar"))]
+    theirs = [{k: v for k, v in s.items() if not k.startswith("__") or k == "__key__"}
+              for s in wds.WebDataset(str(tmp_path / "in.tar"), shardshuffle=False)]
+    assert ours == theirs and sorted(ours[0]) == ["__key__", "cls", "jpeg"] and ours[1]["__key__"] == "a.b/C2"
+    # -f finds the lower-cased field; written back, the member is named by the field (keys keep their case)
+    out = sh("tarcat -f 'jpeg cls' in.tar | tar tf -").stdout.decode().split()
+    assert out == ["x1.cls", "x1.jpeg"]
+    assert sh("tarfirst -f jpeg in.tar").stdout == members[0][1]
+    # the same field twice once lower-cased is a duplicate, as for webdataset
+    (tmp_path / "dup.tar").write_bytes(tar_bytes([("d.JPG", b"1"), ("d.jpg", b"2")]))
+    p = sh("tarcat dup.tar > /dev/null", ok=False)
+    assert p.returncode == 2 and b"'jpg' appears twice" in p.stderr
+    with pytest.raises(ValueError):
+        list(wds.WebDataset(str(tmp_path / "dup.tar"), shardshuffle=False))
+    p = sh("tarcheck dup.tar", ok=False)
+    assert p.returncode == 1 and b"duplicate_fields" in p.stdout
+    # a sample made in Python is written with its fields as given
+    tarproc.write_samples(str(tmp_path / "py.tar"), [{"__key__": "k", "TXT": b"a"}])
+    assert [n for n, _ in read_tar((tmp_path / "py.tar").read_bytes())] == ["k.TXT"]

@@ -1,8 +1,11 @@
 """The documented Python API: iter_samples from URLs, write_samples to a URL,
 pipeline with stages (as in README.md, "Python API")."""
 
+import array
+import os
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -146,3 +149,101 @@ def test_an_iterator_outlives_the_thread_that_opened_it(tmp_path):
         rest = list(box["it"])
         assert [box["first"]["__key__"]] + [s["__key__"] for s in rest] == [f"s{i:04d}" for i in range(800)]
         assert rest[-1]["bin"] == members[-1][1]
+
+
+def members(path):
+    with tarfile.open(path) as tf:
+        return [(m.name, tf.extractfile(m).read()) for m in tf]
+
+
+def test_write_samples_memoryview_of_wide_items_is_written_whole(tmp_path):
+    """A memoryview whose items are wider than a byte (of an ``array('i')``,
+    of a numpy array) has ``len()`` items, not bytes: the header said 3
+    bytes, 12 were written, and the next member's header landed 9 bytes
+    off: a tar that no reader could read (tarproc: "bad header checksum"),
+    written with success.  Its bytes are now the member, whole."""
+    out = tmp_path / "out.tar"
+    wide = array.array("i", [1, 2, 3])
+    strided = memoryview(b"abcdef")[::2]  # not contiguous
+    n = tarproc.write_samples(str(out), [{"__key__": "a", "x": memoryview(wide)},
+                                         {"__key__": "b", "x": strided, "y": bytearray(b"yy")},
+                                         {"__key__": "c", "x": b"hello"}])
+    assert n == 3
+    assert members(out) == [("a.x", wide.tobytes()), ("b.x", b"ace"), ("b.y", b"yy"), ("c.x", b"hello")]
+    assert [s["__key__"] for s in tarproc.iter_samples(str(out))] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("sample, words", [
+    ({"__key__": "a", 3: b"x"}, ["3", "not a str"]),
+    ({"__key__": "a", 3: b"x", "y": b"z"}, ["3", "not a str"]),
+    ({"__key__": 5, "y": b"z"}, ["__key__", "int"]),
+    (["a", "b"], ["list", "dict"]),
+    (None, ["NoneType", "dict"]),
+    ({"__key__": "a\ud800", "y": b"1"}, ["'a\\ud800'", "UTF-8"]),
+    ({"__key__": "a", "y\ud800": b"1"}, ["UTF-8"]),
+])
+def test_write_samples_unwritable_samples_are_one_clear_error(sample, words, tmp_path):
+    """A sample that is not a dict, a field name that is not a ``str`` or a
+    key that UTF-8 cannot encode (a lone surrogate) raised a bare
+    AttributeError, TypeError ("'<' not supported between instances of
+    'int' and 'str'") or UnicodeEncodeError; a ``__key__`` of 5 was "sample
+    has no __key__".  Each is now a BadSample naming what is wrong, and
+    nothing is written."""
+    out = tmp_path / "out.tar"
+    with pytest.raises(tarproc.BadSample) as e:
+        tarproc.write_samples(str(out), [{"__key__": "ok", "y": b"1"}, sample])
+    message = str(e.value)
+    assert "\n" not in message
+    for word in words:
+        assert word in message, message
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("where", ["key", "field"])
+def test_write_samples_names_too_long_to_read_back_are_refused(where, tmp_path):
+    """A key or field name of 2 MiB was written (in a pax header of 2 MiB)
+    into a tar that every tarproc reader refuses ("pax header of 2097168
+    bytes is larger than the 1048576 byte limit"): what we write we could
+    not read back.  Such a name is now refused before anything is written;
+    one just under the bound round-trips."""
+    from tarproc.core.rules import MAX_NAME_BYTES
+
+    big = "k" * (2 << 20)
+    sample = {"__key__": big, "y": b"1"} if where == "key" else {"__key__": "a", big: b"1"}
+    with pytest.raises(tarproc.BadSample) as e:
+        tarproc.write_samples(str(tmp_path / "out.tar"), [sample])
+    assert "longer than" in str(e.value) and len(str(e.value)) < 1000
+    assert os.listdir(tmp_path) == []
+    edge = "é" * ((MAX_NAME_BYTES - 8) // 2)  # two bytes each in UTF-8
+    sample = {"__key__": edge, "y": b"1"} if where == "key" else {"__key__": "a", edge: b"1"}
+    tarproc.write_samples(str(tmp_path / "edge.tar"), [sample])
+    back = list(tarproc.iter_samples(str(tmp_path / "edge.tar")))
+    assert len(back) == 1 and back[0].get(edge if where == "field" else "y") == b"1"
+
+
+def test_the_api_takes_pathlib_paths_and_refuses_non_urls_in_one_line(tmp_path):
+    """``pathlib.Path`` is how Python code names files, but ``write_samples``
+    raised "AttributeError: 'PosixPath' object has no attribute
+    'startswith'", ``iter_samples`` and ``index_shards`` "TypeError:
+    'PosixPath' object is not iterable", ``check_shards`` an AttributeError
+    and ``IndexedDataset`` a UsageError; ``iter_samples(None)`` was a
+    TypeError, and ``write_samples(url, sample)`` (one dict, not a list)
+    "a sample is a dict, not str".  Paths now work wherever a URL does (one
+    file, as named), and anything else is a one-line UsageError."""
+    samples = [{"__key__": f"{i:03d}", "txt": b"%d" % i} for i in range(5)]
+    out = tmp_path / "out.tar"
+    assert tarproc.write_samples(out, iter(samples)) == 5
+    assert [s["__key__"] for s in tarproc.iter_samples(out)] == [s["__key__"] for s in samples]
+    assert len(list(tarproc.iter_samples([out, str(out)]))) == 10
+    shards = [s.name for s in tarproc.split_samples(tarproc.iter_samples(out), tmp_path / "sp-%d.tar", max_count=3)]
+    assert shards == [str(tmp_path / "sp-0.tar"), str(tmp_path / "sp-1.tar")]
+    tarproc.index_shards([tmp_path / "sp-0.tar", tmp_path / "sp-1.tar"], tmp_path / "index.json")
+    assert tarproc.IndexedDataset(tmp_path / "index.json")[4]["txt"] == b"4"
+    assert tarproc.check_shards(tmp_path / "sp-1.tar")["ok"]
+    for call in (lambda: list(tarproc.iter_samples(None)), lambda: list(tarproc.iter_samples(5)),
+                 lambda: tarproc.write_samples(tmp_path / "one.tar", samples[0]),
+                 lambda: tarproc.write_samples(None, samples), lambda: tarproc.check_shards(3)):
+        with pytest.raises(tarproc.UsageError) as e:
+            call()
+        assert "\n" not in str(e.value) and ("expected" in str(e.value) or "iterable" in str(e.value))
+    assert not [n for n in os.listdir(tmp_path) if n.startswith((".", "one", "None"))]

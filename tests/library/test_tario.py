@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tarproc.errors import BadArchive
 from tarproc.core.tario import BLOCK, MAX_SPECIAL, TarReader, TarWriter, _pax_record, parse_pax, read_members
-
+from tarproc.errors import BadArchive
 from helpers import read_tar, tar_bytes
+import make_corpus as mc
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -323,3 +323,90 @@ def test_sizes_of_8_gib_and_more_get_a_pax_size():
     assert f"(100 of {size} bytes)" in str(e.value)
     with tarfile.open(fileobj=io.BytesIO(head + bytes(1024)), mode="r|") as tf:
         assert next(iter(tf)).size == size
+
+
+def members_of(data):
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:*", encoding="utf-8", errors="surrogateescape") as tf:
+        return [(m.name.encode("utf-8", "surrogateescape"), tf.extractfile(m).read()) for m in tf if m.isfile()]
+
+
+def _old_sparse(name, entries, realsize, data, extended=(), size=None):
+    """An old GNU sparse member (type S): ``entries`` in the header,
+    ``extended`` in one extension block after it."""
+    h = bytearray(mc.header(name, len(data) if size is None else size, flag=b"S"))
+    for i, (off, n) in enumerate(entries):
+        h[386 + 24 * i: 398 + 24 * i] = b"%011o\0" % off
+        h[398 + 24 * i: 410 + 24 * i] = b"%011o\0" % n
+    h[482] = 1 if extended else 0
+    h[483:495] = b"%011o\0" % realsize
+    h[148:156] = b" " * 8
+    h[148:156] = b"%06o\0 " % sum(h)
+    ext = b""
+    if extended:
+        e = bytearray(512)
+        for i, (off, n) in enumerate(extended):
+            e[24 * i: 24 * i + 12] = b"%011o\0" % off
+            e[24 * i + 12: 24 * i + 24] = b"%011o\0" % n
+        ext = bytes(e)
+    return bytes(h) + ext + mc.pad(data)
+
+
+def _pax_sparse(records, data, name=b"GNUSparseFile.0/k.bin"):
+    body = b"".join(mc.pax_record(k, v) for k, v in records)
+    return mc.special(b"x", body, name=b"././@PaxHeader") + mc.member(name, data)
+
+
+@pytest.mark.parametrize("label,data,match", [
+    ("map-past-size", _old_sparse(b"k.bin", [(100, 10)], 50, b"x" * 10), "runs past its size"),
+    ("map-overlap", _old_sparse(b"k.bin", [(0, 10), (5, 5)], 50, b"x" * 15), "overlaps"),
+    ("map-more-than-stored", _old_sparse(b"k.bin", [(0, 600)], 1000, b"x" * 10), "more than the 10 stored"),
+    ("holes-over-limit", _old_sparse(b"k.bin", [(4 << 30, 1)], (4 << 30) + 1, b"x"), "holes, over the"),
+    ("cut-in-extension", _old_sparse(b"k.bin", [(0, 1)], 10, b"xy", extended=[(5, 1)])[:512 + 100],
+     "input ends inside its extension"),
+    ("cut-in-data", _old_sparse(b"k.bin", [(0, 1)], 10, b"xy", extended=[(5, 1)])[:1024 + 1],
+     "input ends inside its data"),
+    ("pax-bad-map", _pax_sparse([("GNU.sparse.map", b"1,2,x"), ("GNU.sparse.size", b"9")], b"ab"),
+     "bad GNU.sparse.map"),
+    ("pax-no-size", _pax_sparse([("GNU.sparse.map", b"0,2")], b"ab"), "realsize"),
+    ("pax-0.0-past-size", _pax_sparse([("GNU.sparse.size", b"9"), ("GNU.sparse.offset", b"8"),
+                                       ("GNU.sparse.numbytes", b"2")], b"ab"), "runs past its size"),
+    ("pax-1.0-bad-map", _pax_sparse([("GNU.sparse.major", b"1"), ("GNU.sparse.minor", b"0"),
+                                     ("GNU.sparse.realsize", b"9")], mc.pad(b"1\nzz\n2\n") + b"ab"),
+     "bad number in its map"),
+    ("pax-1.0-endless-map", _pax_sparse([("GNU.sparse.major", b"1"), ("GNU.sparse.realsize", b"9")],
+                                        mc.pad(b"3\n" + b"1\n" * 2)), "longer than its data"),
+])
+def test_hostile_sparse_members(sh, tmp_path, label, data, match):
+    """Damaged or lying sparse maps: one line naming the member and the
+    offset, exit 2, nothing written."""
+    cut = label.startswith("cut-")
+    (tmp_path / "in.tar").write_bytes(mc.member(b"a.txt", b"ok") + data + (b"" if cut else mc.EOA))
+    p = sh("tarcat in.tar > out.tar", ok=False)
+    err = p.stderr.decode()
+    assert p.returncode == 2, err
+    assert len(err.splitlines()) == 1 and "sparse member" in err and match in err, err
+    assert f"offset {1024 if label[:4] != 'pax-' else 2048}:" in err, err
+
+
+def test_valid_sparse_members_from_generated_maps(sh, tmp_path):
+    """Hand-built sparse members of each format read as the same file,
+    and as tarfile reads them."""
+    want = bytes(5) + b"ab" + bytes(3) + b"cd" + bytes(4)  # 16 bytes
+    parts = [
+        _old_sparse(b"o.bin", [(5, 2)], 16, b"abcd", extended=[(10, 2)]),
+        _pax_sparse([("GNU.sparse.map", b"5,2,10,2"), ("GNU.sparse.size", b"16"),
+                     ("GNU.sparse.name", b"p.bin")], b"abcd"),
+        _pax_sparse([("GNU.sparse.major", b"1"), ("GNU.sparse.minor", b"0"), ("GNU.sparse.name", b"q.bin"),
+                     ("GNU.sparse.realsize", b"16")], mc.pad(b"2\n5\n2\n10\n2\n") + b"abcd"),
+        # pax 0.0 (GNU tar 1.14/1.15): offset/numbytes pairs repeated, the name in the header
+        _pax_sparse([("GNU.sparse.size", b"16"), ("GNU.sparse.numblocks", b"2"), ("GNU.sparse.offset", b"5"),
+                     ("GNU.sparse.numbytes", b"2"), ("GNU.sparse.offset", b"10"), ("GNU.sparse.numbytes", b"2")],
+                    b"abcd", name=b"r.bin"),
+    ]
+    (tmp_path / "in.tar").write_bytes(b"".join(parts) + mc.member(b"z.txt", b"end") + mc.EOA)
+    p = sh("tarcat in.tar")
+    assert members_of(p.stdout) == [(b"o.bin", want), (b"p.bin", want), (b"q.bin", want), (b"r.bin", want),
+                                    (b"z.txt", b"end")]
+    # the big path: spooled to disk, same bytes
+    p = sh("tarcat in.tar", env={"TARPROC_BLOB_THRESHOLD": "8"})
+    assert members_of(p.stdout)[:4] == [(b"o.bin", want), (b"p.bin", want), (b"q.bin", want), (b"r.bin", want)]

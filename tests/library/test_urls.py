@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from conftest import VENV_BIN, require
-from helpers import read_tar, tar_bytes
+from helpers import png_bytes, read_tar, tar_bytes
 
 MEMBERS = [("a.cls", b"1"), ("a.txt", b"alpha" * 200), ("b.cls", b"2"), ("b.txt", b"")]
 
@@ -288,3 +288,31 @@ def wait_for_partial(tmp_path, pid, name="out.tar"):
             return found[0]
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def small_tar(n=4, ext="png"):
+    return tar_bytes([m for i in range(n) for m in ((f"s{i}.{ext}", png_bytes(4, 4, seed=i)),
+                                                    (f"s{i}.cls", str(i).encode()))])
+
+
+@pytest.mark.parametrize("name", ["out.tar.lz4", "out.tar.Z", "out.tar.lzma", "out.tar.lz", "out.tar.br",
+                                  "out.zip"])
+def test_unwritable_compression_suffix_is_refused(sh, tmp_path, name):
+    (tmp_path / "in.tar").write_bytes(small_tar())
+    p = sh(f"tarcat in.tar -o {name}", ok=False)
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and b"cannot write" in p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["in.tar"]  # nothing written, no leftovers
+    p = sh(f"tarsplit -n 2 -o 'part-%02d{name[3:]}' in.tar", ok=False)
+    assert p.returncode == 2 and b"cannot write" in p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["in.tar"]
+
+
+def test_tar_zstd_suffix_is_honoured_as_zstd(sh, tmp_path):
+    from conftest import require
+
+    require("zstd")
+    (tmp_path / "in.tar").write_bytes(small_tar())
+    sh("tarcat in.tar -o out.tar.zstd")
+    assert (tmp_path / "out.tar.zstd").read_bytes()[:4] == b"\x28\xb5\x2f\xfd"
+    plain = sh("zstd -dc out.tar.zstd").stdout
+    assert sorted(read_tar(plain)) == sorted(read_tar(small_tar()))

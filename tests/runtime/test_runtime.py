@@ -8,12 +8,14 @@ import os
 import subprocess
 import sys
 import tarfile
+import textwrap
 import threading
+import time
 
 import pytest
 
 import tarproc
-from helpers import samples_of, tar_bytes
+from helpers import kill_left, processes_with, samples_of, tar_bytes, unique_sleep, wait_for
 
 
 def _jpeg(n):
@@ -256,3 +258,160 @@ def test_one_stall_object_makes_a_library_pipeline_stream(tmp_path):
         t.join(60)
     assert b"000.txt" in early and b"X1" in early and b"002.txt" not in early
     assert [s["txt"] for s in samples_of(out.read_bytes()).values()] == [b"X0", b"X1", b"X2", b"X3"]
+
+
+def _shard(path, n=60):
+    import io
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for i in range(n):
+            info = tarfile.TarInfo(f"s{i:04d}.txt")
+            info.size = 4
+            tf.addfile(info, io.BytesIO(b"%04d" % i))
+    path.write_bytes(buf.getvalue())
+
+
+def _run_script(tmp_path, body, timeout=30):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    env = dict(os.environ, TMPDIR=str(spool))
+    script = "import sys, threading, time\nimport tarproc\n" + textwrap.dedent(body)
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, timeout=timeout)
+    return p, time.monotonic() - t0, spool
+
+
+@pytest.mark.parametrize("stage", ["command", "function", "function(command)", "command(function)"])
+def test_exit_with_a_live_stage_ends_quickly_and_cleanly(stage, tmp_path):
+    """A script that stops reading a ``map_command`` half-way and exits (the
+    iterator still referenced by a global) hung for ever: at interpreter
+    shutdown the generator's cleanup waited for its directory-removing
+    thread, which was already frozen.  A live ``map_function`` printed an
+    "Exception ignored ... ImportError: sys.meta_path is None" traceback.
+    Stages still open are now closed at exit, while threads run: the
+    script ends at once, quietly, with no command and no run directory
+    left."""
+    _shard(tmp_path / "in.tar")
+    marker = unique_sleep()
+    slow = f"cp sample.txt sample.out; [ $(cat sample.__key__) = s0000 ] || {marker}"  # the first one is quick
+    mc = f"tarproc.map_command({{}}, '{slow}', parallel=2)"
+    mf = "tarproc.map_function({}, lambda s: s, parallel=2, batch=1)"
+    chain = {"command": mc, "function": mf, "function(command)": mf.format(mc), "command(function)": mc.format(mf)}
+    try:
+        p, took, spool = _run_script(tmp_path, f"""
+            src = tarproc.iter_samples("in.tar")
+            it = {chain[stage].format("src")}
+            first = next(it)
+            time.sleep(0.5)
+            print("exiting", first["__key__"], flush=True)
+        """)
+        err = p.stderr.decode()
+        assert p.returncode == 0 and p.stdout == b"exiting s0000\n", err
+        assert took < 15, f"exit took {took:.1f} s"
+        assert "Traceback" not in err and "Exception ignored" not in err, err
+        assert os.listdir(spool) == []
+        assert wait_for(lambda: not processes_with(marker), 5), "commands left running"
+    finally:
+        kill_left(marker)
+
+
+def test_exit_while_another_thread_runs_map_command_stops_it_first(tmp_path):
+    """A ``map_command`` running in a daemon thread (its consumer writing
+    an output) when the main thread returned: its commands were left
+    running (orphans of init), its run directory stayed in ``TMPDIR``, and
+    its samples so far could count as a complete input.  At exit the stage
+    now stops: its loop raises (the write is discarded), kills its commands
+    and removes its directories in its own thread before the interpreter
+    freezes it."""
+    _shard(tmp_path / "in.tar")
+    marker = unique_sleep()
+    try:
+        p, took, spool = _run_script(tmp_path, f"""
+            it = tarproc.map_command(tarproc.iter_samples("in.tar"), "{marker}", parallel=2)
+            def consume():
+                try:
+                    tarproc.write_samples("out.tar", it)
+                except tarproc.SampleFailed as e:
+                    print("stopped:", e, flush=True)
+            threading.Thread(target=consume, daemon=True).start()
+            time.sleep(1)
+        """)
+        assert p.returncode == 0 and took < 15, (took, p.stderr.decode())
+        assert os.listdir(spool) == []
+        assert wait_for(lambda: not processes_with(marker), 5), "commands left running"
+        assert sorted(os.listdir(tmp_path)) == ["in.tar", "spool"]  # no out.tar, no partial file
+    finally:
+        kill_left(marker)
+
+
+def _in_pool_worker(kind):
+    import tarproc
+
+    samples = [{"__key__": f"{i:03d}", "txt": b"%d" % i} for i in range(20)]
+
+    def inner(s):
+        s["up"] = s["txt"] + b"!"
+        return s
+
+    def outer(s):  # map_function inside a map_function worker (a multiprocess daemon)
+        return list(tarproc.map_function([s], inner))
+
+    if kind == "default":
+        out = list(tarproc.map_function(samples, inner))
+    else:
+        out = list(tarproc.map_function(samples, outer, parallel=2))
+    return [(s["__key__"], s["up"]) for s in out]
+
+
+@pytest.mark.parametrize("kind", ["default", "nested"])
+def test_map_function_with_default_parallel_inside_a_multiprocess_daemon(kind):
+    """``map_function(samples, fn)`` (default ``parallel``) inside a
+    ``multiprocess`` daemon worker (a ``multiprocess.Pool`` worker, or a
+    ``map_function`` worker calling it again) raised UsageError "a daemonic
+    multiprocess process cannot start worker processes", while the same call
+    in a ``multiprocessing`` daemon (a DataLoader worker) worked.  In a
+    daemon the default is now ``parallel=1``: ``fn`` runs in that process."""
+    want = [(f"{i:03d}", b"%d!" % i) for i in range(20)]
+    if kind == "nested":
+        assert _in_pool_worker("nested") == want
+        return
+    import multiprocess
+
+    with multiprocess.get_context("fork").Pool(1) as pool:
+        assert pool.apply(_in_pool_worker, ("default",)) == want
+
+
+@pytest.mark.parametrize("stage", ["function"])
+def test_a_forked_child_that_exits_leaves_the_parents_workers_alone(stage, tmp_path):
+    """A process that forks (``os.fork``) while a ``map_function`` pool runs,
+    whose child then exits normally: the child's exit hook of
+    ``multiprocess`` took the parent's workers for its own, sent them
+    SIGTERM and failed to join them ("AssertionError: can only join a
+    child process" on the child's stderr); the parent's samples in hand
+    failed as "worker process died", and the child's copy of the stage,
+    closed as it exited, stopped the parent's workers.  A forked child now
+    starts with no workers of its own, and a copy of a stage (a
+    ``map_function``'s pool, a ``map_command``'s commands and run directory)
+    leaves the parent's alone."""
+    mc = 'tarproc.map_command(samples, "sleep 0.01; cp sample.txt sample.out", parallel=2, on_error=errors.append)'
+    mf = "tarproc.map_function(samples, slow, parallel=2, batch=1, on_error=errors.append)"
+    p, took, spool = _run_script(tmp_path, """
+        import os
+        errors = []
+        def slow(s):
+            time.sleep(0.01)
+            return s
+        samples = ({"__key__": f"{i:03d}", "txt": b"x"} for i in range(120))
+        it = STAGE
+        got = [next(it)]
+        pid = os.fork()
+        if pid == 0:
+            sys.exit(0)
+        os.waitpid(pid, 0)
+        got += list(it)
+        print(len(got), errors, flush=True)
+    """.replace("STAGE", mf if stage == "function" else mc))
+    err = p.stderr.decode()
+    assert p.returncode == 0 and p.stdout == b"120 []\n", (p.stdout, err)
+    assert "Traceback" not in err and "can only join" not in err, err

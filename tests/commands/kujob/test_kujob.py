@@ -7,15 +7,19 @@ from the Kubernetes OpenAPI schema) and then executed the way Kubernetes
 would: the container's command + args once per completion index, with
 ``JOB_COMPLETION_INDEX`` and the container's env set."""
 
+import io
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import tarfile
+import time
 
 import pytest
 
-from helpers import kubernetes_expand, samples_of, tar_bytes
+from helpers import kill_left, kubernetes_expand, one_line, processes_with, samples_of, tar_bytes, unique_sleep, wait_for
 
 VENV_BIN = os.path.dirname(sys.executable)
 
@@ -433,3 +437,186 @@ def test_sigterm_stops_the_running_shards(tmp_path):
         except (ProcessLookupError, FileNotFoundError):
             alive = False
         assert not alive, f"shard process {pid} still running"
+
+
+def tar_of(members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def shard(n, prefix="s"):
+    return tar_of([(f"{prefix}{i:03d}.txt", f"text {prefix} {i}\n".encode()) for i in range(n)])
+
+
+def names(path):
+    with tarfile.open(path) as tf:
+        return [m.name for m in tf if m.isfile()]
+
+
+def run(cmd, cwd, timeout=60, **kw):
+    return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, timeout=timeout, **kw)
+
+
+def _default_signals():
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def _signalled(argv, cwd, marker, sig, started):
+    """Start ``argv``, wait until ``started()`` (it is mid-run, its input
+    command alive), send ``sig``; return the exit status."""
+    # the default dispositions of a terminal's job: a test run under nohup (or in the background of a
+    # script, which ignores SIGINT) must not hand its SIG_IGN on to the command
+    proc = subprocess.Popen(argv, cwd=cwd, stderr=subprocess.PIPE, preexec_fn=_default_signals)
+    try:
+        assert wait_for(lambda: started() and processes_with(marker)), proc.stderr.read1() if proc.poll() else ""
+        proc.send_signal(sig)
+        return proc.wait(30), proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_left(marker)
+
+
+def test_kujob_sighup_ends_the_running_shards_and_a_rerun_resumes(tmp_path):
+    """The terminal (or the ssh session) goes away at 3 a.m.: kujob died of
+    SIGHUP and left its shards running (they are in their own sessions, no
+    hangup reaches them).  Now SIGHUP is handled like SIGTERM: the shards
+    are terminated, nothing is left under a final or a temporary name, exit
+    129; a rerun with --done-if does the rest."""
+    for i in range(3):
+        (tmp_path / f"in-{i}.tar").write_bytes(shard(3, f"k{i}"))
+    marker = unique_sleep()
+    argv = ["kujob", "-s", "{0..2}", "-j", "3", "--", "tarcat", f"pipe:cat in-{{}}.tar; {marker}", "-o",
+            "out-{}.tar"]
+    code, err = _signalled(argv, tmp_path, marker, signal.SIGHUP,
+                           lambda: len(processes_with(marker)) >= 3)
+    assert code == 129, err
+    assert wait_for(lambda: not processes_with(marker), 10), "shard commands left running"
+    assert sorted(os.listdir(tmp_path)) == ["in-0.tar", "in-1.tar", "in-2.tar"]
+    (tmp_path / "out-1.tar").write_bytes(shard(1, "done"))  # one shard was done before
+    p = run("kujob -v -s '{0..2}' --done-if out-{}.tar -- tarcat in-{}.tar -o out-{}.tar", tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "[1] skipped" in p.stderr.decode()
+    assert names(tmp_path / "out-0.tar") == ["k0000.txt", "k0001.txt", "k0002.txt"]
+    assert names(tmp_path / "out-1.tar") == ["done000.txt"]
+
+
+def test_k8s_manifest_passes_dollars_through_kubernetes_expansion(tmp_path):
+    """Kubernetes expands `$(NAME)` and turns `$$` into `$` in command, args
+    and env values: a shell command with `$(HOME)` or `$$`, or an env value
+    with a `$`, reached the pod changed.  kujob now doubles every `$`."""
+    command = ["sh", "-c", 'printf "%s|%s|%s\\n" "$0" "$GREETING" "$(echo x)" > out-{}.txt', "cost $(HOME) $$5"]
+    p = subprocess.run(["kujob", "--k8s", "--image", "img", "-e", "GREETING=$(HOME)$$", "-s", "{a,b}", "--",
+                        *command], capture_output=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    container = json.loads(p.stdout)["spec"]["template"]["spec"]["containers"][0]
+    env = {k: v for k, v in os.environ.items() if k != "JOB_COMPLETION_INDEX"}
+    for e in container["env"]:
+        env[e["name"]] = kubernetes_expand(e["value"], env)
+    env["JOB_COMPLETION_INDEX"] = "1"
+    argv = [kubernetes_expand(a, env) for a in container["command"] + container["args"]]
+    assert argv[argv.index("--") + 1:] == command  # what the pod runs is what was typed
+    p = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "out-b.txt").read_text() == "cost $(HOME) $$5|$(HOME)$$|x\n"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--k8s", "--image", "img", "-s", "\udcff{1,2}"], "is not UTF-8"),
+    (["--k8s", "--image", "img", "-s", "x", "-e", "A=\udcff"], "is not UTF-8"),
+    (["-n", "-s", "{a\nb,c}"], "has a control character"),
+    (["--k8s", "--image", "img", "-s", "{a\tb,c}"], "has a control character"),
+])
+def test_kujob_ids_that_cannot_travel_are_refused(args, message, tmp_path):
+    """A shard id that is not UTF-8 went into the JSON manifest as raw bytes
+    (Kubernetes would read U+FFFD and run another file); an id with a
+    newline broke the one-command-per-line --dry-run and the [id] log lines."""
+    argv = [os.fsencode(a) for a in ["kujob", *args, "--", "true", "{}"]]
+    p = subprocess.run(argv, cwd=tmp_path, capture_output=True, timeout=30)
+    assert p.returncode == 2 and p.stdout == b""
+    assert message in one_line(p)
+
+
+def test_kujob_shard_leaving_a_process_behind_does_not_hold_the_run(tmp_path):
+    """A shard whose command starts a background process and exits (`cmd &`,
+    a helper daemon that keeps stdout) held kujob until that process ended:
+    kujob read the shard's output to its end, which never came.  As in a pod
+    or a Slurm task, the shard now ends when its command exits; what it left
+    in its process group is terminated and kujob goes on."""
+    marker = unique_sleep()
+    t0 = time.monotonic()
+    try:
+        p = run(f"kujob -s '{{0..1}}' -j 2 -- sh -c '{marker} & echo started {{}}'", tmp_path, timeout=60)
+        took = time.monotonic() - t0
+        assert p.returncode == 0, p.stderr
+        err = p.stderr.decode()
+        assert "[0] started 0" in err and "[1] started 1" in err, err
+        assert took < 15, f"kujob waited {took:.0f} s for the shards' background processes"
+        assert wait_for(lambda: not processes_with(marker), 10), "left-behind processes still running"
+    finally:
+        kill_left(marker)
+
+
+def test_kujob_output_after_the_command_exits_is_kept_whole(tmp_path):
+    """The shard's last output is not lost when its command ends: a line
+    written without a newline just before exit, and a long last line."""
+    p = run("kujob -s '{a,b}' -- sh -c 'head -c 70000 /dev/zero | tr \"\\0\" x; printf \"\\ntail {}\"'", tmp_path)
+    assert p.returncode == 0, p.stderr
+    err = p.stderr.decode().splitlines()
+    for i in "ab":
+        mine = [line for line in err if line.startswith(f"[{i}] ")]
+        assert mine[-1] == f"[{i}] tail {i}", err
+        assert [len(line) - 4 for line in mine] == [65536, 70000 - 65536, 6], err
+
+
+@pytest.mark.parametrize("mode", [[], ["-n"], ["--k8s", "--image", "img:1"], ["--slurm"]])
+def test_kujob_done_if_without_the_id_is_refused(mode, tmp_path):
+    """`--done-if out.tar` (the {} forgotten) made every shard check the same
+    file: the first shard to finish marked all the others done, and kujob
+    exited 0 with most shards never run.  Now refused before anything runs."""
+    p = run(f"kujob {' '.join(mode)} -s '{{0..3}}' --done-if out.tar -- sh -c 'echo {{}} >> out.tar'", tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert "{}" in one_line(p) and "--done-if" in one_line(p)
+    assert p.stdout == b"" and not (tmp_path / "out.tar").exists()
+    # one shard id: one file, nothing ambiguous
+    p = run("kujob -s 7 --done-if out.tar -- sh -c 'echo {} >> out.tar'", tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "out.tar").read_text() == "7\n"
+
+
+def test_kujob_program_named_by_the_id(tmp_path):
+    """`-- ./step-{}.sh` was refused before anything ran ("command not
+    found: ./step-{}.sh": the check looked for ./step-x.sh).  Now a
+    program per id runs; a missing one fails its shard only, naming it."""
+    for i in "ab":
+        (tmp_path / f"step-{i}.sh").write_text(f"#!/bin/sh\necho step {i}\n")
+        (tmp_path / f"step-{i}.sh").chmod(0o755)
+    p = run("kujob -s '{a,b}' -- ./step-{}.sh", tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert sorted(p.stderr.decode().splitlines()) == ["[a] step a", "[b] step b"]
+    p = run("kujob -s '{a,c}' -- ./step-{}.sh", tmp_path)
+    assert p.returncode == 1
+    err = p.stderr.decode()
+    assert "[a] step a" in err and "cannot run ./step-c.sh" in err and err.endswith("shards failed: c\n"), err
+
+
+def test_kujob_failed_shard_that_left_its_done_file_is_named(tmp_path):
+    """A shell command that writes with a redirect (`> out-{}.txt`) creates
+    its output at once: a shard that failed (or was terminated) left it, and
+    a rerun with --done-if skipped that shard as done, silently.  The
+    failure now says so (kujob never deletes it: it is the command's)."""
+    p = run("kujob -s '{0..1}' --done-if out-{}.txt -- sh -c 'echo partial > out-{}.txt; exit {}'", tmp_path)
+    assert p.returncode == 1
+    err = p.stderr.decode().splitlines()
+    assert err[-3:] == ["kujob: [1] failed (exit status 1)",
+                        "kujob: [1] warning: out-1.txt exists although the shard failed: a rerun with --done-if "
+                        "would skip it; remove it",
+                        "kujob: 1 of 2 shards failed: 1"], err
+    assert (tmp_path / "out-1.txt").exists()

@@ -5,6 +5,7 @@ The cluster (munged + slurmctld + slurmd from Debian's packages, installed by
 by ``slurm_cluster.Cluster`` and stopped afterwards.  Every test runs the
 installed ``kujob`` as a subprocess; outputs are read back with tarfile."""
 
+import os
 import re
 import signal
 import subprocess
@@ -216,3 +217,24 @@ def test_failed_key_lists_named_in_the_summary(slurm_sh, tmp_path):
     for i in ("0", "1"):
         assert (tmp_path / f"failed-{i}.txt").read_text().split() == [f"s{i}_1"]
         assert f"[{i}] 1 failed key in failed-{i}.txt (rerun them with tarproc --keys failed-{i}.txt)" in err, err
+
+
+def run(cmd, cwd, timeout=60, **kw):
+    return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, timeout=timeout, **kw)
+
+
+def test_slurm_task_keeps_a_literal_dollar_argument(tmp_path):
+    """The task line of the sbatch script expanded ANY argument that read
+    `$SLURM_ARRAY_TASK_ID`, the command's own included: the same kujob
+    command printed the literal text locally and a number on Slurm.  Only
+    kujob's own --index is expanded now.  (The script runs under bash with
+    the variables sbatch would set.)"""
+    p = run("kujob --slurm --log-dir logs -s '{a,b}' -- echo '$SLURM_ARRAY_TASK_ID' {}", tmp_path)
+    assert p.returncode == 0, p.stderr
+    (tmp_path / "job.sh").write_bytes(p.stdout)
+    local = run("kujob -s '{a,b}' -- echo '$SLURM_ARRAY_TASK_ID' {}", tmp_path)
+    assert "[b] $SLURM_ARRAY_TASK_ID b" in local.stderr.decode()
+    task = run("bash job.sh", tmp_path, env={**os.environ, "SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_JOB_ID": "9"})
+    assert task.returncode == 0, task.stderr
+    assert "[b] $SLURM_ARRAY_TASK_ID b" in task.stderr.decode(), task.stderr
+    assert (tmp_path / "logs").is_dir()

@@ -4,13 +4,17 @@ import io
 import os
 import select
 import signal
+import stat
 import subprocess
+import sys
+import tarfile
 import time
 
 import pytest
 
 from conftest import require
 from helpers import jpeg_bytes, png_bytes, read_tar, samples_of, tar_bytes
+import make_corpus
 
 
 def text_shard(n, prefix=""):
@@ -390,3 +394,156 @@ def test_map_timeout_fails_only_the_stuck_samples(sh, tmp_path, method):
     assert "samples read 12, written 10, skipped 0, failed 2" in err
     assert keys_of((tmp_path / "out.tar").read_bytes()) == [f"{i:04d}" for i in range(12) if i not in (3, 7)]
     assert subprocess.run(["pgrep", "-f", f"hang_{method}.py:f"], capture_output=True).stdout == b""
+
+
+def _tar(members):
+    return b"".join(make_corpus.member(n, d) for n, d in members) + make_corpus.EOA
+
+
+def test_rekey_map_text_and_command_outputs_are_checked(sh, tmp_path):
+    (tmp_path / "in.tar").write_bytes(_tar([("a.txt", b"x"), ("b.txt", b"y")]))
+    # --rekey to an escaping name: exit 2, the sample named, no output file
+    p = sh("tarcat --rekey '../{key}' in.tar -o out.tar", ok=False)
+    assert p.returncode == 2 and b"'../a'" in p.stderr and b"'..'" in p.stderr, p.stderr
+    assert not (tmp_path / "out.tar").exists()
+    # text modes: a key line with an ESC sequence
+    (tmp_path / "keys.txt").write_bytes(b"good\nbad\x1b[2J\n")
+    p = sh("tarproc --mode keys -c true keys.txt -o out.tar", ok=False)
+    assert p.returncode == 2 and b"control characters" in p.stderr, p.stderr
+    # files made by tarproc -c with a tab or an ESC in their names: the sample fails
+    p = sh("tarproc -c 'echo x > \"sample.a\tb\"; echo y > sample.ok' in.tar | tar t; exit ${PIPESTATUS[0]}",
+           ok=False)
+    assert p.returncode == 1 and b"control characters" in p.stderr, p.stderr
+    assert p.stdout == b""
+    # --map results
+    (tmp_path / "mapfn.py").write_text("def f(s):\n    return {'__key__': s['__key__'], 'x\\ty': b'1'}\n")
+    p = sh("PYTHONPATH=. tarproc --map mapfn:f in.tar -o out.tar", ok=False)
+    assert p.returncode in (1, 2) and b"sample 'a'" in p.stderr and b"control characters" in p.stderr, p.stderr
+    if (tmp_path / "out.tar").exists():  # exit 1 (failed samples): whether it is kept is the commit rule's
+        with tarfile.open(tmp_path / "out.tar") as t:
+            assert t.getnames() == []
+
+
+def test_command_replacing_its_directory_with_a_symlink(sh, tmp_path):
+    """Cleanup removes the link, never touches (chmods, deletes) its target."""
+    target = tmp_path / "precious"
+    (target / "sub").mkdir(parents=True)
+    (target / "sub" / "file").write_text("keep")
+    os.chmod(target / "sub", 0o500)
+    (tmp_path / "wd").mkdir()
+    (tmp_path / "in.tar").write_bytes(_tar([("a.txt", b"x"), ("b.txt", b"y")]))
+    try:
+        sh(f"tarproc -p 1 -w wd -c 'here=$PWD; cd /; rm -rf \"$here\"; ln -s {target} \"$here\"' in.tar "
+           f"-o out.tar", ok=False)
+        assert (target / "sub" / "file").read_text() == "keep"
+        assert stat.S_IMODE(os.stat(target / "sub").st_mode) == 0o500
+        assert os.listdir(tmp_path / "wd") == []
+    finally:
+        os.chmod(target / "sub", 0o700)
+
+
+def test_deep_and_locked_trees_are_removed(sh, tmp_path):
+    """1,500 levels (deeper than Python's recursion limit) and a directory
+    chmod 000: the run directory is gone afterwards, no RecursionError."""
+    (tmp_path / "wd").mkdir()
+    (tmp_path / "in.tar").write_bytes(_tar([("a.txt", b"x")]))
+    (tmp_path / "deep.py").write_text(
+        "import os\n"
+        "os.makedirs('locked/in'); os.chmod('locked', 0)\n"
+        "for _ in range(1500):\n"
+        "    os.mkdir('d'); os.chdir('d')\n"
+        "open('f', 'w').write('x')\n")
+    p = sh(f"tarproc -w wd -c '{sys.executable} {tmp_path}/deep.py' in.tar > out.tar", stderr_ok=True)
+    assert b"Error" not in p.stderr, p.stderr
+    assert os.listdir(tmp_path / "wd") == []
+
+
+def test_detached_process_cannot_write_into_another_sample(sh, tmp_path):
+    """A command of sample a leaves a setsid'ed writer behind: its file and
+    its output must not appear in sample b (directories are never reused)."""
+    (tmp_path / "in.tar").write_bytes(_tar([("a.txt", b"x"), ("b.txt", b"y"), ("c.txt", b"z")]))
+    (tmp_path / "cmd.sh").write_text(
+        'if [ "$(cat sample.__key__)" = a ]; then\n'
+        '  setsid sh -c \'touch "$1.started"; sleep 0.3; echo LEAK; echo leak > "$0/sample.leak"; touch "$1"\' '
+        f'"$PWD" {tmp_path}/done &\n'
+        f'  for i in $(seq 100); do [ -e {tmp_path}/done.started ] && break; sleep 0.1; done\n'
+        'else  # wait until the escaped writer has written\n'
+        f'  for i in $(seq 100); do [ -e {tmp_path}/done ] && break; sleep 0.1; done; sleep 0.1\n'
+        'fi\n'
+        'echo out\n')
+    sh(f"tarproc -p 1 --add-log log -s {tmp_path}/cmd.sh in.tar -o out.tar", stderr_ok=True)
+    with tarfile.open(tmp_path / "out.tar") as t:
+        names = t.getnames()
+        logs = [t.extractfile(n).read() for n in names if n.endswith(".log")]
+    assert names == ["a.log", "a.txt", "b.log", "b.txt", "c.log", "c.txt"], names
+    assert all(log == b"out\n" for log in logs), logs
+
+
+def tar_of(members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def shard(n, prefix="s"):
+    return tar_of([(f"{prefix}{i:03d}.txt", f"text {prefix} {i}\n".encode()) for i in range(n)])
+
+
+def names(path):
+    with tarfile.open(path) as tf:
+        return [m.name for m in tf if m.isfile()]
+
+
+def run(cmd, cwd, timeout=60, **kw):
+    return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, timeout=timeout, **kw)
+
+
+PRINTING = '''
+import os
+print("loaded")
+def f(sample):
+    print("debug", sample["__key__"])
+    os.write(1, b"raw write\\n")
+    sample["txt"] = sample["txt"].upper()
+    return sample
+'''
+
+
+@pytest.mark.parametrize("parallel", ["1", "2"])
+def test_map_function_that_prints_does_not_corrupt_the_tar_on_stdout(parallel, tmp_path):
+    """A --map function with a debugging print wrote into the tar on stdout
+    (exit 0, an archive no reader accepts).  Its prints now go to stderr."""
+    (tmp_path / "f.py").write_text(PRINTING)
+    (tmp_path / "a.tar").write_bytes(shard(5))
+    p = run(f"tarproc -p {parallel} --map f.py:f a.tar > out.tar", tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert names(tmp_path / "out.tar") == [f"s{i:03d}.txt" for i in range(5)]
+    with tarfile.open(tmp_path / "out.tar") as tf:
+        assert tf.extractfile("s000.txt").read() == b"TEXT S 0\n"
+    err = p.stderr.decode()
+    assert err.count("raw write") == 5 and "debug s004" in err and "loaded" in err
+
+
+def test_readme_gm_mogrify_form_resizes_and_the_note_is_true(sh, tmp_path):
+    from conftest import ROOT, require
+    from PIL import Image
+
+    require("gm")
+    readme = open(f"{ROOT}/README.md").read()
+    assert "gm mogrify -resize 256x256 *.jpg" in readme and "-size 256x256 *.jpg -resize" not in readme.split(
+        "issue-tracker form")[0]
+    sizes = [(320, 240), (1024, 768)]
+    (tmp_path / "small.tar").write_bytes(tar_bytes([(f"i{n}.jpg", jpeg_bytes(w, h)) for n, (w, h) in enumerate(sizes)]))
+
+    def out_sizes(cmd):
+        data = sh(f"tarproc -p 2 -c '{cmd}' small.tar").stdout
+        return [Image.open(io.BytesIO(body)).size for _, body in read_tar(data)]
+
+    assert out_sizes("gm mogrify -resize 256x256 *.jpg") == [(256, 192), (256, 192)]
+    # the issue-tracker form, as the README's note says: nothing fits 256x256, sizes change oddly
+    assert out_sizes("gm mogrify -size 256x256 *.jpg -resize 256x256") == [(640, 480), (384, 288)]
+    assert "320x240 images came out 640x480, 1024x768 ones 384x288" in " ".join(readme.split())

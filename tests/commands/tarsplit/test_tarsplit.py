@@ -1,6 +1,7 @@
 """tarsplit: limits, names, post commands, atomic shards (through real pipes)."""
 
 import glob
+import io
 import json
 import os
 import random
@@ -10,8 +11,12 @@ import sys
 import tarfile
 import time
 
+import pytest
+
 from conftest import require
-from helpers import read_tar, samples_of, tar_bytes
+from helpers import kill_left, one_line, processes_with, read_tar, samples_of, tar_bytes, unique_sleep, wait_for
+import make_corpus
+import make_corpus as M
 
 
 def make_input(n, seed=0, maxsize=3000):
@@ -263,3 +268,179 @@ def test_index_of_shards_that_dash_c_deletes_warns(sh, tmp_path):
         "index the shards where they went (tarindex URL ... -o INDEX), or add --nodelete"]
     assert sorted(n for n in os.listdir(tmp_path) if n.endswith(".tar")) == ["in.tar", "kept-0.tar", "kept-1.tar"]
     assert sh("tarsplit -n 3 -o q-%d.tar -C 'true %s' --nodelete --index q.json in.tar").stderr == b""
+
+
+def _tar(members):
+    return b"".join(make_corpus.member(n, d) for n, d in members) + make_corpus.EOA
+
+
+def test_post_command_does_not_eat_the_input(sh, tmp_path):
+    data = _tar([(f"s{i:04d}.txt", b"x" * 600) for i in range(400)])
+    p = sh("tarsplit -n 50 -o 'part-%02d.tar' -p 'cat > /dev/null' -", input=data)
+    total = 0
+    for name in sorted(os.listdir(tmp_path)):
+        if name.startswith("part-"):
+            with tarfile.open(tmp_path / name) as t:
+                total += len(t.getnames())
+    assert total == 400, p.stderr
+
+
+MEMBERS = [(f"d{i % 3}/s{i:04d}.{f}", (f"{f} {i} " * (20 + i % 7)).encode())
+           for i in range(240) for f in ("cls", "txt")]
+
+
+def run_argv(cmd, cwd, input=None, env=None, **kw):
+    return subprocess.run(cmd, cwd=cwd, input=input, capture_output=True, timeout=60,
+                          env={**os.environ, **(env or {})}, **kw)
+
+
+def wait_until(pred, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def partials(d):
+    return [n for n in os.listdir(d) if "partial" in n]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("extra", [[], ["-z", "--fractions", "a=0.5,b=0.5"]])
+def test_tarsplit_signalled_mid_run_keeps_whole_shards_only(sig, extra, tmp_path):
+    data = tar_bytes(MEMBERS)
+    pattern = "out-{split}-%03d.tar" if extra else "out-%03d.tar"
+    p = subprocess.Popen(["tarsplit", "-n", "20", "-o", pattern, *extra], cwd=tmp_path,
+                         stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdin.write(data[: len(data) // 2])  # mid-member, the stream stays open
+    p.stdin.flush()
+    wait_until(lambda: len([n for n in os.listdir(tmp_path) if n.startswith("out-")]) >= 2 + bool(extra))
+    time.sleep(0.3)
+    p.send_signal(sig)
+    code = p.wait(timeout=30)
+    err = p.stderr.read().decode()
+    p.stdin.close()
+    assert code == 128 + sig and "Traceback" not in err and err.count("\n") <= 1, err
+    names = sorted(os.listdir(tmp_path))
+    assert names and not partials(tmp_path), names
+    seen = []
+    for name in names:  # every shard left is whole: GNU tar lists it, tarfile reads it to the end marker
+        listed = run_argv(["tar", "tf", name], tmp_path)
+        assert listed.returncode == 0, (name, listed.stderr)
+        got = read_tar((tmp_path / name).read_bytes())
+        assert [n for n, _ in got] == listed.stdout.decode().split()
+        assert len(got) == 40 or extra  # 20 samples of 2 members (a split's last shard may be short)
+        seen += got
+    want = dict(MEMBERS)
+    assert all(want[n] == body for n, body in seen)
+
+
+def run(cmd, cwd, timeout=60, **kw):
+    return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, timeout=timeout, **kw)
+
+
+def test_tarsplit_terminated_in_a_post_command_leaves_none_of_it_running(tmp_path):
+    """SIGTERM while a -p command ran killed only its shell: the command's
+    children (an upload, here a sleep) went on, orphaned."""
+    marker = unique_sleep()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for i in range(30):
+            info = tarfile.TarInfo(f"s{i:03d}.txt")
+            info.size = 3
+            tf.addfile(info, io.BytesIO(b"abc"))
+    (tmp_path / "in.tar").write_bytes(buf.getvalue())
+    proc = subprocess.Popen(["tarsplit", "-n", "10", "-o", "out-%03d.tar", "-p", f"{marker}; true", "in.tar"],
+                            cwd=tmp_path, stderr=subprocess.PIPE)
+    try:
+        assert wait_for(lambda: processes_with(marker))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 143
+        assert wait_for(lambda: not processes_with(marker), 10), "the post command's children still run"
+        assert sorted(os.listdir(tmp_path)) == ["in.tar", "out-000.tar"]  # committed before its post command
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_left(marker)
+
+
+def small_tar(n, prefix="s"):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for i in range(n):
+            data = f"{prefix} {i}".encode()
+            info = tarfile.TarInfo(f"{prefix}{i:03d}.txt")
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("args, victim", [
+    ("-n 10 --start 1 -o data-%d.tar data-0.tar data-1.tar", "data-1.tar"),  # input 1 would be replaced unread
+    ("-n 10 -o data-%d.tar data-0.tar", "data-0.tar"),
+    ("--shards 2 --total 40 --start 1 -o data-{shard}.tar data-0.tar data-1.tar", "data-1.tar"),
+    ("--fractions a=0.5,b=0.5 -o data-{split}-%d.tar data-0.tar data-1.tar data-a-0.tar", "data-a-0.tar"),
+    ("-n 10 -o out --manifest data-0.tar data-0.tar", "data-0.tar"),
+    ("-n 10 -o out --index data-1.tar data-0.tar data-1.tar", "data-1.tar"),
+])
+def test_tarsplit_never_replaces_an_input(args, victim, tmp_path):
+    """`tarsplit -n 10 --start 1 -o 'data-%d.tar' data-0.tar data-1.tar`
+    (resplitting in place) committed shard data-1.tar over the input
+    data-1.tar before it was read: the run then read its own shard back,
+    duplicated 10 samples, lost 20, exit 0.  `--manifest` or `--index` naming an input replaced it
+    with JSON, exit 0.  Now refused (exit 2) before that input is touched."""
+    for name, prefix in (("data-0.tar", "a"), ("data-1.tar", "b"), ("data-a-0.tar", "c")):
+        (tmp_path / name).write_bytes(small_tar(20, prefix))
+    before = (tmp_path / victim).read_bytes()
+    p = run(f"tarsplit {args}", tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert f"{victim}: is also" in one_line(p)
+    assert (tmp_path / victim).read_bytes() == before
+
+
+@pytest.mark.parametrize("size", ["1e400", "inf", "-inf", "infGiB"])
+def test_tarsplit_size_beyond_a_float_is_a_usage_error(size, tmp_path):
+    """`-s 1e400` (or `inf`) was an internal error (OverflowError)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        info = tarfile.TarInfo("a.txt")
+        tf.addfile(info, io.BytesIO(b""))
+    (tmp_path / "in.tar").write_bytes(buf.getvalue())
+    p = run(f"tarsplit -s {size} -o out in.tar", tmp_path)
+    assert p.returncode == 2
+    assert "bad size" in one_line(p)
+    assert sorted(os.listdir(tmp_path)) == ["in.tar"]
+
+
+shard = M.plain_shard
+
+
+def members(path):
+    with tarfile.open(path) as tf:
+        return [(m.name, tf.extractfile(m).read()) for m in tf if m.isfile()]
+
+
+@pytest.mark.parametrize("pattern, shards", [("p-%.0s.tar", "0 and 1"), ("p-%.1s.tar", "1 and 10"),
+                                             ("p-{shard!s:.1}.tar", "1 and 10")])
+def test_tarsplit_pattern_giving_two_shards_one_name_is_refused(pattern, shards, tmp_path):
+    (tmp_path / "in.tar").write_bytes(shard(30))
+    p = run(f"tarsplit -n 1 -o '{pattern}' in.tar", tmp_path)
+    assert p.returncode == 2
+    assert f"gives shards {shards} the same name" in one_line(p)
+    assert os.listdir(tmp_path) == ["in.tar"]
+
+
+def test_tarsplit_prefix_keeps_its_ending_and_compression(tmp_path):
+    (tmp_path / "in.tar").write_bytes(shard(5))
+    for out, z in (("gz/part.tar.gz", ""), ("tar/part.tar", ""), ("z/part.tar", "-z"), ("plain/part", "")):
+        os.makedirs(tmp_path / os.path.dirname(out))
+        p = run(f"tarsplit {z} -n 2 -o {out} in.tar", tmp_path)
+        assert p.returncode == 0, p.stderr
+    assert sorted(os.listdir(tmp_path / "gz")) == [f"part-00000{i}.tar.gz" for i in range(3)]
+    assert sorted(os.listdir(tmp_path / "tar")) == [f"part-00000{i}.tar" for i in range(3)]
+    assert sorted(os.listdir(tmp_path / "z")) == [f"part-00000{i}.tar.gz" for i in range(3)]
+    assert sorted(os.listdir(tmp_path / "plain")) == [f"part-00000{i}.tar" for i in range(3)]
+    for d in ("gz", "z"):
+        assert (tmp_path / d / "part-000000.tar.gz").read_bytes()[:2] == b"\x1f\x8b"
+        assert [n for n, _ in members(tmp_path / d / "part-000002.tar.gz")] == ["s0004.cls", "s0004.txt"]

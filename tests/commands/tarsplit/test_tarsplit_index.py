@@ -3,6 +3,7 @@ never one index that mixes the splits; and -o naming a directory."""
 
 import json
 import os
+import subprocess
 
 import tarproc
 from helpers import samples_of, tar_bytes
@@ -73,3 +74,20 @@ def test_output_naming_a_directory_is_refused(sh, tmp_path):
     # the suggested form works
     sh("tarsplit -n 3 -o outdir/shard all.tar")
     assert sorted(os.listdir(tmp_path / "outdir")) == [f"shard-{i:06d}.tar" for i in range(4)]
+
+
+def run(cmd, cwd, input=None, env=None, **kw):
+    return subprocess.run(cmd, cwd=cwd, input=input, capture_output=True, timeout=60,
+                          env={**os.environ, **(env or {})}, **kw)
+
+
+def test_tarsplit_compressed_index_warns_once(tmp_path):
+    """tarsplit -z --index: one warning line for all the compressed shards,
+    not one per shard; the index still counts every shard's samples."""
+    (tmp_path / "in.tar").write_bytes(tar_bytes([(f"{i:03d}.txt", b"x") for i in range(30)]))
+    r = run(["tarsplit", "-z", "-n", "5", "--index", "idx.json", "-o", "part", "in.tar"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.decode().splitlines()
+    assert len(lines) == 1 and "6 shards are compressed" in lines[0] and "sample counts only" in lines[0], lines
+    shards = json.loads((tmp_path / "idx.json").read_text())["shardlist"]
+    assert [s["nsamples"] for s in shards] == [5] * 6

@@ -20,6 +20,8 @@ import pytest
 
 from conftest import require
 from helpers import tar_bytes
+import make_corpus
+import make_corpus as M
 
 ENV = dict(os.environ, LC_ALL="C.UTF-8")
 
@@ -283,3 +285,53 @@ def test_compressed_outputs_are_reproducible_and_read_by_gnu_tar(tmp_path, ext, 
     plain = (tmp_path / "plain.tar").read_bytes()
     assert run(f"{untar} 1.{ext} | md5sum", tmp_path).stdout == run("tar -xOf plain.tar | md5sum", tmp_path).stdout
     assert run(f"tarcat 1.{ext}", tmp_path).stdout == plain
+
+
+def test_non_utf8_names_round_trip_through_gnu_tar(sh, tmp_path):
+    (tmp_path / "in.tar").write_bytes(make_corpus.member(b"caf\xe9.txt", b"latin") + make_corpus.EOA)
+    sh("tarcat in.tar | tarcat > out.tar")
+    # a short non-UTF-8 name goes raw into the ustar field: GNU tar reads it silently
+    p = sh("tar --quoting-style=literal -tf out.tar")
+    assert p.stdout == b"caf\xe9.txt\n"
+
+
+def names(path):
+    with tarfile.open(path) as tf:
+        return [m.name for m in tf if m.isfile()]
+
+
+run_bash = M.bash
+
+
+def test_the_empty_field_round_trips_through_every_writer(tmp_path):
+    """A member `KEY.` is field "" of sample KEY (webdataset reads it so);
+    every command writes it back as `KEY.`, including a sample whose only
+    field it is.  tarproc -c used to drop it (and the whole sample), and the
+    library's general writer refused it as 'it would not read back'."""
+    import webdataset as wds
+
+    members = [(b"k.", b"A"), (b"k.txt", b"B"), (b"d/j.", b"C")]
+    (tmp_path / "in.tar").write_bytes(b"".join(M.member(n, d) for n, d in members) + M.EOA)
+    want = ["k.", "k.txt", "d/j."]
+    for cmd in ["tarcat in.tar", "tarpcat -w 1 in.tar", "tarproc -c true in.tar", "tarsort -r in.tar",
+                "tarproc -c 'cp sample. sample.copy' in.tar"]:
+        p = run_bash(f"{cmd} > out.tar", tmp_path)
+        assert p.returncode == 0, (cmd, p.stderr)
+        got = names(tmp_path / "out.tar")
+        if "sort" in cmd:
+            assert sorted(got) == sorted(want), cmd
+        elif "copy" in cmd:
+            assert got == ["k.", "k.copy", "k.txt", "d/j.", "d/j.copy"], got
+        else:
+            assert got == want, (cmd, got)
+    samples = list(wds.WebDataset(str(tmp_path / "out.tar"), shardshuffle=False))
+    assert [(s["__key__"], s[""], s["copy"]) for s in samples] == [("k", b"A", b"A"), ("d/j", b"C", b"C")]
+    # the library's general writer (a sample that is not raw bytes read from a tar)
+    code = ("import sys, tarproc as S\n"
+            "w = S.SampleWriter(sys.stdout.buffer)\n"
+            "w.write({'__key__': 'k.x'[:1], '': 'A', 'txt': bytearray(b'B')})\n"
+            "w.close()\n")
+    with open(tmp_path / "lib.tar", "wb") as f:
+        p = subprocess.run([sys.executable, "-c", code], stdout=f, stderr=subprocess.PIPE)
+    assert p.returncode == 0, p.stderr
+    assert names(tmp_path / "lib.tar") == ["k.", "k.txt"]
