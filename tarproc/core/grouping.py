@@ -266,6 +266,3 @@ class SampleWriter:
 
     def close(self):
         self.tar.close()
-
-
-# ---------------------------------------------------------------- reading URLs

@@ -394,6 +394,3 @@ def _finish_opening(raw, name, url, scheme, decompress):
         stream.compression = None
         stream.region_source = (raw.fd, name if scheme == "file" else None)
     return stream
-
-
-# ---------------------------------------------------------------- writing

@@ -4,6 +4,7 @@ gate: a long module is a prompt to look for a seam, never a reason to cut.)"""
 
 import ast
 import os
+import re
 import subprocess
 import sys
 
@@ -44,3 +45,16 @@ def test_import_tarproc_loads_nothing_heavy():
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_no_empty_section_headers():
+    """A section header (`# ---- name`) with nothing under it, before the end
+    of the file or the next header, says a module was cut, not laid out."""
+    header = re.compile(r"^\s*#\s*(?:[-=]{3,}.*|.*[-=]{3,}\s*)$")
+    empty = []
+    for path in list(_modules(LIBRARY + ["cli"])) + [os.path.join(PKG, f) for f in os.listdir(PKG) if f.endswith(".py")]:
+        lines = [line for line in open(path).read().splitlines() if line.strip()]
+        for i, line in enumerate(lines):
+            if header.match(line) and (i + 1 == len(lines) or header.match(lines[i + 1])):
+                empty.append(f"{os.path.relpath(path, ROOT)}: {line.strip()}")
+    assert empty == []

@@ -3,10 +3,10 @@ names around ustar's 100-byte name and 155-byte prefix, names that are not
 ASCII or not UTF-8, sizes around ustar's 8 GiB limit, compressed outputs,
 and every writing command read back by webdataset and wids.
 
-Not repeated here: tests/test_writer_bytes.py (the writer's bytes against a
-reference), tests/test_wild_producers.py (archives of other producers),
-tests/test_tario.py (codec round trips, the pax size record),
-tests/test_urls.py (compressed outputs by name)."""
+Not repeated here: tests/library/test_writer_bytes.py (the writer's bytes
+against a reference), tests/interop/test_wild_producers.py (archives of other
+producers), tests/library/test_tario.py (codec round trips, the pax size
+record), tests/library/test_urls.py (compressed outputs by name)."""
 
 import io
 import json

@@ -7,8 +7,9 @@ Each archive either gives the samples GNU tar extracts from it (same names,
 same bytes), or one stderr line naming the file and the offset, exit 2.  What
 tarcat writes from each reads back the same in GNU tar, bsdtar, tarfile,
 webdataset and wids.  The decisions (AppleDouble, multi-volume pieces,
-``./`` names, hard links) are in docs/reading.md.  Not repeated here:
-tests/test_hostile_readers.py (dialects of one directory, sparse files)."""
+``./`` names, hard links) are in docs/reading.md.  Also here: one directory
+in every format of GNU tar and bsdtar, read like GNU tar extracts it.  Not
+repeated here: tests/library/test_tario.py (sparse files)."""
 
 import io
 import json
@@ -80,7 +81,7 @@ def _resum(data, at=0):
 
 
 def _python_made(d):
-    """tarfile in its GNU and pax formats (ustar: tests/test_tarcat.py; huge and non-ASCII owners, negative and
+    """tarfile in its GNU and pax formats (ustar: tests/commands/test_tarcat.py; huge and non-ASCII owners, negative and
     far-future times, long names), a pax global header, webdataset's writer,
     and what no installed producer writes but real ones do (Solaris 'X'
     headers, pre-POSIX directories, AppleDouble members, a base-256 size),

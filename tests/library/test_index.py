@@ -252,7 +252,7 @@ def test_changed_shard_or_wrong_index_is_one_clear_error(shards, tmp_path):
     good = (shards / "a.tar").read_bytes()
     st = (shards / "a.tar").stat()
     # same size, other keys: a different shard under the same name (and its mtime put back, so that the
-    # key check catches it: tests/test_index_access.py has the mtime check)
+    # key check catches it: tests/library/test_index_access.py has the mtime check)
     make_shard(shards / "a.tar", 40, 1, prefix="z")
     (shards / "a.tar").write_bytes((shards / "a.tar").read_bytes()[:len(good)].ljust(len(good), b"\0"))
     os.utime(shards / "a.tar", ns=(st.st_atime_ns, st.st_mtime_ns))
