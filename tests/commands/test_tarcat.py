@@ -16,7 +16,6 @@ import pytest
 from conftest import require
 from helpers import png_bytes, read_tar, samples_of, tar_bytes
 import make_corpus
-import make_corpus as M
 
 UTF8 = {"LC_ALL": "C.UTF-8"}
 LONG_SPLIT = "d" * 100 + "/" + "n" * 95 + ".txt"  # 200 bytes, fits ustar's prefix/name split
@@ -499,13 +498,13 @@ def test_specials_are_never_created(sh, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["in.tar", "out.tar"]
 
 
-plain_shard = M.plain_shard
+plain_shard = make_corpus.plain_shard
 
 
-run = M.bash
+run = make_corpus.bash
 
 
-one_line = M.one_line
+one_line = make_corpus.one_line
 
 
 def test_tarcat_shuffles_a_long_list_through_a_bounded_buffer(tmp_path):

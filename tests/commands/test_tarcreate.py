@@ -6,12 +6,10 @@ import re
 import signal
 import subprocess
 import tarfile
-import time
 
 import pytest
 
 from helpers import jpeg_bytes, kill_left, one_line, png_bytes, processes_with, read_tar, samples_of, unique_sleep, wait_for
-import make_corpus as M
 
 
 def make_files(tmp_path, n=3):

@@ -12,7 +12,6 @@ import pytest
 
 from conftest import require
 from helpers import image_shard, jpeg_bytes, png_bytes, tar_bytes
-import make_corpus
 import make_corpus as mc
 
 ESC = b"\x1b["
@@ -171,12 +170,12 @@ def _run_measured(cmd, cwd, env=None, input=None, timeout=120):
 
 
 def _tar(members):
-    return b"".join(make_corpus.member(n, d) for n, d in members) + make_corpus.EOA
+    return b"".join(mc.member(n, d) for n, d in members) + mc.EOA
 
 
 def _png(width, height):
     """A grey PNG of any size made with zlib (no pixels in memory)."""
-    return make_corpus.png_header_bomb(width, height)
+    return mc.png_header_bomb(width, height)
 
 
 def test_tarshow_gzip_bomb(tmp_path):
@@ -185,11 +184,11 @@ def test_tarshow_gzip_bomb(tmp_path):
     members to disk; the preview's part is the next test)."""
     size = 96 << 20
     comp = zlib.compressobj(9, zlib.DEFLATED, 31)
-    body = comp.compress(make_corpus.header(b"bomb.txt", size))
+    body = comp.compress(mc.header(b"bomb.txt", size))
     zeros = b"a" * (1 << 20)
     for _ in range(size >> 20):
         body += comp.compress(zeros)
-    body += comp.compress(make_corpus.EOA) + comp.flush()
+    body += comp.compress(mc.EOA) + comp.flush()
     assert len(body) < 1 << 20
     (tmp_path / "bomb.tar.gz").write_bytes(body)
     p, cpu, rss = _run_measured("tarshow -c 1 bomb.tar.gz", tmp_path)

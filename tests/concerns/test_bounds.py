@@ -9,12 +9,10 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 
 import make_corpus
-import make_corpus as M
 
 
 _MEASURE = ("import resource, subprocess, sys\n"
@@ -146,7 +144,7 @@ def test_brace_patterns_are_expanded_lazily(tmp_path):
     assert list(expand_urls()) == ["-"]
 
 
-run = M.bash
+run = make_corpus.bash
 
 
 @pytest.mark.parametrize("command", [

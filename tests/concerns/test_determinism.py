@@ -2,7 +2,6 @@
 (tarproc --map and -c with -p 1 and -p 3), in any run (tarsplit with a
 manifest and an index, tarcreate with input files touched between runs)."""
 
-import json
 import os
 import subprocess
 

@@ -18,7 +18,6 @@ import re
 import shlex
 import signal
 import subprocess
-import sys
 import tarfile
 import threading
 import time

@@ -17,7 +17,6 @@ import os
 import re
 import stat
 import subprocess
-import sys
 import tarfile
 
 import pytest

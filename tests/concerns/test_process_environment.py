@@ -5,7 +5,6 @@ The CLI fixes its streams and signals at start (``cli/base.run``); the
 library's children are tied to it by a watchdog (``runtime/procs.Watchdog``)."""
 
 import io
-import json
 import os
 import signal
 import subprocess

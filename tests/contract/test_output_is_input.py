@@ -7,7 +7,6 @@ so a console script added later is covered; this test walks setup.cfg."""
 
 import configparser
 import io
-import json
 import os
 import subprocess
 import tarfile

@@ -20,7 +20,6 @@ import pytest
 
 from conftest import require
 from helpers import tar_bytes
-import make_corpus
 import make_corpus as M
 
 ENV = dict(os.environ, LC_ALL="C.UTF-8")
@@ -288,7 +287,7 @@ def test_compressed_outputs_are_reproducible_and_read_by_gnu_tar(tmp_path, ext, 
 
 
 def test_non_utf8_names_round_trip_through_gnu_tar(sh, tmp_path):
-    (tmp_path / "in.tar").write_bytes(make_corpus.member(b"caf\xe9.txt", b"latin") + make_corpus.EOA)
+    (tmp_path / "in.tar").write_bytes(M.member(b"caf\xe9.txt", b"latin") + M.EOA)
     sh("tarcat in.tar | tarcat > out.tar")
     # a short non-UTF-8 name goes raw into the ustar field: GNU tar reads it silently
     p = sh("tar --quoting-style=literal -tf out.tar")

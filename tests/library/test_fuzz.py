@@ -16,7 +16,6 @@ import gzip
 import lzma
 import os
 import signal
-import sys
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 

@@ -24,7 +24,6 @@ import tarproc
 from tarproc.core.tario import TarWriter
 from conftest import ROOT, require
 from helpers import read_tar, samples_of, tar_bytes
-import make_corpus as M
 import make_corpus as mc
 from test_urls import s3  # noqa: F401  (the moto S3 fixture)
 
@@ -513,13 +512,13 @@ def test_tarsplit_exact_shards_over_a_long_input_list(sh, tmp_path):
 
 
 def shard(n, prefix="s", size=20):
-    return M.plain_shard(n, prefix, size)
+    return mc.plain_shard(n, prefix, size)
 
 
-run = M.bash
+run = mc.bash
 
 
-one_line = M.one_line
+one_line = mc.one_line
 
 
 def test_tarindex_over_more_urls_than_are_read_ahead(tmp_path):

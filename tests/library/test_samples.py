@@ -16,7 +16,6 @@ from tarproc.core.tario import Member, TarReader
 from tarproc.errors import BadArchive, BadSample, UsageError
 from tarproc.stages.basic import parse_fields, parse_slice, pipeline, rekey, rename_fields, select_fields, shuffle, skip, slice_samples, take
 from helpers import jpeg_bytes, read_tar, samples_of, tar_bytes
-import make_corpus
 import make_corpus as mc
 
 
@@ -198,7 +197,7 @@ def test_writers_refuse_what_readers_refuse(key, tmp_path):
         with pytest.raises(BadSample):
             SampleWriter(io.BytesIO()).write({"__key__": "ok", "t" + key + "x": b"x"})
     # and a reader refuses the same name
-    data = make_corpus.member((key + ".txt").encode(), b"x") + make_corpus.EOA
+    data = mc.member((key + ".txt").encode(), b"x") + mc.EOA
     with pytest.raises(BadArchive):
         list(group(TarReader(io.BytesIO(data), "t").members()))
 

@@ -16,7 +16,6 @@ import pytest
 from conftest import require
 from helpers import kill_left, one_line, processes_with, read_tar, samples_of, tar_bytes, unique_sleep, wait_for
 import make_corpus
-import make_corpus as M
 
 
 def make_input(n, seed=0, maxsize=3000):
@@ -413,7 +412,7 @@ def test_tarsplit_size_beyond_a_float_is_a_usage_error(size, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["in.tar"]
 
 
-shard = M.plain_shard
+shard = make_corpus.plain_shard
 
 
 def members(path):
