@@ -48,13 +48,11 @@ os.environ["PATH"] = VENV_BIN + os.pathsep + os.environ.get("PATH", "")
 # other tests share fixtures from (`from test_urls import s3`).  Test file
 # names are unique across the folders (pytest's default import mode needs it).
 HOSTILE = os.path.join(HERE, "hostile")
-for _dir, _subdirs, _files in sorted(os.walk(HERE), reverse=True):
-    _subdirs[:] = [d for d in _subdirs if not d.startswith((".", "__"))]
-    if _dir not in sys.path:
-        sys.path.insert(0, _dir)
-if HERE in sys.path:
-    sys.path.remove(HERE)
-sys.path.insert(0, HERE)
+_FOLDERS = []
+for _dir, _subdirs, _files in os.walk(HERE):
+    _subdirs[:] = sorted(d for d in _subdirs if not d.startswith((".", "__")))
+    _FOLDERS.append(_dir)
+sys.path[:0] = [d for d in _FOLDERS if d not in sys.path]
 
 
 @pytest.fixture
