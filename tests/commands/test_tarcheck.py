@@ -145,7 +145,7 @@ def test_empty_shard_and_help(sh, tmp_path):
 
 
 def shard(n, prefix="s", size=20):
-    return M.plain_shard(n, prefix, size)
+    return mc.plain_shard(n, prefix, size)
 
 
 def test_tarcheck_json_streams_shard_reports_and_keeps_none(tmp_path):
