@@ -58,8 +58,8 @@ bench: $(VENV)/.test-deps sysdeps
 	$(PY) bench/run.py
 
 fuzz: $(VENV)/.test-deps
-	TARPROC_FUZZ_EXAMPLES=20000 TARPROC_FUZZ_RANDOM=1 $(PY) -m pytest -q -p no:xdist tests/test_fuzz.py
-	TARPROC_HOSTILE_FULL=1 $(PY) -m pytest -q -n 2 tests/test_hostile.py
+	TARPROC_FUZZ_EXAMPLES=20000 TARPROC_FUZZ_RANDOM=1 $(PY) -m pytest -q -p no:xdist tests/library/test_fuzz.py
+	TARPROC_HOSTILE_FULL=1 $(PY) -m pytest -q -n 2 tests/concerns/test_hostile_corpus.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

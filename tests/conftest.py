@@ -41,7 +41,18 @@ REALDATA = _realdata()
 
 # The commands under test are the installed ones, first on PATH.
 os.environ["PATH"] = VENV_BIN + os.pathsep + os.environ.get("PATH", "")
-sys.path.insert(0, HERE)
+
+# tests/ is laid out by what the tests test (tests/README.md); every folder is
+# importable by module name, whatever the depth of the file that imports:
+# `helpers`, `conftest`, `make_corpus` (tests/hostile) and the modules that
+# other tests share fixtures from (`from test_urls import s3`).  Test file
+# names are unique across the folders (pytest's default import mode needs it).
+HOSTILE = os.path.join(HERE, "hostile")
+_FOLDERS = []
+for _dir, _subdirs, _files in os.walk(HERE):
+    _subdirs[:] = sorted(d for d in _subdirs if not d.startswith((".", "__")))
+    _FOLDERS.append(_dir)
+sys.path[:0] = [d for d in _FOLDERS if d not in sys.path]
 
 
 @pytest.fixture

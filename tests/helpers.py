@@ -1,8 +1,11 @@
 """Test-data makers and independent readers, shared by the test modules."""
 
 import io
+import os
 import random
+import signal
 import tarfile
+import time
 
 
 def tar_bytes(members, format=tarfile.USTAR_FORMAT):
@@ -93,3 +96,36 @@ def kubernetes_expand(text, env):
         out.append(text[i])
         i += 1
     return "".join(out)
+
+
+# ---------------------------------------------------------------- processes a test starts and must see end
+
+from make_corpus import processes_with  # noqa: F401  (tests/hostile, on sys.path by conftest)
+
+
+def one_line(p):
+    err = p.stderr.decode(errors="replace")
+    assert "Traceback" not in err and "internal error" not in err, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def unique_sleep():
+    """A `sleep` command line no other test runs: `sleep 7<digits>` (seconds)."""
+    return f"sleep 7{time.time_ns() % 10**9:09d}"
+
+
+def wait_for(predicate, timeout=20):
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return predicate()
+
+
+def kill_left(words):
+    for pid in processes_with(words):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass

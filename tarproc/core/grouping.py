@@ -283,6 +283,3 @@ class SampleWriter:
 
     def close(self):
         self.tar.close()
-
-
-# ---------------------------------------------------------------- reading URLs

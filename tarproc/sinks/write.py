@@ -23,6 +23,3 @@ def write_samples(url, samples, stats=None, stall=None, **header_defaults):
             writer.write(sample)
         writer.close()
     return stats.written
-
-
-# ---------------------------------------------------------------- stages

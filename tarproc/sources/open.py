@@ -202,4 +202,3 @@ def _finish_opening(raw, name, url, scheme, decompress, settings=None):
         stream.compression = None
         stream.region_source = (raw.fd, name if scheme == "file" else None)
     return stream
-

@@ -788,6 +788,3 @@ def _run_commands(samples, runner, parallel, error_handling, ordered, stats, on_
             runner.ended.set()
         if runner.keepdir:
             on_error(f"working directories kept in {runner.root}")
-
-
-# ---------------------------------------------------------------- function mode

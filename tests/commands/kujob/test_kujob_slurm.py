@@ -1,0 +1,240 @@
+"""kujob --slurm: job arrays submitted to a real single-node Slurm cluster.
+
+The cluster (munged + slurmctld + slurmd from Debian's packages, installed by
+``make sysdeps``) is started once per test session in a temporary directory
+by ``slurm_cluster.Cluster`` and stopped afterwards.  Every test runs the
+installed ``kujob`` as a subprocess; outputs are read back with tarfile."""
+
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from slurm_cluster import TOOLS, Cluster, which
+from test_kujob import assert_copied, make_inputs
+
+FAST = "--poll 0.2"
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    missing = [tool for tool in TOOLS if not which(tool)]
+    assert not missing, f"{missing} missing: `make test` installs them (make sysdeps)"
+    c = Cluster(tmp_path_factory.mktemp("slurm")).start()
+    try:
+        yield c
+    finally:
+        c.stop()
+        assert c.leftovers() == []
+
+
+@pytest.fixture
+def slurm_sh(sh, cluster):
+    def run(cmd, **kw):
+        env = {name: cluster.env[name] for name in ("SLURM_CONF", "KUJOB_TEST_SLURM_CLUSTER", "PATH")}
+        env.update(kw.pop("env", {}))
+        return sh(cmd, env=env, **kw)
+
+    return run
+
+
+def squeue(cluster, *args):
+    return subprocess.run(["squeue", "-h", *args], env=cluster.env, capture_output=True, text=True).stdout
+
+
+def submitted_id(stderr):
+    m = re.search(r"submitted job array (\d+)", stderr)
+    assert m, stderr
+    return m.group(1)
+
+
+def test_array_all_succeed(slurm_sh, cluster, tmp_path):
+    ids = ["0000", "0001", "0002", "0003"]
+    make_inputs(tmp_path, ids)
+    p = slurm_sh(f"kujob --slurm --wait {FAST} -j 2 -v -s '{{0000..0003}}' -- tarcat in-{{}}.tar -o out-{{}}.tar",
+                 stderr_ok=True)
+    err = p.stderr.decode()
+    assert p.stdout == b""
+    job = submitted_id(err)
+    for i in ids:
+        assert_copied(tmp_path, i)
+        assert f"kujob: [{i}] ok" in err
+    assert "4 shards: 4 ok, 0 failed, 0 skipped (done)" in err
+    logs = sorted((tmp_path / "kujob-logs").glob(f"*-{job}_*.log"))
+    assert len(logs) == 4
+    assert "[0002] ok" in logs[2].read_text()  # each task ran kujob for its own id
+    records = sorted(p.name for p in (tmp_path / "kujob-logs").glob(f"*-{job}.exit/*"))
+    assert records == ["0", "1", "2", "3"]
+    assert squeue(cluster, "-j", job) == ""
+
+
+def test_missing_input_named_then_rerun_does_only_it(slurm_sh, tmp_path):
+    make_inputs(tmp_path, ["0", "1", "3"])  # no in-2.tar
+    cmd = f"kujob --slurm --wait {FAST} --done-if out-{{}}.tar -s '{{0..3}}' -- tarcat in-{{}}.tar -o out-{{}}.tar"
+    p = slurm_sh(cmd, ok=False)
+    err = p.stderr.decode()
+    assert p.returncode == 1, err
+    assert err.splitlines()[-1] == "kujob: 1 of 4 shards failed: 2"
+    assert re.search(r"kujob: \[2\] failed \(exit status \d\); log: .*_2\.log", err)
+    assert "in-2.tar" in err  # the tail of the task's log says why
+    assert not (tmp_path / "out-2.tar").exists()
+    before = {i: (tmp_path / f"out-{i}.tar").stat().st_mtime_ns for i in "013"}
+
+    make_inputs(tmp_path, ["2"])
+    p = slurm_sh(cmd.replace("--wait", "--wait -v"), stderr_ok=True)
+    err = p.stderr.decode()
+    assert "3 of 4 shards are done" in err
+    assert "4 shards: 1 ok, 0 failed, 3 skipped (done)" in err
+    job = submitted_id(err)
+    assert [x.name.rsplit("_", 1)[1] for x in (tmp_path / "kujob-logs").glob(f"*-{job}_*.log")] == ["2.log"]
+    assert_copied(tmp_path, "2")
+    assert before == {i: (tmp_path / f"out-{i}.tar").stat().st_mtime_ns for i in "013"}
+
+
+def test_printed_script_accepted_by_sbatch_test_only(slurm_sh, tmp_path):
+    p = slurm_sh("kujob --slurm -j 3 --partition debug --time 0:10:00 --mem 100M --cpus-per-task 1 "
+                 "--log-dir logs --sbatch comment=kujob-test --name ocr -e GREETING='hello world' "
+                 "-s '{0000..0009}' -- tarproc -c 'run-ocr *.png' scanned-{}.tar -o ocr-{}.tar")
+    script = p.stdout.decode()
+    head = [line for line in script.splitlines() if line.startswith("#SBATCH")]
+    assert head == ["#SBATCH --job-name=ocr", "#SBATCH --array=0-9%3",
+                    f"#SBATCH --output={tmp_path}/logs/ocr-%A_%a.log", f"#SBATCH --chdir={tmp_path}",
+                    "#SBATCH --cpus-per-task=1", "#SBATCH --mem=100M", "#SBATCH --time=0:10:00",
+                    "#SBATCH --partition=debug", "#SBATCH --comment=kujob-test"]
+    assert "export GREETING='hello world'" in script
+    assert "--task-index \"$SLURM_ARRAY_TASK_ID\" -s '{0000..0009}' -v -- tarproc -c 'run-ocr *.png'" in script
+    (tmp_path / "job.sh").write_text(script)
+    t = slurm_sh("sbatch --test-only job.sh", stderr_ok=True)
+    assert re.search(r"Job \d+ to start at", t.stderr.decode())
+    bad = slurm_sh("kujob --slurm --partition nosuch -s '{0..1}' -- true > bad.sh && sbatch --test-only bad.sh",
+                   ok=False)
+    assert bad.returncode != 0  # the check is real: sbatch refuses an unknown partition
+
+
+def test_unsafe_ids_refused_nothing_submitted(slurm_sh, cluster, tmp_path):
+    before = squeue(cluster)
+    p = slurm_sh("kujob --slurm --wait -s '{a,b;touch pwned,c}' -- 'tarcat in-{}.tar > out-{}.tar'", ok=False)
+    assert p.returncode == 2 and p.stdout == b""
+    assert "'b;touch pwned' is not safe to paste into a shell command" in p.stderr.decode()
+    assert squeue(cluster) == before and not (tmp_path / "kujob-logs").exists()
+    # as separate arguments (no shell), the same ids are fine: they travel quoted
+    p = slurm_sh("kujob --slurm -s '{a,b;touch pwned,c}' -- tarcat in-{}.tar -o out-{}.tar")
+    assert "-s '{a,b;touch pwned,c}'" in p.stdout.decode()
+
+
+def test_empty_done_set_submits_nothing(slurm_sh, cluster, tmp_path):
+    for i in "012":
+        (tmp_path / f"out-{i}.tar").write_bytes(b"")
+    before = squeue(cluster)
+    p = slurm_sh("kujob --slurm --wait --done-if out-{}.tar -s '{0..2}' -- tarcat in-{}.tar -o out-{}.tar",
+                 stderr_ok=True)
+    assert p.stdout == b""
+    assert "all 3 shards are done (--done-if out-{}.tar): nothing to submit" in p.stderr.decode()
+    assert "submitted" not in p.stderr.decode()
+    assert squeue(cluster) == before and not (tmp_path / "kujob-logs").exists()
+
+
+def test_retries_inside_the_task(slurm_sh, tmp_path):
+    # fails the first time (no marker yet), succeeds the second
+    p = slurm_sh(f"kujob --slurm --wait {FAST} --retries 1 --log-dir 'task logs' -s 7 -- "
+                 f"sh -c 'if [ -e tried-{{}} ]; then echo ok > done-{{}}; else touch tried-{{}}; exit 5; fi'",
+                 stderr_ok=True)
+    assert (tmp_path / "done-7").read_text() == "ok\n"
+    log = next((tmp_path / "task logs").glob("*.log")).read_text()  # a space in a path: quoted
+    assert "retrying (1/1)" in log
+    assert p.returncode == 0
+
+
+def test_submit_prints_job_id_and_ctrl_c_while_waiting_cancels(slurm_sh, cluster, tmp_path):
+    p = slurm_sh("kujob --slurm --submit -s '{0..1}' -- sleep 0.{}", stderr_ok=True)
+    job = p.stdout.decode().strip()
+    assert job.isdigit() and submitted_id(p.stderr.decode()) == job
+
+    proc = subprocess.Popen(["kujob", "--slurm", "--wait", "--poll", "0.2", "-s", "{0..2}", "--", "sleep", "6{}"],
+                            cwd=tmp_path, env=cluster.env, stderr=subprocess.PIPE, text=True)
+    line = proc.stderr.readline()
+    job = submitted_id(line)
+    deadline = time.monotonic() + 30
+    while "RUNNING" not in squeue(cluster, "-j", job, "-o", "%T") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    err = proc.stderr.read()
+    assert proc.wait(30) == 130
+    assert f"kujob: interrupted: cancelled job array {job} (scancel {job})" in err
+    deadline = time.monotonic() + 30
+    while squeue(cluster, "-j", job) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert squeue(cluster, "-j", job) == ""
+
+
+# --------------------------------------------------------------------------- without a cluster
+
+def test_array_spec_and_memory():
+    from tarproc.jobs.slurm import array_spec, slurm_memory
+
+    assert array_spec([0, 1, 2, 5, 7, 8], 4) == "0-2,5,7-8%4"
+    assert array_spec([3]) == "3"
+    assert [slurm_memory(m) for m in ("8G", "8Gi", "8GiB", "512", "500m")] == ["8G", "8G", "8G", "512", "500M"]
+
+
+@pytest.mark.parametrize("opts, message", [
+    ("--sbatch $'x\\necho pwned'", "bad --sbatch"),
+    ("--partition 'a b'", "bad --partition"),
+    ("--time soon", "bad --time"),
+    ("--mem lots", "bad --mem"),
+    ("--log-dir 'l%j'", "bad --log-dir"),
+    ("--log-dir 'a\"b'", "bad --log-dir"),
+    ("--name a/b", "bad --name"),
+    ("--k8s", "do not go with --slurm"),
+])
+def test_bad_slurm_options_exit_2(sh, opts, message):
+    p = sh(f"kujob --slurm {opts} -s '{{0..1}}' -- true", ok=False)
+    assert p.returncode == 2 and p.stdout == b"" and message in p.stderr.decode()
+
+
+def test_slurm_options_need_slurm(sh):
+    p = sh("kujob --wait -s '{0..1}' -- true", ok=False)
+    assert p.returncode == 2 and "go with --slurm" in p.stderr.decode()
+
+
+def test_program_missing_here_is_a_warning_not_an_error(sh):
+    # the nodes may have it (modules, containers): warn, print the script anyway
+    p = sh("kujob --slurm -s '{0..1}' -- no-such-program-here in-{}.tar", stderr_ok=True)
+    assert "no-such-program-here is not on PATH here" in p.stderr.decode()
+    assert p.stdout.decode().startswith("#!/bin/bash\n#SBATCH --job-name=kujob-no-such-program-here-")
+
+
+def test_failed_key_lists_named_in_the_summary(slurm_sh, tmp_path):
+    """`tarproc --failed-keys failed-{}.txt` in the command: after the array,
+    kujob names each shard's list of failed keys and how to rerun them."""
+    make_inputs(tmp_path, ["0", "1"])
+    p = slurm_sh(f"kujob --slurm --wait {FAST} -s '{{0..1}}' -- tarproc -c 'test $(cat sample.cls) != 1' "
+                 f"--max-failures 100% --failed-keys failed-{{}}.txt in-{{}}.tar -o out-{{}}.tar", stderr_ok=True)
+    err = p.stderr.decode()
+    for i in ("0", "1"):
+        assert (tmp_path / f"failed-{i}.txt").read_text().split() == [f"s{i}_1"]
+        assert f"[{i}] 1 failed key in failed-{i}.txt (rerun them with tarproc --keys failed-{i}.txt)" in err, err
+
+
+def run(cmd, cwd, timeout=60, **kw):
+    return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, timeout=timeout, **kw)
+
+
+def test_slurm_task_keeps_a_literal_dollar_argument(tmp_path):
+    """The task line of the sbatch script expanded ANY argument that read
+    `$SLURM_ARRAY_TASK_ID`, the command's own included: the same kujob
+    command printed the literal text locally and a number on Slurm.  Only
+    kujob's own --index is expanded now.  (The script runs under bash with
+    the variables sbatch would set.)"""
+    p = run("kujob --slurm --log-dir logs -s '{a,b}' -- echo '$SLURM_ARRAY_TASK_ID' {}", tmp_path)
+    assert p.returncode == 0, p.stderr
+    (tmp_path / "job.sh").write_bytes(p.stdout)
+    local = run("kujob -s '{a,b}' -- echo '$SLURM_ARRAY_TASK_ID' {}", tmp_path)
+    assert "[b] $SLURM_ARRAY_TASK_ID b" in local.stderr.decode()
+    task = run("bash job.sh", tmp_path, env={**os.environ, "SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_JOB_ID": "9"})
+    assert task.returncode == 0, task.stderr
+    assert "[b] $SLURM_ARRAY_TASK_ID b" in task.stderr.decode(), task.stderr
+    assert (tmp_path / "logs").is_dir()
