@@ -60,10 +60,12 @@ def test_completion_answers_options_and_choices(shell):
 
 def test_bash_completion_end_to_end(tmp_path):
     # the script bash sources, driven as bash drives it on TAB
-    script = _run("tarsplit --show-completion bash").stdout.decode()  # named: not guessed from the parent process
-    (tmp_path / "c.bash").write_text(script)
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS" and not k.endswith("_COMPLETE")}
     env["HOME"] = str(tmp_path)
+    p = subprocess.run(["bash", "-c", "tarsplit --show-completion bash"], capture_output=True, env=env, timeout=60)
+    script = p.stdout.decode()  # named: not guessed from the parent process
+    assert "_tarsplit_completion()" in script, (p.stdout, p.stderr)
+    (tmp_path / "c.bash").write_text(script)
     p = subprocess.run(["bash", "-c", f"source {tmp_path}/c.bash; COMP_WORDS=(tarsplit --max); COMP_CWORD=1; "
                         "_tarsplit_completion tarsplit; printf '%s\\n' \"${COMPREPLY[@]}\""],
                        capture_output=True, env=env, timeout=60, stdin=subprocess.DEVNULL)
