@@ -24,7 +24,7 @@ subdirectory becomes a sample (key from its ``sample.__key__`` or
 samples, the ``i``-th one's files named ``sample-<i>.*`` in one directory,
 and each sample's outputs are collected back into it (see
 :meth:`CommandRunner._prepare_batch`).  Small input files the command left alone are not read back (see
-:func:`_read_files`).  A sample's directory is removed once its outputs are
+:func:`read_files`).  A sample's directory is removed once its outputs are
 collected, by a thread (:class:`~tarproc.runtime.workdir.Remover`), and
 everything is gone when the iterator is closed (Ctrl-C, SIGTERM, an error),
 unless ``keepdir``.
@@ -56,14 +56,12 @@ from ..errors import UsageError, describe_exit
 from ..core.blob import Blob, Spooler
 from ..core.limits import quote
 from ..core.rules import bad_field_name, bad_key, is_extra_meta, is_meta
-from ..runtime.engine import Result as _Result, check_mode as _check_mode, default_parallel, handler as _handler, \
-    stderr_echo as _stderr_echo, stderr_report as _stderr_report
+from ..runtime.engine import Result, check_mode, default_parallel, handler, stderr_echo, stderr_report
 from ..runtime.capture import Capture
 from ..runtime.procs import close_at_exit
 from ..runtime.spawn import Spawner, spawn_loop
-from .collect import COARSE as _COARSE, Quota as _Quota, dir_entries as _entries, read_files as _read_files, \
-    settled as _settled
-from ..runtime.workdir import Remover, remove_entry as _remove_entry, remove_root as _remove_root
+from .collect import COARSE, Quota, dir_entries, read_files, settled
+from ..runtime.workdir import Remover, remove_entry, remove_root
 
 
 class CommandRunner:
@@ -145,26 +143,26 @@ class CommandRunner:
     # -- one sample: prepare (directory, fields), spawn, finish (collect, clean up)
 
     def prepare(self, index, sample):
-        """A :class:`_Job` ready to start, or a failed :class:`_Result`
+        """A :class:`_Job` ready to start, or a failed :class:`Result`
         (with ``per_command`` > 1, ``sample`` is a list: :meth:`_prepare_batch`)."""
         if self.per_command > 1:
             return self._prepare_batch(index, sample)
         if not isinstance(sample, dict):
-            return _Result(None, error=f"a sample is a dict, not {type(sample).__name__}")
+            return Result(None, error=f"a sample is a dict, not {type(sample).__name__}")
         key = sample.get("__key__")
         if not isinstance(key, str) or not key:
-            return _Result(key, error="sample has no __key__")
+            return Result(key, error="sample has no __key__")
         job = _Job(index, key, sample)
         try:
             job.name, job.dfd, job.log = self._slot(index)
-            written = None if self.subdirs or self.multi or _COARSE is None else {}
+            written = None if self.subdirs or self.multi or COARSE is None else {}
             why = self._write_fields(job.dfd, sample, written)
             job.written = written
         except OSError as e:
             why = f"working directory: {e.strerror or e}"
         if why:
             self.discard(job)
-            return _Result(key, error=why)
+            return Result(key, error=why)
         return job
 
     def spawn(self, job):
@@ -176,7 +174,7 @@ class CommandRunner:
         cwd = f"/proc/self/fd/{job.dfd}" if self.spawner.libc is None and os.path.isdir("/proc/self/fd") \
             else os.path.join(self.root, job.name)
         if job.written:
-            job.started = time.clock_gettime_ns(_COARSE)
+            job.started = time.clock_gettime_ns(COARSE)
         try:
             job.handle = self.spawner.spawn(job.dfd, cwd, self.devnull, job.log.child_fd())
         except OSError as e:
@@ -196,38 +194,38 @@ class CommandRunner:
         try:
             log.finish()
             if status == "closed":
-                return _Result(key, error="stopped", log=log.tail())
+                return Result(key, error="stopped", log=log.tail())
             if status == "timeout":
-                return _Result(key, error=f"timed out after {self.timeout:g} s (process group killed)",
+                return Result(key, error=f"timed out after {self.timeout:g} s (process group killed)",
                                log=log.tail())
             if isinstance(status, str):
-                return _Result(key, error=status)
+                return Result(key, error=status)
             written = None
-            if job.written and status == 0 and _settled(os.fstat(job.dfd).st_ctime_ns) <= job.started \
-                    <= time.clock_gettime_ns(_COARSE):
+            if job.written and status == 0 and settled(os.fstat(job.dfd).st_ctime_ns) <= job.started \
+                    <= time.clock_gettime_ns(COARSE):
                 written = (job.written, job.started)  # no entry added, removed or renamed by the command
             outputs, why = self._collect(job.dfd, key, job.sample, job.names, written)
             if why:
-                return _Result(key, outputs, error=why, log=log.tail())
+                return Result(key, outputs, error=why, log=log.tail())
             if status == 127 and not self.any_ok:
                 last = log.tail().decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
-                return _Result(key, error=f"command not found (exit status 127){': ' + last[0][:300] if last[0] else ''}",
+                return Result(key, error=f"command not found (exit status 127){': ' + last[0][:300] if last[0] else ''}",
                                fatal=True)
             if status != 0:
-                return _Result(key, outputs, error="command " + ("failed with " if status > 0 else "")
+                return Result(key, outputs, error="command " + ("failed with " if status > 0 else "")
                                + describe_exit(status), log=log.tail())
             self.any_ok = True
             if self.add_log is not None:
                 text = log.take(self.spooler.threshold)
                 for out in outputs:
                     out[self.add_log] = text
-                return _Result(key, outputs)
+                return Result(key, outputs)
             if not self.keep_log or log.size() == 0:
-                return _Result(key, outputs)
+                return Result(key, outputs)
             job.log = None  # the main loop copies and closes it
-            return _Result(key, outputs, log=log)
+            return Result(key, outputs, log=log)
         except OSError as e:
-            return _Result(key, error=f"working directory: {e.strerror or e}")
+            return Result(key, error=f"working directory: {e.strerror or e}")
         finally:
             self.discard(job)
 
@@ -239,20 +237,20 @@ class CommandRunner:
         A sample that cannot be written fails alone (its files are removed);
         a :class:`_Batch` of failures when none can."""
         job = _Job(index, None, None)
-        entries = []  # per position: the sample (to run), or its failed _Result
+        entries = []  # per position: the sample (to run), or its failed Result
         try:
             job.name, job.dfd, job.log = self._slot(index)
         except OSError as e:
             why = f"working directory: {e.strerror or e}"
-            return _Batch([_Result(s.get("__key__") if isinstance(s, dict) else None, error=why) for s in batch])
-        written = {} if _COARSE is not None else None
+            return _Batch([Result(s.get("__key__") if isinstance(s, dict) else None, error=why) for s in batch])
+        written = {} if COARSE is not None else None
         for i, sample in enumerate(batch):
             if not isinstance(sample, dict):
-                entries.append(_Result(None, error=f"a sample is a dict, not {type(sample).__name__}"))
+                entries.append(Result(None, error=f"a sample is a dict, not {type(sample).__name__}"))
                 continue
             key = sample.get("__key__")
             if not isinstance(key, str) or not key:
-                entries.append(_Result(key, error="sample has no __key__"))
+                entries.append(Result(key, error="sample has no __key__"))
                 continue
             made = []
             try:
@@ -267,7 +265,7 @@ class CommandRunner:
                         pass
                     if written is not None:
                         written.pop(name, None)
-                entries.append(_Result(key, error=why))
+                entries.append(Result(key, error=why))
                 continue
             entries.append(sample)
         job.batch = entries
@@ -289,7 +287,7 @@ class CommandRunner:
         def failed(key, outputs, why):
             nonlocal first
             tail, first = (log.tail() if first else b""), False
-            return _Result(key, outputs, error=why, log=tail)
+            return Result(key, outputs, error=why, log=tail)
 
         try:
             log.finish()
@@ -299,8 +297,8 @@ class CommandRunner:
                 return _Batch([failed(e["__key__"], (), f"{why} ({where})") if isinstance(e, dict) else e
                                for e in entries])
             written = None
-            if job.written and status == 0 and _settled(os.fstat(job.dfd).st_ctime_ns) <= job.started \
-                    <= time.clock_gettime_ns(_COARSE):
+            if job.written and status == 0 and settled(os.fstat(job.dfd).st_ctime_ns) <= job.started \
+                    <= time.clock_gettime_ns(COARSE):
                 written = (job.written, job.started)
             collected = self._collect_batch(job, written)
             results = []
@@ -310,7 +308,7 @@ class CommandRunner:
                     if not isinstance(e, dict):
                         results.append(e)
                         continue
-                    results.append(_Result(e["__key__"], error="command not found (exit status 127)"
+                    results.append(Result(e["__key__"], error="command not found (exit status 127)"
                                            + (": " + last[0][:300] if last[0] else ""), fatal=True))
                     break  # (the run stops here)
                 return _Batch(results)
@@ -326,7 +324,7 @@ class CommandRunner:
                 if problem or why:
                     results.append(failed(e["__key__"], outputs, problem or why))
                 else:
-                    results.append(_Result(e["__key__"], outputs))
+                    results.append(Result(e["__key__"], outputs))
             if status == 0 and self.keep_log and log.size():
                 for r in results:  # printed once, as the first written sample's is
                     if r.error is None:
@@ -336,19 +334,19 @@ class CommandRunner:
             return _Batch(results)
         except OSError as e:
             why = f"working directory: {e.strerror or e}"
-            return _Batch([_Result(e_["__key__"], error=why) if isinstance(e_, dict) else e_ for e_ in entries])
+            return _Batch([Result(e_["__key__"], error=why) if isinstance(e_, dict) else e_ for e_ in entries])
         finally:
             self.discard(job)
 
     def _collect_batch(self, job, written):
         """``{position: (outputs, problem)}`` of a finished batch: the regular
         files ``BASE-<i>.FIELD`` for each position ``i`` run, read in one pass
-        over the directory and within one memory budget (see :class:`_Quota`);
+        over the directory and within one memory budget (see :class:`Quota`);
         other names are ignored."""
         import stat
 
         prefix = self.base + "-"
-        files, _ = _read_files(job.dfd, prefix, self.spooler, job.names, written)
+        files, _ = read_files(job.dfd, prefix, self.spooler, job.names, written)
         n = len(job.batch)
         per = {}
         for name, data in files.items():
@@ -387,7 +385,7 @@ class CommandRunner:
             else:
                 os.close(dfd)
         elif job.name is not None and not self.keepdir:
-            _remove_entry(self.rootfd, job.name)
+            remove_entry(self.rootfd, job.name)
 
     def _slot(self, index):
         """A fresh working directory for a sample (name, descriptor) and a
@@ -433,7 +431,7 @@ class CommandRunner:
     def _write_fields(self, dfd, sample, written=None, stem=None, made=None):
         """Write a sample's fields as files ``STEM.FIELD`` in ``dfd`` (``stem``
         default: the base name); note in ``written`` (a dict) what each small
-        file holds (see :func:`_read_files`), and in ``made`` (a list) the
+        file holds (see :func:`read_files`), and in ``made`` (a list) the
         name of every file made."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
         names = self.names
@@ -477,14 +475,14 @@ class CommandRunner:
     def _collect(self, dfd, key, sample, names=None, written=None):
         """The output samples of a finished command in directory ``dfd``, and
         an error or None; ``names`` gets the names of its entries; ``written``:
-        see :func:`_read_files`."""
+        see :func:`read_files`."""
         meta = {k: v for k, v in sample.items() if is_extra_meta(k)}
         problem = None
         names = [] if names is None else names
         if self.subdirs:
-            quota = _Quota(self.spooler)  # one for all the subdirectories
+            quota = Quota(self.spooler)  # one for all the subdirectories
             groups = []
-            for name, is_dir in _entries(dfd):
+            for name, is_dir in dir_entries(dfd):
                 names.append(name)
                 if is_dir:
                     groups.append((name, name))
@@ -496,7 +494,7 @@ class CommandRunner:
                 except OSError:
                     continue
                 try:
-                    files, why = _read_files(sub, self.base + ".", self.spooler, quota=quota)
+                    files, why = read_files(sub, self.base + ".", self.spooler, quota=quota)
                 finally:
                     os.close(sub)
                 if why:
@@ -504,7 +502,7 @@ class CommandRunner:
                 if files:
                     outputs.append(self._make_sample(files, f"{key}/{name}", meta))
         elif self.multi:
-            files, problem = _read_files(dfd, self.base + "-", self.spooler, names)
+            files, problem = read_files(dfd, self.base + "-", self.spooler, names)
             per = {}
             for field, data in files.items():
                 n, dot, rest = field.partition(".")
@@ -513,7 +511,7 @@ class CommandRunner:
                 per.setdefault(n, {})[rest] = data
             outputs = [self._make_sample(per[n], f"{key}-{n}", meta) for n in sorted(per, key=_natural)]
         else:
-            files, problem = _read_files(dfd, self.base + ".", self.spooler, names, written)
+            files, problem = read_files(dfd, self.base + ".", self.spooler, names, written)
             outputs = [self._make_sample(files, key, meta)] if files else []
         return self._checked(outputs, problem)
 
@@ -579,7 +577,7 @@ class CommandRunner:
                     self.remover.close()  # the directories handed to it are gone
             finally:
                 if not self.keepdir:
-                    _remove_root(self.root, self.rootfd)
+                    remove_root(self.root, self.rootfd)
                 os.close(self.rootfd)
                 self.rootfd = None
 
@@ -597,7 +595,7 @@ class _Job:
         self.started = 0  # the coarse real-time clock (ns) just before the command started
         self.name = self.dfd = self.log = self.handle = self.pid = self.pidfd = self.deadline = None
         self.timed_out = False
-        self.batch = None  # several samples: per position, the sample or its failed _Result
+        self.batch = None  # several samples: per position, the sample or its failed Result
 
 
 def _natural(s):
@@ -694,7 +692,7 @@ def _each_sample(handle):
                 yield from handle(r)
         elif type(result.key) is _Keys:  # the whole job failed in the loop (it could not start)
             for i, key in enumerate(result.key):
-                yield from handle(_Result(key, error=result.error, log=result.log if i == 0 else b"",
+                yield from handle(Result(key, error=result.error, log=result.log if i == 0 else b"",
                                           fatal=result.fatal))
         else:
             yield from handle(result)
@@ -734,7 +732,7 @@ def map_command(samples, command=None, parallel=None, *, script=None, interprete
     A command's output past ``capture_spill`` bytes (default 256 KiB) goes to
     a file; at most ``tail_bytes`` of a failed command's output (default
     8 KiB) are kept for its message."""
-    _check_mode(error_handling)
+    check_mode(error_handling)
     parallel = parallel or default_parallel()
     if parallel < 1:
         raise UsageError("parallel must be >= 1")
@@ -747,7 +745,7 @@ def map_command(samples, command=None, parallel=None, *, script=None, interprete
     runner.capture_spill = capture_spill
     runner.tail_bytes = tail_bytes
     gen = _run_commands(samples, runner, parallel, error_handling, ordered, stats,
-                        on_error or _stderr_report(prog), _log_echo(echo), quiet or add_log is not None, stall)
+                        on_error or stderr_report(prog), _log_echo(echo), quiet or add_log is not None, stall)
     return close_at_exit(gen, runner.abort)
 
 
@@ -769,7 +767,7 @@ def _log_echo(echo):
                 log.close()
                 echo(data)
         else:
-            (echo or _stderr_echo)(log)
+            (echo or stderr_echo)(log)
 
     return copy
 
@@ -777,7 +775,7 @@ def _log_echo(echo):
 def _run_commands(samples, runner, parallel, error_handling, ordered, stats, on_error, echo, quiet_log, stall=None):
     runner.start()
     try:
-        handle = _handler(error_handling, stats, on_error, echo, quiet_log)
+        handle = handler(error_handling, stats, on_error, echo, quiet_log)
         if runner.per_command > 1:  # the loop runs lists of samples, a job each
             samples, handle = _batches(samples, runner.per_command, _batch_budget(runner.spooler)), _each_sample(handle)
         yield from spawn_loop(samples, runner, parallel, 2 * parallel + 2, ordered, handle, on_stall=stall)

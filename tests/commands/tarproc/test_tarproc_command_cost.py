@@ -13,7 +13,8 @@ import pytest
 
 from helpers import samples_of, tar_bytes
 from tarproc.runtime.workdir import Remover
-from tarproc.stages.command import _settled, map_command
+from tarproc.stages.collect import settled as _settled
+from tarproc.stages.command import map_command
 
 
 def shard(n, width=9):
