@@ -129,3 +129,26 @@ def kill_left(words):
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+
+
+MEASURE = ("import resource, subprocess, sys\n"
+            "p = subprocess.run(['bash', '-o', 'pipefail', '-c', sys.argv[1]])\n"
+            "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+            "open(sys.argv[2], 'w').write(f'{u.ru_utime + u.ru_stime} {u.ru_maxrss}')\n"
+            "sys.exit(p.returncode)\n")
+
+
+def run_measured(cmd, cwd, env=None, input=None, timeout=120):
+    """Run a bash command; returns (CompletedProcess, CPU seconds, max RSS in
+    MB) of the command and the pipeline around it (measured in a fresh
+    process, so earlier tests do not count)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    full = dict(os.environ, **(env or {}))
+    with tempfile.NamedTemporaryFile("r", suffix=".usage") as usage:
+        p = subprocess.run([sys.executable, "-c", MEASURE, cmd, usage.name], cwd=cwd, env=full, input=input,
+                           capture_output=True, timeout=timeout)
+        cpu, rss = usage.read().split()
+    return p, float(cpu), int(rss) / 1024

@@ -4,8 +4,6 @@ import io
 import json
 import os
 import re
-import subprocess
-import sys
 import zlib
 
 import pytest
@@ -152,25 +150,7 @@ def test_help_and_bad_cmap(sh):
     assert p.returncode == 2 and b"unknown colormap" in p.stderr
 
 
-_MEASURE = ("import resource, subprocess, sys\n"
-            "p = subprocess.run(['bash', '-o', 'pipefail', '-c', sys.argv[1]])\n"
-            "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
-            "open(sys.argv[2], 'w').write(f'{u.ru_utime + u.ru_stime} {u.ru_maxrss}')\n"
-            "sys.exit(p.returncode)\n")
-
-
-def _run_measured(cmd, cwd, env=None, input=None, timeout=120):
-    """Run a bash command; returns (CompletedProcess, CPU seconds, max RSS in
-    MB) of the command and the pipeline around it (measured in a fresh
-    process, so earlier tests do not count)."""
-    import tempfile
-
-    full = dict(os.environ, **(env or {}))
-    with tempfile.NamedTemporaryFile("r", suffix=".usage") as usage:
-        p = subprocess.run([sys.executable, "-c", _MEASURE, cmd, usage.name], cwd=cwd, env=full, input=input,
-                           capture_output=True, timeout=timeout)
-        cpu, rss = usage.read().split()
-    return p, float(cpu), int(rss) / 1024
+from helpers import run_measured as _run_measured  # noqa: E402
 
 
 def _tar(members):
