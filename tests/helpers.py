@@ -4,6 +4,7 @@ import io
 import os
 import random
 import signal
+import subprocess
 import tarfile
 import time
 
@@ -152,3 +153,41 @@ def run_measured(cmd, cwd, env=None, input=None, timeout=120):
                            capture_output=True, timeout=timeout)
         cpu, rss = usage.read().split()
     return p, float(cpu), int(rss) / 1024
+
+
+def tar_of(members):
+    """A plain ustar archive (mtime 0, owner 0) of ``[(name, bytes), ...]``."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def text_shard(n, prefix="s"):
+    """``n`` samples, each one ``PREFIXnnn.txt``."""
+    return tar_of([(f"{prefix}{i:03d}.txt", f"text {prefix} {i}\n".encode()) for i in range(n)])
+
+
+def _default_signals():
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def signalled(argv, cwd, marker, sig, started):
+    """Start ``argv``, wait until ``started()`` (it is mid-run, its input
+    command alive), send ``sig``; return the exit status."""
+    # the default dispositions of a terminal's job: a test run under nohup (or in the background of a
+    # script, which ignores SIGINT) must not hand its SIG_IGN on to the command
+    proc = subprocess.Popen(argv, cwd=cwd, stderr=subprocess.PIPE, preexec_fn=_default_signals)
+    try:
+        assert wait_for(lambda: started() and processes_with(marker)), proc.stderr.read1() if proc.poll() else ""
+        proc.send_signal(sig)
+        return proc.wait(30), proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_left(marker)

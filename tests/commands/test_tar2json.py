@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from helpers import one_line
+from helpers import text_shard
 
 
 def shard(path, samples):
@@ -87,20 +88,6 @@ def test_tar2tsv_key_column_once(tmp_path):
     assert run("tar2tsv -f '__key__ cls' t.tar", tmp_path) == "__key__\tcls\na\t1\nb\t2\n"
     assert run("tar2tsv -f 'cls __key__' t.tar", tmp_path) == "cls\t__key__\n1\ta\n2\tb\n"
     assert run("tar2tsv -f cls t.tar", tmp_path) == "__key__\tcls\na\t1\nb\t2\n"
-
-
-def tar_of(members):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def text_shard(n, prefix="s"):
-    return tar_of([(f"{prefix}{i:03d}.txt", f"text {prefix} {i}\n".encode()) for i in range(n)])
 
 
 def run_bash(cmd, cwd, timeout=60, **kw):

@@ -21,6 +21,7 @@ import urllib.request
 import pytest
 
 from helpers import read_tar, tar_bytes
+from helpers import text_shard
 
 UP = '''
 def up(sample):
@@ -576,20 +577,6 @@ def test_a_stalled_job_is_ended(data, serve):
             time.monotonic() < deadline:
         time.sleep(0.1)
     assert subprocess.run(["pgrep", "-f", f"^sleep 3{marker}$"], capture_output=True).stdout == b""
-
-
-def tar_of(members):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def text_shard(n, prefix="s"):
-    return tar_of([(f"{prefix}{i:03d}.txt", f"text {prefix} {i}\n".encode()) for i in range(n)])
 
 
 PRINTING = '''

@@ -10,7 +10,6 @@ line, never a traceback; temporary directories are gone after a command ends.
 """
 
 import importlib.util
-import io
 import json
 import os
 import random
@@ -24,8 +23,9 @@ import time
 
 import pytest
 
-from helpers import kill_left, processes_with, unique_sleep, wait_for
-import make_corpus as M  # noqa: E402
+from helpers import processes_with, unique_sleep, wait_for
+from helpers import text_shard, signalled as _signalled
+import make_corpus as M
 
 PARTIAL = re.compile(r"^\.(.+)\.(\d+)\.tarproc-partial$")
 
@@ -492,42 +492,6 @@ def test_sigint_while_blocked_writing_and_reading(many_samples, tmp_path):
         os.close(w)
     assert rc == 143 and seconds < 5
     assert not (tmp_path / "out.tar").exists()
-
-
-def tar_of(members):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def text_shard(n, prefix="s"):
-    return tar_of([(f"{prefix}{i:03d}.txt", f"text {prefix} {i}\n".encode()) for i in range(n)])
-
-
-def _default_signals():
-    for sig in (signal.SIGHUP, signal.SIGINT):
-        signal.signal(sig, signal.SIG_DFL)
-
-
-def _signalled(argv, cwd, marker, sig, started):
-    """Start ``argv``, wait until ``started()`` (it is mid-run, its input
-    command alive), send ``sig``; return the exit status."""
-    # the default dispositions of a terminal's job: a test run under nohup (or in the background of a
-    # script, which ignores SIGINT) must not hand its SIG_IGN on to the command
-    proc = subprocess.Popen(argv, cwd=cwd, stderr=subprocess.PIPE, preexec_fn=_default_signals)
-    try:
-        assert wait_for(lambda: started() and processes_with(marker)), proc.stderr.read1() if proc.poll() else ""
-        proc.send_signal(sig)
-        return proc.wait(30), proc.stderr.read().decode()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        kill_left(marker)
 
 
 @pytest.mark.parametrize("command", ["lines2tar", "tarmix", "tarindex"])

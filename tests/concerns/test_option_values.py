@@ -4,7 +4,6 @@ reaches into a value (``{key.x}``), has a bad spec or does not parse is one
 line on stderr and exit 2, never an internal error, and nothing is written.
 The one check is ``tarproc.core.limits.check_widths``."""
 
-import io
 import os
 import subprocess
 import tarfile
@@ -12,6 +11,7 @@ import tarfile
 import pytest
 
 from helpers import one_line, tar_bytes
+from helpers import tar_of
 
 CASES = [
     ("tarcat --rekey '{key.x}' a.tar -o out.tar", "{key.x}"),
@@ -50,16 +50,6 @@ def test_good_format_options_still_work(sh, tmp_path):
         [b"x000-s0.txt", b"x001-s1.txt"]
     sh("tarsplit -n 1 -o 'out-{shard:02d}.tar' a.tar")
     assert (tmp_path / "out-01.tar").exists()
-
-
-def tar_of(members):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 def run(cmd, cwd, timeout=60, **kw):

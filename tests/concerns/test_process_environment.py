@@ -15,6 +15,7 @@ import time
 import pytest
 
 from helpers import one_line, tar_bytes
+from helpers import text_shard as shard
 
 IGNORE_SIGCHLD = ("import os, signal, sys; signal.signal(signal.SIGCHLD, signal.SIG_IGN); "
                   "os.execvp(sys.argv[1], sys.argv[1:])")
@@ -135,20 +136,6 @@ def test_sort_spill_held_by_a_live_sort_elsewhere_is_kept(sh, tmp_path):
     # the lock is free: a dead sort's leftovers (same kernel) are removed by the next sort
     sh("tarsort --memory 1 --tmpdir spill a.tar > sorted.tar")
     assert not other.exists()
-
-
-def tar_of(members):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def shard(n, prefix="s"):
-    return tar_of([(f"{prefix}{i:03d}.txt", f"text {prefix} {i}\n".encode()) for i in range(n)])
 
 
 def run(cmd, cwd, timeout=60, **kw):

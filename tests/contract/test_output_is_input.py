@@ -6,7 +6,6 @@ applied where every command gets its inputs (tarproc.cli.base.open_inputs),
 so a console script added later is covered; this test walks setup.cfg."""
 
 import configparser
-import io
 import os
 import subprocess
 import tarfile
@@ -15,6 +14,7 @@ import pytest
 
 from conftest import ROOT
 from helpers import one_line, tar_bytes
+from helpers import text_shard as shard
 import make_corpus as M
 
 # command -> (the file read, a command line reading it and writing stdout)
@@ -111,20 +111,6 @@ def test_other_outputs_still_work(sh, tmp_path):
     sh("cp v.tar copy.tar && tarproc -c true v.tar > copy.tar && tarcat v.tar > /dev/null && "
        "tarproc -c true v.tar | tarcat > out.tar && tarcat -o v2.tar v.tar && tarcat v2.tar >> copy2.tar")
     assert (tmp_path / "copy.tar").read_bytes()[:5] == b"0.txt"
-
-
-def tar_of(members):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def shard(n, prefix="s"):
-    return tar_of([(f"{prefix}{i:03d}.txt", f"text {prefix} {i}\n".encode()) for i in range(n)])
 
 
 def run(cmd, cwd, timeout=60, **kw):

@@ -7,7 +7,6 @@ from the Kubernetes OpenAPI schema) and then executed the way Kubernetes
 would: the container's command + args once per completion index, with
 ``JOB_COMPLETION_INDEX`` and the container's env set."""
 
-import io
 import json
 import os
 import re
@@ -20,6 +19,7 @@ import time
 import pytest
 
 from helpers import kill_left, kubernetes_expand, one_line, processes_with, samples_of, tar_bytes, unique_sleep, wait_for
+from helpers import text_shard as shard, signalled as _signalled
 
 VENV_BIN = os.path.dirname(sys.executable)
 
@@ -439,20 +439,6 @@ def test_sigterm_stops_the_running_shards(tmp_path):
         assert not alive, f"shard process {pid} still running"
 
 
-def tar_of(members):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def shard(n, prefix="s"):
-    return tar_of([(f"{prefix}{i:03d}.txt", f"text {prefix} {i}\n".encode()) for i in range(n)])
-
-
 def names(path):
     with tarfile.open(path) as tf:
         return [m.name for m in tf if m.isfile()]
@@ -460,28 +446,6 @@ def names(path):
 
 def run(cmd, cwd, timeout=60, **kw):
     return subprocess.run(["bash", "-c", cmd], cwd=cwd, capture_output=True, timeout=timeout, **kw)
-
-
-def _default_signals():
-    for sig in (signal.SIGHUP, signal.SIGINT):
-        signal.signal(sig, signal.SIG_DFL)
-
-
-def _signalled(argv, cwd, marker, sig, started):
-    """Start ``argv``, wait until ``started()`` (it is mid-run, its input
-    command alive), send ``sig``; return the exit status."""
-    # the default dispositions of a terminal's job: a test run under nohup (or in the background of a
-    # script, which ignores SIGINT) must not hand its SIG_IGN on to the command
-    proc = subprocess.Popen(argv, cwd=cwd, stderr=subprocess.PIPE, preexec_fn=_default_signals)
-    try:
-        assert wait_for(lambda: started() and processes_with(marker)), proc.stderr.read1() if proc.poll() else ""
-        proc.send_signal(sig)
-        return proc.wait(30), proc.stderr.read().decode()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        kill_left(marker)
 
 
 def test_kujob_sighup_ends_the_running_shards_and_a_rerun_resumes(tmp_path):

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import require
 from helpers import jpeg_bytes, png_bytes, read_tar, samples_of, tar_bytes
+from helpers import text_shard as shard
 import make_corpus
 
 
@@ -477,20 +478,6 @@ def test_detached_process_cannot_write_into_another_sample(sh, tmp_path):
         logs = [t.extractfile(n).read() for n in names if n.endswith(".log")]
     assert names == ["a.log", "a.txt", "b.log", "b.txt", "c.log", "c.txt"], names
     assert all(log == b"out\n" for log in logs), logs
-
-
-def tar_of(members):
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tf:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def shard(n, prefix="s"):
-    return tar_of([(f"{prefix}{i:03d}.txt", f"text {prefix} {i}\n".encode()) for i in range(n)])
 
 
 def names(path):
