@@ -38,6 +38,16 @@ _live = set()
 _atexit_done = False
 
 
+def _forget_live():
+    """In a child made by ``os.fork``: the parent's spool files are not its
+    own to remove (at its exit, or by :func:`remove_spool_files`)."""
+    _live.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_live)
+
+
 def remove_spool_files():
     """Remove every spool file this process still has (at exit; a worker
     process that ends with ``os._exit``, which runs no atexit hook, calls
@@ -105,19 +115,20 @@ class SharedFile:
     """An open file shared by blobs; closed (and unlinked if owned) when the
     last blob referring to it goes away."""
 
-    __slots__ = ("fd", "path", "owned", "__weakref__")
+    __slots__ = ("fd", "path", "owned", "pid", "__weakref__")
 
     def __init__(self, fd, path, owned):
         self.fd = fd
         self.path = path
         self.owned = owned
+        self.pid = os.getpid()  # a copy in a child made by os.fork never removes the file
 
-    def close(self, _unlink=os.unlink, _close=os.close):
+    def close(self, _unlink=os.unlink, _close=os.close, _getpid=os.getpid):
         # (also run by __del__ at interpreter shutdown, when this module's
         # globals may be None: os is bound as defaults; _live may be gone,
         # and the atexit hook has removed the spool files by then)
         fd, self.fd = self.fd, -1
-        if self.owned and self.path is not None:
+        if self.owned and self.path is not None and self.pid == _getpid():
             try:
                 _unlink(self.path)
             except OSError:

@@ -92,6 +92,15 @@ def _check_can_start(what):
 _START_LOCK = threading.Lock()
 
 
+def _new_start_lock():
+    global _START_LOCK
+    _START_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # a lock another thread held when this process forked stays held in the child
+    os.register_at_fork(after_in_child=_new_start_lock)
+
+
 _SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
 

@@ -73,6 +73,7 @@ class Window:
         self.stalled_at = -STALL_GAP
         self.rfd, self.wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.lock = threading.Lock()
+        self.pid = os.getpid()  # a copy in a forked child takes no lock (see close)
 
     # -- the reading thread
 
@@ -267,6 +268,20 @@ class Window:
         """Stop the reader (at its next item, or at once when it waits for a
         slot) and close the pipe.  Idempotent."""
         if self.closing.is_set():
+            return
+        if os.getpid() != self.pid:
+            # A copy in a child made by os.fork, closed as that child exits:
+            # the parent's threads are not here, and a lock one of them held
+            # when the process forked (this one's, the slots', the closing
+            # event's) stays held in the copy for ever: take none, close the
+            # copy's descriptors only.
+            for fd in (self.wfd, self.rfd):
+                if fd is not None and fd >= 0:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            self.wfd, self.rfd = None, -1
             return
         self.closing.set()
         self.slots.release(self.size)  # a reader waiting for a slot sees the closing now

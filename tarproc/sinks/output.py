@@ -389,6 +389,7 @@ class Sink:
         self.tmp_url = None  # temporary object (move mode)
         self.lockfd = None
         self.state = "open"  # -> finished -> committed | aborted
+        self.owner = os.getpid()  # a copy in a child made by os.fork leaves the output alone (_drop_copy)
         self.strategy = strategy_for(url, settings)
         fd = self.strategy.open(self)
         self._zproc = None
@@ -622,6 +623,7 @@ class Sink:
         commit to the gate).  Raises :class:`OutputError` on failure."""
         if self.state != "open":
             return
+        self._refuse_copy()
         self.finish()
         gate = _gate.get()
         if gate is not None and self.defer and self.strategy.deferred:
@@ -631,6 +633,8 @@ class Sink:
 
     def commit(self):
         """Publish the output under its final name."""
+        if self.state in ("open", "finished"):
+            self._refuse_copy()
         if self.state == "open":
             self.finish()
         if self.state != "finished":
@@ -657,6 +661,9 @@ class Sink:
         writer process still running is killed, never left to complete."""
         if self.state in ("committed", "aborted"):
             return
+        if os.getpid() != self.owner:
+            self._drop_copy()
+            return
         finished = self.state == "finished"
         self.state = "aborted"
         self._unhook()
@@ -682,6 +689,31 @@ class Sink:
             self.tmp = None
         self.strategy.discard(self, finished)
         self._release()
+
+    def _drop_copy(self):
+        """In a child made by ``os.fork``, this object is a copy of its
+        parent's output: the temporary file, the writer processes and the
+        final name are the parent's.  Close the copy's descriptors without
+        flushing its buffer (bytes the parent also holds) and touch nothing
+        else."""
+        self.state = "aborted"
+        for f in (self._raw, self.stream):
+            try:
+                f.close()  # (the raw file first: the buffer has nowhere to go)
+            except Exception:  # noqa: BLE001 - a copy's buffer is dropped
+                pass
+        if self.lockfd is not None:
+            try:
+                os.close(self.lockfd)
+            except OSError:
+                pass
+            self.lockfd = None
+
+    def _refuse_copy(self):
+        if os.getpid() != self.owner:
+            self._drop_copy()
+            raise OutputError(f"{self.url}: opened by process {self.owner}; a forked copy of it cannot "
+                              f"finish or publish it")
 
     def __enter__(self):
         return self

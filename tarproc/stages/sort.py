@@ -34,6 +34,7 @@ any size is the same external merge).
 """
 
 import os
+import shutil
 import sys
 
 from ..core.blob import Blob
@@ -239,6 +240,7 @@ class _Runs:
         self.dir = None
         self.lockfd = None
         self.count = 0
+        self.pid = None  # the process that made the directory (a forked copy leaves it alone)
 
     def new_path(self):
         import tempfile
@@ -251,6 +253,7 @@ class _Runs:
                 from ..runtime.lease import create_locked, host_id
 
                 self.dir = tempfile.mkdtemp(prefix=f"tarsort-{os.getpid()}-{host_id()}-", dir=self.base)
+                self.pid = os.getpid()
                 self.lockfd = create_locked(os.path.join(self.dir, ".lock"), 0o600)  # held while we live
             except OSError as e:
                 raise UsageError(f"--tmpdir {self.base}: cannot create a directory: {e.strerror}") from None
@@ -258,10 +261,9 @@ class _Runs:
         return os.path.join(self.dir, f"run-{self.count:06d}.pickle")
 
     def remove(self):
-        import shutil
-
         if self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            if self.pid == os.getpid():
+                shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
         if self.lockfd is not None:
             os.close(self.lockfd)
@@ -343,7 +345,10 @@ def sort_samples(samples, key="__key__", sorttype="text", reverse=False, seed=No
     if unique and sorttype == "shuffle":
         raise UsageError("keeping one sample per sort key needs a sort key: not with the shuffle sort type")
     keyfunc = key_function(key, sorttype, seed)
-    return _sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique, stale_seconds)
+    from ..runtime.procs import close_at_exit
+
+    # a sort left half-read is closed at interpreter exit (its runs removed)
+    return close_at_exit(_sort(samples, keyfunc, reverse, memory, tmpdir, stats, unique, stale_seconds))
 
 
 def _last_of_equal(pairs, stats):
