@@ -145,6 +145,11 @@ def user_traceback(e):
     return "".join(te.format()).encode("utf-8", "replace")
 
 
+#: A batch ends at this many bytes of field values (or at ``batch`` samples):
+#: with at most 2 x parallel + 2 batches in flight, the samples held in
+#: this process (sent, or back and waiting for their turn) stay within a
+#: few tens of MiB however large the samples are.
+BATCH_BYTES = 2 << 20
 #: Fields this large cross to the workers beside a batch's pickle, not
 #: copied into it: the message is written from the samples' own bytes.
 BESIDE = 8192
@@ -234,8 +239,9 @@ def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=T
     ``"module:function"`` or ``"path/file.py:function"``) to every sample in
     ``parallel`` worker processes; yield the samples it returns, in input
     order unless ``ordered=False``.  Samples travel in batches of up to
-    ``batch``.  ``start_method`` is ``"fork"`` (default where available),
-    ``"spawn"`` or ``"forkserver"``.  ``parallel=1`` inside a daemon process
+    ``batch`` samples that end at :data:`BATCH_BYTES` of field values, so
+    the batches in flight bound memory in bytes.  ``start_method`` is
+    ``"fork"`` (default where available), ``"spawn"`` or ``"forkserver"``.  ``parallel=1`` inside a daemon process
     (a DataLoader worker) runs ``fn`` in this process, and is the default
     there (a ``multiprocess`` daemon, such as a ``map_function`` worker,
     cannot start workers of its own).  ``stall`` (a
@@ -361,14 +367,23 @@ class _Batcher:
             # batches grow 1, 2, 4, ... up to ``size``: the first results come out
             # after one sample's work, not a whole batch's, so output starts at once
             # and a reader that leaves early (``| head``) is noticed early
+            # a batch also ends at BATCH_BYTES of field values, so the batches
+            # in flight (the window's size) bound memory in bytes, not only in
+            # samples: 32 samples of 3 MB each are 96 MB a batch
             size = 1
             full = self.size
+            nbytes = 0
             for sample in samples:
                 buf = self.buf
                 if not buf:
                     window.acquire()
+                    nbytes = 0
                 buf.append(sample)
-                if len(buf) >= size:
+                if type(sample) is dict:
+                    for v in sample.values():
+                        if type(v) is bytes:
+                            nbytes += len(v)
+                if len(buf) >= size or nbytes >= BATCH_BYTES:
                     self.buf = []
                     size = min(2 * size, full)
                     window.add(buf)

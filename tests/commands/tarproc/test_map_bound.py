@@ -91,3 +91,32 @@ def test_workers_outlive_the_thread_that_asked_for_them(tmp_path):
     t.join(60)
     assert errors == []
     assert box == [[s["__key__"] for s in samples]]
+
+
+def test_map_read_ahead_is_bounded_in_bytes_not_only_in_samples(tmp_path):
+    """Large samples under the spooling threshold (2.5 MiB each) in a file
+    (read without stalls, so batches grow to 32 samples): 2 x p + 2 batches
+    in flight held over a gigabyte in the parent of `tarproc -p 2 --map`
+    (1.1 GB peak on a 1.2 GB shard of 3 MiB members).  A batch now also ends
+    at 2 MiB of field values: the peak stays near 80 MB, and every sample
+    comes out, in order."""
+    from helpers import run_measured
+
+    (tmp_path / "gen.py").write_text(
+        "import sys, tarfile, io\n"
+        "out = tarfile.open('in.tar', mode='w', format=tarfile.USTAR_FORMAT)\n"
+        "for i in range(100):\n"
+        "    ti = tarfile.TarInfo(f'{i:05d}.bin'); ti.size = 5 << 19\n"
+        "    out.addfile(ti, io.BytesIO(bytes([i % 251]) * ti.size))\n"
+        "out.close()\n")
+    (tmp_path / "slow.py").write_text("import time\n"
+                                      "def f(s):\n"
+                                      "    time.sleep(0.02)\n"
+                                      "    return s\n")
+    subprocess.run(["python3", "gen.py"], cwd=tmp_path, check=True)
+    p, _, rss = run_measured("tarproc -p 2 --map slow.py:f in.tar | tar tv", tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.decode().splitlines()
+    assert [line.split()[-1] for line in lines] == [f"{i:05d}.bin" for i in range(100)], lines[:3]
+    assert all(line.split()[2] == str(5 << 19) for line in lines), lines[:3]
+    assert rss < 130, rss
