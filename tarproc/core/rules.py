@@ -167,13 +167,13 @@ def bad_field_name(field):
 
     The empty field is a field: the member ``KEY.`` (a name ending in a dot)
     groups as field ``""`` of sample ``KEY``, as webdataset reads it, and is
-    written back as ``KEY.``: it round-trips, so every writer accepts it."""
+    written back as ``KEY.``: it round-trips, so every writer accepts it.
+    So do ``.`` and ``..`` (the members ``KEY..`` and ``KEY...``): a field
+    is never a path component of its own."""
     if not isinstance(field, str):
         return "field name is not a string"
     if "/" in field or "\0" in field:
         return f"field name {quote(field)} contains '/' or NUL"
-    if field in (".", ".."):
-        return f"field name {quote(field)}"
     if _controls(field):
         return f"field name {quote(field)} has control characters"
     if not field.isprintable() and not _encodable(field):

@@ -284,6 +284,9 @@ def test_the_writer_rule_gives_the_same_names_on_both_of_its_paths():
         [("a/k.jpg", b"2"), ("a/k.txt", b"1")]
     assert [n for n, _ in sample_members({"__key__": "a.b/k", "seg.png": b"1", "": b"2"})] == \
         ["a.b/k.", "a.b/k.seg.png"]
+    # the fields "." and ".." (members k.. and k...) read back: written on both paths
+    for value in (b"1", "1"):
+        assert sample_members({"__key__": "k", ".": value, "..": value}) == [("k..", b"1"), ("k...", b"1")]
     for bad in ({"__key__": "k.x", "jpg": b"1"}, {"__key__": "../k", "jpg": b"1"}, {"__key__": "k", "a/b": b"1"},
                 {"__key__": "k/", "jpg": b"1"}, {"__key__": "k", "a\tb": b"1"}, {"jpg": b"1"}):
         with pytest.raises(BadSample):
