@@ -26,11 +26,13 @@ def test_map_command_order_stats_and_cleanup(tmp_path):
 
 def test_map_command_bad_fields_and_errors(tmp_path):
     messages = []
-    bad = [{"__key__": "a", "x/y": b"1"}, {"__key__": "b", "..": b"1"}, {"__key__": "c", "ok": b"1"}]
+    bad = [{"__key__": "a", "x/y": b"1"}, {"__key__": "b", "a\tb": b"1"}, {"__key__": "c", "ok": b"1"},
+           {"__key__": "d", "..": b"1"}]  # (a field "..", the file sample..., reads back)
     stats = Stats()
     out = list(map_command(bad, "true", parallel=2, workdir=str(tmp_path), stats=stats, on_error=messages.append))
-    assert [s["__key__"] for s in out] == ["c"] and stats.failed == 2
-    assert "'/'" in messages[0] and "'..'" in messages[1]
+    assert [(s["__key__"], sorted(s)) for s in out] == [("c", ["__key__", "ok"]), ("d", ["..", "__key__"])]
+    assert stats.failed == 2
+    assert "'/'" in messages[0] and "control characters" in messages[1]
     with pytest.raises(SampleFailed):
         list(map_command(samples(3), "exit 1", parallel=1, error_handling="abort", workdir=str(tmp_path)))
     assert os.listdir(tmp_path) == []
