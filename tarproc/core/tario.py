@@ -248,6 +248,10 @@ class TarReader:
         self.truncated = False
         self.trailing = None  # offset of data ignored after the end-of-archive marker
         self.after_end = None  # offset of the first header read after a zero block (tarfile stops there)
+        # the first member named twice, by a GNU long name and a different pax path: (offset, long
+        # name, pax path); GNU tar and this reader take the pax path, tarfile, bsdtar and webdataset
+        # the long name when it comes first: readers disagree on its name (tarcheck reports it)
+        self.name_conflict = None
         self.gpax = {}  # global pax records in force (members() fills it)
         self.spooler = spooler if spooler is not None else Spooler()
         self._region = getattr(stream, "region_source", None)
@@ -534,6 +538,8 @@ class TarReader:
                             del records[k]
                 if "path" in records:
                     name = pax_name(records, "path", source, here)
+                    if long_name is not None and self.name_conflict is None and name != _decode(long_name):
+                        self.name_conflict = (first_at, _decode(long_name), name)
                 if "linkpath" in records:
                     linkname = pax_name(records, "linkpath", source, here)
                 if "size" in records:

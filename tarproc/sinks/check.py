@@ -20,6 +20,8 @@ counted together as ``(other fields)``), ``metadata_fields``
 (``KEY.__x__``: a field named like metadata), ``empty_files``,
 ``truncated`` (no end-of-archive marker), ``after_end_marker`` (members after a zero
 block or the end-of-archive marker: read here, never seen by tarfile or webdataset),
+``conflicting_names`` (a member named by both a GNU long name and a different
+pax path: readers disagree on its name),
 ``trailing_data`` (bytes after
 it that are not tar: ignored by readers), ``no_samples``, ``unreadable``
 (the shard cannot be opened, or is damaged: a bad checksum, input ending
@@ -269,6 +271,12 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False, retries=RETRIES
             probs.add("after_end_marker", "members after a zero block or an end-of-archive marker (tarfile, "
                       "webdataset and tar without -i stop there and never see them)",
                       f"offset {reader.after_end}")
+        if reader.name_conflict is not None:
+            at, long_name, path = reader.name_conflict
+            probs.add("conflicting_names", "member (the first shown) named by both a GNU long name and a "
+                      "different pax path: GNU tar and tarproc read the pax path, tarfile, bsdtar and webdataset "
+                      "the long name when it comes first",
+                      f"offset {at}: long name {shorten(long_name)!r}, pax path {shorten(path)!r}")
         if reader.trailing is not None:
             probs.add("trailing_data", "data after the end-of-archive marker (readers ignore it)",
                       f"offset {reader.trailing}")

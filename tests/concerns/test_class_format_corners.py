@@ -72,3 +72,44 @@ def test_numbers_python_accepts_and_tar_refuses(sh, tmp_path, archive, why):
         p = sh(cmd, ok=False)
         assert p.returncode == 2, (cmd, p.stderr)
         assert why in p.stderr and b"offset" in p.stderr and b"Traceback" not in p.stderr, p.stderr
+
+
+def _named_twice(order):
+    """One member named by a GNU long name ('L') and a pax path ('x'), in
+    ``order`` ("Lx" or "xL"), as no writer makes them but a hostile shard can."""
+    import tarfile
+
+    def raw(name, size, typ):
+        ti = tarfile.TarInfo(name)
+        ti.size, ti.type = size, typ
+        return ti._create_header(ti.get_info(), tarfile.GNU_FORMAT, "utf-8", "surrogateescape")
+
+    def pad(data):
+        return data + b"\0" * (-len(data) % 512)
+
+    long = b"L" * 120 + b".txt"
+    rec = b"path=pax.txt\n"
+    rec = b"%d %s" % (len(rec) + 3, rec)
+    parts = {"L": raw("././@LongLink", len(long) + 1, b"L") + pad(long + b"\0"),
+             "x": raw("././@PaxHeader", len(rec), b"x") + pad(rec)}
+    body = b"".join(parts[c] for c in order) + raw("short.txt", 5, b"0") + pad(b"hello") + b"\0" * 1024
+    return body
+
+
+@pytest.mark.parametrize("order", ["Lx", "xL"])
+def test_a_member_named_by_a_long_name_and_a_pax_path_is_reported(sh, tmp_path, order):
+    """With the long name first, GNU tar reads the pax path and tarfile (as
+    bsdtar and webdataset) the long name: the readers disagree on the
+    member's name, and tarcheck said "ok".  Read as GNU tar reads it, and
+    reported by tarcheck (exit 1) in either order."""
+    import tarfile
+
+    (tmp_path / "two.tar").write_bytes(_named_twice(order))
+    assert sh("tar tf two.tar").stdout == b"pax.txt\n"
+    with tarfile.open(tmp_path / "two.tar") as tf:
+        assert tf.getnames() == (["L" * 120 + ".txt"] if order == "Lx" else ["pax.txt"])
+    assert sh("tarcat two.tar | tar tf -").stdout == b"pax.txt\n"
+    p = sh("tarcheck --json two.tar", ok=False)
+    assert p.returncode == 1, p.stderr
+    (prob,) = json.loads(p.stdout)["shards"][0]["problems"]
+    assert prob["kind"] == "conflicting_names" and "pax.txt" in prob["examples"][0], prob
