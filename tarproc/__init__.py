@@ -30,12 +30,12 @@ from .stages.basic import (parse_fields, parse_slice, pipeline, rekey, rename_fi
 _LAZY = {
     "map_command": "stages.command", "map_function": "stages.function", "iter_text_samples": "sources.text",
     "split_samples": "sinks.split", "sort_samples": "stages.sort", "parallel_samples": "sources.pcat",
-    "check_shards": "sinks.check", "read_plan": "sources.create", "write_plan": "sources.create",
+    "check_shards": "sinks.check", "read_plan": "sources.create", "write_plan": "sinks.plan",
     "expand_ids": "jobs.local", "job_manifest": "jobs.k8s",
     "serve": "server", "Server": "server", "Stall": "runtime.stall",
     "index_shards": "sinks.index", "IndexedDataset": "sources.indexed", "select_keys": "stages.keys",
     "read_keys": "stages.keys", "BadShards": "sources.badshards", "escape_key": "stages.keys",
-    "join_samples": "stages.join", "join_shards": "sinks.joinshards",
+    "join_samples": "stages.join", "join_shards": "jobs.joinshards",
     "verify_index": "sinks.verify", "Settings": "settings",
 }
 

@@ -17,6 +17,15 @@ class TarprocError(Exception):
 
     exit_code = EXIT_USAGE
 
+    def text(self, name_chars=None):
+        """The message with the names this error carries (:class:`BadArchive`'s
+        source, :class:`BadSample`'s key and source) cut to ``name_chars``
+        characters (``TARPROC_NAME_CHARS``: a command shows its errors so;
+        ``str(error)`` uses the default).  Names inside the problem text are
+        cut where the error is made, deep in the library (a tar header's
+        parser, a writer), where no settings reach: at the default."""
+        return str(self)
+
 
 class UsageError(TarprocError):
     """The caller asked for something that cannot be done (bad option value)."""
@@ -37,8 +46,12 @@ class BadArchive(BadInput):
         self.source = source
         self.offset = offset
         self.problem = problem
-        where = f"{shorten(source)}: offset {offset}" if offset is not None else f"{shorten(source)}"
-        super().__init__(f"{where}: {problem}")
+        super().__init__(self.text())
+
+    def text(self, name_chars=None):
+        source, offset = shorten(self.source, name_chars), self.offset
+        where = f"{source}: offset {offset}" if offset is not None else f"{source}"
+        return f"{where}: {self.problem}"
 
 
 class BadSample(BadInput):
@@ -47,9 +60,13 @@ class BadSample(BadInput):
     def __init__(self, key, problem, source=None):
         self.key = key
         self.source = source
-        prefix = f"{shorten(source)}: " if source else ""
-        what = "sample" if key is None else f"sample {quote(key)}"
-        super().__init__(f"{prefix}{what}: {problem}")
+        self.problem = problem
+        super().__init__(self.text())
+
+    def text(self, name_chars=None):
+        prefix = f"{shorten(self.source, name_chars)}: " if self.source else ""
+        what = "sample" if self.key is None else f"sample {quote(self.key, name_chars)}"
+        return f"{prefix}{what}: {self.problem}"
 
 
 class OutputError(TarprocError):

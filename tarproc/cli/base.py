@@ -515,7 +515,7 @@ def run(prog, cmd, argv=None, extra=None):
             import traceback
 
             traceback.print_exc()
-        print(f"{prog}: {_clip(str(e))}", file=sys.stderr)
+        print(f"{prog}: {_clip(e.text(_name_chars()))}", file=sys.stderr)
         code = e.exit_code
     except KeyboardInterrupt:
         _drop_stdout()
@@ -552,7 +552,7 @@ def run(prog, cmd, argv=None, extra=None):
         _quiet_sigpipe()
     except TarprocError as e:  # (the error that stopped the command may have been this one, said already)
         if code == 0:
-            print(f"{prog}: {_clip(str(e))}", file=sys.stderr)
+            print(f"{prog}: {_clip(e.text(_name_chars()))}", file=sys.stderr)
             code = e.exit_code
     sys.exit(code)
 

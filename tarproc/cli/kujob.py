@@ -259,7 +259,7 @@ def main(args, command, prog="kujob"):
             retry_all=args.retry_all, settings=args.settings)
         text = jobs.manifest_json(manifest)
         if args.apply:
-            code = jobs.kubectl_apply(text)
+            code = jobs.kubectl_apply(text, os.environ.get("KUJOB_KUBECTL"))  # (read here, at the edge)
             if code != 0:
                 print(f"{prog}: kubectl apply failed (exit {code})", file=sys.stderr)
                 return 1

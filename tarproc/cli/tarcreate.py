@@ -53,7 +53,8 @@ def tarcreate_command(
 
 
 def main(args, prog="tarcreate"):
-    from ..sources.create import read_plan, write_plan
+    from ..sinks.plan import write_plan
+    from ..sources.create import read_plan
 
     rep = Reporter(prog, args.verbose, args.quiet, False)
     from .base import note_terminal

@@ -84,7 +84,7 @@ def tarjoin_command(
     from ..errors import UsageError
     from ..sinks.output import open_sink
     from ..sources.shardlist import expand_urls
-    from ..sinks.joinshards import join_shards
+    from ..jobs.joinshards import join_shards
     from ..stages.join import input_names, join_samples, parse_renames
     from .guards import refuse_one_stream_twice, refuse_overwriting_inputs
 
@@ -153,7 +153,7 @@ def tarjoin_command(
         streams.append(S.iter_samples(urls, S.Stats(), strict=args.strict, warn=rep.warn, stall=rep.stall,
                                       spooler=spooler, raw=raw, settings=args.settings))
     joined = join_samples(streams, tables, how=args.how, order=args.order, rename=renames, memory=memory,
-                          tmpdir=args.tmpdir, warn=rep.warn)
+                          tmpdir=args.tmpdir, warn=rep.warn, settings=args.settings)
     import contextlib
 
     with contextlib.closing(joined), open_sink(output, stall=rep.stall, settings=args.settings) as sink:

@@ -192,7 +192,7 @@ def main(args, prog="tarproc"):
     inputs = S.pipeline(inputs, *selection_stages(args, middle=middle))
     report = rep.say
     if args.failed_keys is not None:
-        from ..stages.keys import KeyList
+        from ..sinks.keylist import KeyList
 
         report = _Failures(rep.say, KeyList(args.failed_keys, args.settings))
 
@@ -201,7 +201,8 @@ def main(args, prog="tarproc"):
             return map_function(inputs, args.map, parallel, error_handling=args.error_handling,
                                 ordered=not args.unordered, batch=args.batch, stats=stats,
                                 on_error=report, prog=prog, start_method=args.start_method,
-                                stall=rep.stall, blobs=args.map_blobs, timeout=args.timeout)
+                                stall=rep.stall, blobs=args.map_blobs, timeout=args.timeout,
+                                tail_bytes=args.settings.tail_bytes)
         return map_command(inputs, args.command, parallel, script=args.script,
                            interpreter=args.interpreter, base=args.base,
                            error_handling=args.error_handling, subdirs=args.subdirs,

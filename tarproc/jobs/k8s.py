@@ -5,7 +5,6 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 
 from ..errors import UsageError
 from .local import check_done_template, expand_ids, fill, uses_shell
@@ -195,13 +194,20 @@ def manifest_json(manifest):
 
 def kubectl_apply(manifest_text, kubectl=None):
     """Pipe a manifest to ``kubectl apply -f -``; returns kubectl's exit code.
-    ``KUJOB_KUBECTL`` names another kubectl (e.g. ``kubectl --context prod``)."""
+    ``kubectl`` names another kubectl (e.g. ``kubectl --context prod``:
+    ``KUJOB_KUBECTL`` at the command line).  kubectl runs as a
+    :class:`~tarproc.runtime.child.Child` (its own process group, killed
+    with us; its messages and its ``job.batch/NAME created`` reach our
+    stderr and stdout as they are)."""
     import shlex
 
-    words = shlex.split(kubectl or os.environ.get("KUJOB_KUBECTL") or "kubectl")
+    from ..runtime.child import Child
+
+    words = shlex.split(kubectl or "kubectl")
     if not words or shutil.which(words[0]) is None:
         raise UsageError(f"--apply needs {words[0] if words else 'kubectl'}, which is not on PATH: install "
                          f"kubectl, or save the manifest with 'kujob --k8s ... > job.json' and apply it "
                          f"where kubectl is (kubectl apply -f job.json)")
-    p = subprocess.run(words + ["apply", "-f", "-"], input=manifest_text.encode("utf-8"))
-    return p.returncode
+    child = Child(words + ["apply", "-f", "-"], "kubectl apply", stdin="pipe", stdout="inherit", stderr="inherit")
+    child.communicate(manifest_text.encode("utf-8"))
+    return child.returncode

@@ -267,6 +267,23 @@ def _tool(name):
     return path
 
 
+#: Characters of a Slurm client's message kept in an error line.
+TAIL_CHARS = 1000
+
+
+def _client(argv, name, timeout, input=None, stdout="pipe"):
+    """Run a Slurm client (``sbatch``, ``squeue``, ``scancel``) to its end as a
+    :class:`~tarproc.runtime.child.Child` (its own process group, killed
+    whole after ``timeout`` seconds with ``subprocess.TimeoutExpired``, or
+    when we die; SIGCHLD at its default; ``/dev/null`` for a closed stream of
+    ours); returns ``(stdout, exit status, last bytes of its stderr)``."""
+    from ..runtime.child import Child
+
+    child = Child(argv, name, stdin="pipe" if input is not None else None, stdout=stdout, stderr="tail")
+    out = child.communicate(input, timeout)
+    return out, child.returncode, child.kept_stderr()[0]
+
+
 class SubmitError(TarprocError):
     """sbatch refused the job or failed (exit 1: the cluster said no, not the user)."""
 
@@ -281,18 +298,22 @@ def submit(job):
         raise UsageError("nothing to submit: every shard is done")
     sbatch = _tool("sbatch")
     os.makedirs(job.log_dir, exist_ok=True)
-    p = subprocess.run([sbatch, "--parsable"], input=job.script().encode("utf-8", "surrogateescape"),
-                       capture_output=True, timeout=300)
-    if p.returncode != 0:
-        why = p.stderr.decode("utf-8", "replace").strip().replace("\n", "; ") or describe_exit(p.returncode)
+    out, code, stderr = _client([sbatch, "--parsable"], "sbatch", 300,
+                                input=job.script().encode("utf-8", "surrogateescape"))
+    if code != 0:
+        from ..core.limits import safe_text
+
+        why = stderr.decode("utf-8", "replace").strip().replace("\n", "; ") or describe_exit(code)
         hint = ""
         if max(job.indexes) >= 1000:
             hint = (f" (array index {max(job.indexes)}: clusters limit indexes to MaxArraySize-1, "
                     f"1000 by default; split the pattern into several -s runs)")
-        raise SubmitError(f"sbatch failed: {why}{hint}")
-    job_id = p.stdout.decode().strip().split(";")[0]
+        raise SubmitError(f"sbatch failed: {safe_text(why, TAIL_CHARS)}{hint}")
+    job_id = out.decode(errors="replace").strip().split(";")[0]
     if not job_id.isdigit():
-        raise SubmitError(f"sbatch printed no job id: {p.stdout.decode(errors='replace')!r}")
+        from ..core.limits import safe_text
+
+        raise SubmitError(f"sbatch printed no job id: {safe_text(repr(out.decode(errors='replace')), TAIL_CHARS)}")
     return job_id
 
 
@@ -301,14 +322,13 @@ def queue_states(job_id):
     (pending, running, completing); ``{}`` once the array is gone.  ``None``
     when squeue itself failed (controller busy): try again later."""
     try:
-        p = subprocess.run([_tool("squeue"), "-h", "-r", "-j", job_id, "-o", "%K %T"], capture_output=True,
-                           text=True, timeout=120)
+        out, code, stderr = _client([_tool("squeue"), "-h", "-r", "-j", job_id, "-o", "%K %T"], job_id, 120)
     except subprocess.TimeoutExpired:
         return None
-    if p.returncode != 0:
-        return {} if any(g in p.stderr for g in _GONE) else None
+    if code != 0:
+        return {} if any(g in stderr.decode("utf-8", "replace") for g in _GONE) else None
     states = {}
-    for line in p.stdout.splitlines():
+    for line in out.decode("utf-8", "replace").splitlines():
         index, _, state = line.strip().partition(" ")
         if index.isdigit():
             states[int(index)] = state
@@ -318,8 +338,8 @@ def queue_states(job_id):
 def cancel(job_id):
     """``scancel JOB_ID``: the whole array; returns scancel's exit status."""
     try:
-        return subprocess.run([_tool("scancel"), job_id], capture_output=True, timeout=60).returncode
-    except (subprocess.TimeoutExpired, UsageError):
+        return _client([_tool("scancel"), job_id], job_id, 60, stdout=None)[1]
+    except (subprocess.TimeoutExpired, UsageError, OSError):
         return None
 
 

@@ -303,6 +303,67 @@ class Child:
         line of a failed child."""
         return f"{self.name}: {self.failed(what)}"
 
+    def communicate(self, input=None, timeout=None):
+        """Feed ``input`` (bytes) to the child's stdin (when it is a pipe, then
+        closed), read its stdout (when it is a pipe) to the end and wait for
+        it; returns the stdout (``bytes``, ``b""`` without a pipe).  After
+        ``timeout`` seconds the whole group is killed and
+        ``subprocess.TimeoutExpired`` raised (as ``subprocess.run`` does);
+        an exception in the caller's thread (Ctrl-C) kills it too."""
+        import threading
+        import time
+
+        out = []
+
+        def feed():
+            try:
+                if input:
+                    self.proc.stdin.write(input)
+            except (OSError, ValueError):  # (it exited without reading: its status tells)
+                pass
+            finally:
+                try:
+                    self.proc.stdin.close()
+                except OSError:
+                    pass
+
+        def read():
+            try:
+                out.append(self.proc.stdout.read())
+            except (OSError, ValueError):
+                pass
+
+        threads = []
+        if self.proc.stdin is not None:
+            threads.append(threading.Thread(target=feed, name="tarproc-stdin", daemon=True))
+        if self.proc.stdout is not None:
+            threads.append(threading.Thread(target=read, name="tarproc-stdout", daemon=True))
+        for t in threads:
+            t.start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            self.wait(timeout)
+            for t in threads:  # (a descendant may still hold the pipe: bounded by the same deadline)
+                t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+                if t.is_alive():
+                    import subprocess
+
+                    raise subprocess.TimeoutExpired(self.args, timeout)
+        except BaseException:
+            killpg(self.pid)
+            if self.returncode is None:
+                self.wait()
+            raise
+        finally:
+            if self.proc.stdout is not None:
+                for t in threads:
+                    t.join(1)
+                try:
+                    self.proc.stdout.close()
+                except OSError:
+                    pass
+        return out[0] if out else b""
+
     def close_pipes(self):
         for f in (self.proc.stdin, self.proc.stdout):
             if f is not None:

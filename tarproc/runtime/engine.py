@@ -53,24 +53,26 @@ def stderr_echo(data):
             sys.stderr.flush()
 
 
-def _tail(data, n=TAIL_LINES):
+def _tail(data, n=TAIL_LINES, limit=None):
     """The last ``n`` lines of a command's output for a message; at most
-    :data:`~tarproc.core.limits.TAIL_BYTES` of it are looked at."""
+    ``limit`` bytes of it (default :data:`~tarproc.core.limits.TAIL_BYTES`,
+    ``TARPROC_TAIL_BYTES``) are looked at."""
     from ..core.limits import TAIL_BYTES
 
-    text = bytes(data[-TAIL_BYTES:]).decode("utf-8", "replace").rstrip("\n")
+    limit = TAIL_BYTES if limit is None else limit
+    text = bytes(data[-limit:]).decode("utf-8", "replace").rstrip("\n")
     if not text:
         return ""
     lines = text.splitlines()[-n:]
     return "\n" + "\n".join("  | " + line for line in lines)
 
 
-def _traceback_signature(log):
+def _traceback_signature(log, limit=None):
     """What makes two tracebacks the same error: their frame lines and the
     exception's type (not its message, which names the sample's values)."""
     from ..core.limits import TAIL_BYTES
 
-    lines = bytes(log[-TAIL_BYTES:]).decode("utf-8", "replace").rstrip("\n").splitlines()
+    lines = bytes(log[-(TAIL_BYTES if limit is None else limit):]).decode("utf-8", "replace").rstrip("\n").splitlines()
     frames = tuple(line for line in lines if line.startswith("  File "))
     return frames, lines[-1].split(":", 1)[0] if lines else ""
 
@@ -100,10 +102,12 @@ class Result:
         self.sample = sample  # the input (function mode, for "ignore")
 
 
-def handler(error_handling, stats, on_error, echo, quiet_log):
+def handler(error_handling, stats, on_error, echo, quiet_log, tail_bytes=None):
     """``handle(result)``, the consuming thread's part: count, report, apply the error policy.  An
     ``on_error`` with a ``failed(key)`` method is also given the key of
-    every failed sample (``tarproc --failed-keys``)."""
+    every failed sample (``tarproc --failed-keys``).  ``tail_bytes``: the
+    bytes of a failed sample's output (or traceback) looked at for its
+    message (default :data:`~tarproc.core.limits.TAIL_BYTES`)."""
 
     reported = 0
     tracebacks = {}  # a traceback's frames and exception type -> the first key it was shown for
@@ -119,10 +123,10 @@ def handler(error_handling, stats, on_error, echo, quiet_log):
             reported += 1
             traceback = bool(result.log) and bytes(result.log[:10]) == b"Traceback "
             # a command's last lines; a --map traceback (the user's frames) whole, within TAIL_BYTES
-            tail = _tail(result.log, 200 if traceback else TAIL_LINES) \
+            tail = _tail(result.log, 200 if traceback else TAIL_LINES, tail_bytes) \
                 if result.log and reported <= DETAILED_FAILURES else ""
             if tail and traceback:  # --map: the same error shown in full once
-                sig = _traceback_signature(result.log)
+                sig = _traceback_signature(result.log, tail_bytes)
                 if sig in tracebacks:
                     tail = f" (traceback as for sample {quote(tracebacks[sig])})"
                 elif len(tracebacks) < 1000:

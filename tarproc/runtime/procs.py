@@ -157,7 +157,8 @@ class Watchdog:
         r, w = os.pipe2(os.O_CLOEXEC)
         try:
             # its own session: a Ctrl-C to our terminal group does not end it early;
-            # no parent-death signal: it must outlive us to do its work
+            # no parent-death signal: it must outlive us to do its work.  (The one process
+            # the library starts without runtime/child.Child, which stands on this helper.)
             self.proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _WATCHDOG], stdin=r,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                          close_fds=True, start_new_session=True)

@@ -29,22 +29,33 @@ import os
 from ..errors import UsageError
 
 #: The actions of client commands: the ``ACTION`` of ``TARPROC_<ACTION>_<SCHEME>``.
-ACTIONS = ("READ", "WRITE", "MOVE", "REMOVE", "LIST", "EXISTS")
+#: ``STAT`` and ``RESUME`` are the reads that resume where they broke
+#: (:mod:`tarproc.sources.resume`): ``STAT`` asks for the object's size and
+#: identity (ETag, generation), ``RESUME`` reads it from byte ``{offset}``
+#: (the whole object when the option ``{from}`` is left out), pinned to that
+#: identity (``{if_match}``, ``{if_unmodified}``; for gs, ``{url}`` is
+#: ``URL#GENERATION``); http's ``{headers}`` is the descriptor its response
+#: headers are written to.
+ACTIONS = ("READ", "WRITE", "MOVE", "REMOVE", "LIST", "EXISTS", "STAT", "RESUME")
 
 
 class Scheme:
     """One row of the table: how URLs of a scheme are opened (``reader``,
     ``writer``), whether reads resume where they broke (``resumable``), and
     the client command template of each action (``commands``, by
-    :data:`ACTIONS` name; ``{src}`` of MOVE is the object moved)."""
+    :data:`ACTIONS` name; ``{src}`` of MOVE is the object moved), and the
+    options those templates may hold (``options``: a placeholder such as
+    ``{from}`` stands for the filled option and a space, or for nothing when
+    a value it needs is ``None``)."""
 
-    __slots__ = ("name", "reader", "writer", "resumable", "commands")
+    __slots__ = ("name", "reader", "writer", "resumable", "commands", "options")
 
-    def __init__(self, name, reader, writer, resumable=False, **commands):
+    def __init__(self, name, reader, writer, resumable=False, options=None, **commands):
         self.name = name
         self.reader = reader
         self.writer = writer
         self.resumable = resumable
+        self.options = dict(options or {})
         self.commands = {k.upper(): v for k, v in commands.items()}
 
 
@@ -52,6 +63,10 @@ _HTTP = dict(
     read="curl -gsSfL --retry 3 {url}",  # -g: brackets and braces in a URL are its own, not a glob
     write="curl -gsSf -T - {url}",
     exists="curl -gsfIL -o /dev/null {url}",
+    # (no STAT: the first response's headers, written to {headers}, tell the identity)
+    resume="curl -gsSfL -D /dev/fd/{headers} {from}{if_match}{if_unmodified}{url}",
+    options={"from": "-r {offset}-", "if_match": "-H 'If-Match: '{etag}",
+             "if_unmodified": "-H 'If-Unmodified-Since: '{modified}"},
 )
 
 SCHEMES = {
@@ -67,7 +82,10 @@ SCHEMES = {
                move="gsutil -q mv {src} {url}",
                remove="gsutil -q rm {url}",
                list="gsutil ls {url}",
-               exists="gsutil -q stat {url}"),
+               exists="gsutil -q stat {url}",
+               stat="gsutil stat {url}",
+               resume="gsutil -q cat {from}{url}",  # {url}: URL#GENERATION
+               options={"from": "-r {offset}-"}),
         Scheme("s3", "client", "remote", resumable=True,
                # one GET: `aws s3 cp URL -` retries a broken part itself, and was seen to splice a
                # replaced object's bytes onto the old one's (aws-cli 1.46, moto)
@@ -76,7 +94,11 @@ SCHEMES = {
                move="aws s3 mv {endpoint}{src} {url}",
                remove="aws s3 rm {endpoint}{url}",
                list="aws s3 ls {endpoint}{url}",
-               exists="aws s3api head-object {endpoint}--bucket {bucket} --key {key}"),
+               exists="aws s3api head-object {endpoint}--bucket {bucket} --key {key}",
+               stat="aws s3api head-object {endpoint}--bucket {bucket} --key {key}",
+               resume="aws s3api get-object {endpoint}--bucket {bucket} --key {key} {from}{if_match}"
+                      "/dev/fd/3 3>&1 1>/dev/null",
+               options={"from": "--range bytes={offset}-", "if_match": "--if-match {etag}"}),
     )
 }
 
@@ -150,7 +172,8 @@ def command(action, url, settings=None, **more):
             raise UsageError(f"{shown(url)}: unknown URL scheme {name!r}")
         raise UsageError(f"{shown(url)}: cannot {action.lower()} {name}:// objects "
                          f"(set TARPROC_{action}_{name.upper()} to a command that can)")
-    return fill_command(found, url, name, **more)
+    row = SCHEMES.get(name)
+    return fill_command(found, url, name, options=row.options if row is not None else None, **more)
 
 
 def _quote(s):
@@ -159,20 +182,32 @@ def _quote(s):
     return shlex.quote(s)
 
 
-def fill_command(template, url, scheme=None, **more):
+def fill_command(template, url, scheme=None, options=None, **more):
     """THE filling of a client command template (``TARPROC_READ_*``,
-    ``WRITE``, ``MOVE``, ``REMOVE``, ``LIST``, ``EXISTS``): ``{url}``,
-    ``{bucket}``, ``{key}`` and every name of ``more`` replaced by its value
-    quoted for the shell, ``{endpoint}`` by ``--endpoint-url URL `` (s3 with
+    ``WRITE``, ``MOVE``, ``REMOVE``, ``LIST``, ``EXISTS``, ``STAT``,
+    ``RESUME``): ``{url}``, ``{bucket}``, ``{key}`` and every name of
+    ``more`` replaced by its value quoted for the shell (a ``None`` value
+    by ``''``), ``{endpoint}`` by ``--endpoint-url URL `` (s3 with
     ``AWS_ENDPOINT_URL``), all in ONE pass: a key or path that holds
     ``{url}`` must never have another value put inside its quotes (that
-    would end them, and run what follows)."""
+    would end them, and run what follows).  ``options`` (a row's
+    :attr:`Scheme.options`): ``{NAME}`` of an option is its own template
+    filled the same way and followed by a space, or nothing when a value
+    it names is ``None``."""
     import re
 
     scheme = scheme or scheme_of(url)
     bucket, _, key = url.partition("://")[2].partition("/")
     values = {"endpoint": endpoint(scheme), "bucket": _quote(bucket), "key": _quote(key), "url": _quote(url)}
-    values.update((k, _quote(v)) for k, v in more.items())
+    values.update((k, _quote(v if v is not None else "")) for k, v in more.items())
+    names = "|".join(re.escape(k) for k in values)
+    placeholder = re.compile(r"\{(" + names + r")\}")
+    for name, option in (options or {}).items():
+        if name in values:
+            continue
+        _refuse_quoted_placeholders(option, names)
+        given = all(more.get(m.group(1), "") is not None for m in placeholder.finditer(option))
+        values[name] = placeholder.sub(lambda m: values[m.group(1)], option) + " " if given else ""
     names = "|".join(re.escape(k) for k in values)
     _refuse_quoted_placeholders(template, names)
     return re.sub(r"\{(" + names + r")\}", lambda m: values[m.group(1)], template)

@@ -42,16 +42,6 @@ GZIP_LEVEL = 6
 ZSTD_LEVEL = 3
 
 
-def zstd_module():
-    """The zstd binding: the standard library's ``compression.zstd``
-    (Python 3.14+) or its backport, ``backports.zstd`` (same API)."""
-    try:
-        from compression import zstd  # noqa: F401
-    except ImportError:
-        from backports import zstd
-    return zstd
-
-
 def _write_all(raw, data):
     view = memoryview(data)
     while view:
@@ -161,6 +151,8 @@ class ZstdFrames(io.RawIOBase):
     :class:`GzipGroups` has them (a group is a frame)."""
 
     def __init__(self, raw, level=ZSTD_LEVEL):
+        from ..sources.compression import zstd_module
+
         zstd = zstd_module()
         self.raw = raw
         self.comp = zstd.ZstdCompressor(options={zstd.CompressionParameter.compression_level: level,

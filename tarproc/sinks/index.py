@@ -24,16 +24,12 @@ written (:func:`written_shard_index`, for ``tarsplit --index``;
 
 import json
 import os
-import struct
 import sys
 
+from ..core.indexfile import KIND, pack_offsets  # (the format, shared with the reader)
 from ..errors import BadInput, UsageError
 from ..sources.resume import RETRIES, STALL_TIMEOUT
 from .scan import ShardIndex, scan_many
-
-KIND = "wids-shard-index-v1"
-MAGIC = b"TARPROC-OFFSETS1"
-HEAD = struct.Struct("<16sQQ")  # magic, number of samples, bytes of keys
 
 
 def sidecar_name(index_path):
@@ -83,7 +79,7 @@ def build_index(infos, index_dir=None, sidecar=None, name=None):
     blob = None
     if sidecar is not None and any(e["offsets"] for e in shardlist):  # (also for shards with no samples)
         keys = b"".join(key_parts)
-        blob = HEAD.pack(MAGIC, total, len(keys)) + b"".join(starts_parts) + keys
+        blob = pack_offsets(total, b"".join(starts_parts), keys)
         index["tarproc_offsets"] = {"file": sidecar, "samples": total, "bytes": len(blob)}
     return index, blob
 

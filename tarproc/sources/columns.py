@@ -49,11 +49,12 @@ def table_format(path):
     raise UsageError(f"--table {path}: unknown table format (name it .tsv, .csv, .jsonl or .npy)")
 
 
-def open_table(path, budget=512 << 20):
-    """A :class:`KeyedTable` or :class:`RowArray` for ``path`` (by its extension)."""
+def open_table(path, budget=512 << 20, settings=None):
+    """A :class:`KeyedTable` or :class:`RowArray` for ``path`` (by its
+    extension); ``settings``: the bounds of a JSON-lines row (``json_depth``)."""
     if table_format(path) == "npy":
         return RowArray(path)
-    return KeyedTable(path, budget)
+    return KeyedTable(path, budget, json_depth=settings.json_depth if settings is not None else None)
 
 
 def _unescape(text):
@@ -98,8 +99,9 @@ class KeyedTable:
     gives a row's fields (``bytes``) and marks it used; :meth:`unused` the
     first row never asked for."""
 
-    def __init__(self, path, budget=512 << 20):
+    def __init__(self, path, budget=512 << 20, json_depth=None):
         self.path = path
+        self.json_depth = json_depth  # JSON nesting parsed (None: limits.JSON_DEPTH)
         self.format = table_format(path)
         self.rows = {}  # key -> [fields, line, used]
         self.columns = {}  # column name -> the one string of that name (rows share it)
@@ -136,7 +138,7 @@ class KeyedTable:
                 if not text.strip():
                     continue
                 try:
-                    obj = json_loads(text)
+                    obj = json_loads(text, self.json_depth)
                 except ValueError as e:
                     raise BadInput(f"{shown(path)}: line {number}: not JSON: {e}") from None
                 if not isinstance(obj, dict):

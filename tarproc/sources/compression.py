@@ -31,6 +31,18 @@ from .raw import BUFSIZE, FdReader, grow_pipe
 from . import unzip
 
 
+def zstd_module():
+    """The zstd binding: the standard library's ``compression.zstd``
+    (Python 3.14+) or its backport, ``backports.zstd`` (same API); for the
+    grouped zstd writer (:mod:`tarproc.sinks.grouped`) and the seek readers
+    (:mod:`tarproc.sources.seekable`, :mod:`tarproc.sources.seekscan`)."""
+    try:
+        from compression import zstd  # noqa: F401
+    except ImportError:
+        from backports import zstd
+    return zstd
+
+
 _MAGIC = (
     (b"\x1f\x8b", "gzip"),
     (b"BZh", "bzip2"),

@@ -17,7 +17,8 @@ Two plan formats:
 member, in output order) and checks everything that can be checked before
 writing: member names (no absolute paths, no ``..``), duplicates, and that
 every referenced file exists and is readable.  A problem raises
-:class:`~tarproc.errors.BadInput` naming ``plan:line``.  :func:`write_plan`
+:class:`~tarproc.errors.BadInput` naming ``plan:line``;
+:func:`item_bytes` gives a member's bytes.  :func:`tarproc.sinks.plan.write_plan`
 then writes the members through :func:`~tarproc.sinks.output.open_sink`, so a
 failure (a ``pipe:`` command that fails) leaves no output behind.
 """
@@ -354,31 +355,3 @@ def item_bytes(item, basedir=None):
         if size <= SMALL_FILE:
             return os.pread(outf.fileno(), size, 0)
         return Blob(SharedFile(os.dup(outf.fileno()), None, False), 0, size)
-
-
-def write_plan(items, output="-", basedir=None, on_item=None, group_size=None, settings=None):
-    """Write the members of a checked plan to ``output`` (a URL); returns
-    the number of members.  On any failure the output is discarded.
-    ``group_size``: groups of a ``.tar.gz``/``.tar.zst`` output (see
-    :func:`~tarproc.sinks.output.open_sink`), cut where a key starts;
-    ``settings``: the output's (see :class:`~tarproc.sinks.output.Sink`)."""
-    from ..core.rules import split_name
-    from ..core.tario import TarWriter
-    from ..sinks.output import open_sink
-
-    with open_sink(output, group_size=group_size, settings=settings) as sink:
-        tar = TarWriter(sink)
-        last = None
-        for item in items:
-            data = item_bytes(item, basedir)
-            if sink.grouped:  # a group ends only where a sample (key) does
-                parts = split_name(item.name)
-                key = parts[0] if parts is not None else item.name
-                if key != last:
-                    sink.start_bytes(512 + len(data))
-                last = key
-            tar.write(item.name, data)
-            if on_item is not None:
-                on_item(item, len(data))
-        tar.close()
-    return len(items)

@@ -94,7 +94,7 @@ class _Index:
     """The loaded index: shard URLs, cumulative counts, offsets and keys."""
 
     def __init__(self, source, base, settings):
-        from ..sinks.index import HEAD, KIND, MAGIC
+        from ..core.indexfile import HEAD, KIND, parse_offsets
 
         where = source if isinstance(source, str) else "index"
         if isinstance(source, str):
@@ -136,8 +136,6 @@ class _Index:
                     raise BadInput(f"{where}: shard entry {n} has offsets but the index names no offsets file "
                                    f"(\"tarproc_offsets\"): a damaged index")
         if side:
-            import numpy as np
-
             path = _resolve(side["file"], base)
             if scheme_of(path) not in _SIDECAR_SCHEMES:
                 raise BadInput(f"{where}: the offsets file {shorten(path)!r} is not a path or URL "
@@ -148,14 +146,8 @@ class _Index:
             if len(blob) != side.get("bytes") or len(blob) < HEAD.size:
                 raise BadInput(f"{path}: offsets file has {len(blob)} bytes, the index says {side.get('bytes')}: "
                                f"not this index's offsets (index the shards again)")
-            magic, count, nkeys = HEAD.unpack_from(blob)
-            if magic != MAGIC or count != side.get("samples") or HEAD.size + 8 * count + nkeys != len(blob):
-                raise BadInput(f"{path}: not a tarproc offsets file for this index")
-            self.starts = np.frombuffer(blob, "<u8", count, HEAD.size)
-            self.keyblob = memoryview(blob)[HEAD.size + 8 * count:]
-            self.keyends = np.flatnonzero(np.frombuffer(self.keyblob, np.uint8) == 10)
-            if len(self.keyends) != count:
-                raise BadInput(f"{path}: offsets file has {len(self.keyends)} keys for {count} samples")
+            self.starts, self.keyblob, self.keyends = parse_offsets(blob, side.get("samples"), path)
+            count = len(self.starts)
             for n, shard in enumerate(self.shards):
                 if shard.get("offsets") and not (isinstance(shard.get("first"), int) and isinstance(shard.get("end"), int)
                                                  and 0 <= shard["first"] <= count - shard["nsamples"]):
@@ -402,7 +394,8 @@ class IndexedDataset:
             for run, data in pairs:
                 for k in run.tags:
                     sp = spans[k]
-                    out[k] = _about(indices[k], _sample_of, sp, data[sp.start - run.start : sp.stop - run.start])
+                    out[k] = _about(indices[k], _sample_of, sp, data[sp.start - run.start : sp.stop - run.start],
+                                    self._settings)
         return out
 
     def __getitems__(self, indices):
@@ -455,7 +448,8 @@ class IndexedDataset:
         span = self._span(pos)
         if isinstance(span, dict):  # a compressed shard's sample, read and decoded by _read_compressed
             return span
-        return _sample_of(span, self._range(span.url, span.start, span.stop, span.filesize, span.shard))
+        return _sample_of(span, self._range(span.url, span.start, span.stop, span.filesize, span.shard),
+                          self._settings)
 
     def _span(self, pos):
         """The :class:`_Span` of the sample at position ``pos`` of an
@@ -498,6 +492,9 @@ class IndexedDataset:
         table = idx.seek_tables.get(s)
         if table is None:
             sk = shard["seek"]
+            if sk["bytes"] > self._settings.max_index:  # (part of the index: its bound)
+                raise BadInput(f"{idx.seek_path}: the index gives a seek record of {sk['bytes']} bytes, more than "
+                               f"TARPROC_MAX_INDEX ({self._settings.max_index})")
             record = self._range(idx.seek_path, sk["at"], sk["at"] + sk["bytes"], None) if sk["bytes"] else b""
             if len(record) != sk["bytes"]:
                 raise BadInput(f"{idx.seek_path}: seek file has fewer bytes than the index says: not this index's "
@@ -513,7 +510,7 @@ class IndexedDataset:
         where = f"{url}: sample {j} ({key!r}) at decoded bytes {start}-{end}"
         data = table.read(lambda a, b: self._range(url, a, b, filesize, shard), shard.get("compression"), start, end, where,
                           self._settings.max_sample)
-        return _the_sample(data, url, key, where)
+        return _the_sample(data, url, key, where, self._settings)
 
     def _range(self, url, start, end, filesize, shard=None):
         shard = _entry(shard, filesize)
@@ -602,7 +599,7 @@ class _Span:
         self.filesize, self.shard = filesize, shard
 
 
-def _sample_of(span, data):
+def _sample_of(span, data, settings=None):
     """The sample in ``data`` (the bytes of ``span``), checked: exactly one
     sample with the indexed key, and no member of it after its end."""
     url, j, key, start, end = span.url, span.j, span.key, span.start, span.end
@@ -616,14 +613,17 @@ def _sample_of(span, data):
         if name is not None:
             raise BadInput(f"{where}: the member after these bytes, {name!r}, belongs to this sample too: the "
                            f"shard changed since it was indexed (index it again)")
-    return _the_sample(data, url, key, where)
+    return _the_sample(data, url, key, where, settings)
 
 
-def _the_sample(data, url, key, where):
+def _the_sample(data, url, key, where, settings=None):
     """The one sample that ``data`` (the bytes of an indexed range) must hold,
-    with the key the index names; else one error naming ``where``."""
+    with the key the index names; else one error naming ``where``.
+    ``settings``: the dataset's bounds (``sparse_holes``)."""
+    holes = settings.sparse_holes if settings is not None else None
     try:
-        samples = list(group(TarReader(io.BytesIO(data + bytes(1024)), url, strict=True).members(), url))
+        samples = list(group(TarReader(io.BytesIO(data + bytes(1024)), url, strict=True,
+                                       sparse_holes=holes).members(), url))
     except TarprocError as e:
         raise BadInput(f"{where}: these bytes are not the indexed sample ({getattr(e, 'problem', e)}): the shard "
                        f"changed since it was indexed, or the index is not this shard's (index it again)") from None

@@ -126,7 +126,7 @@ def _open_client(url, row, decompress, stall, retries, stall_timeout, settings):
     if own and row.resumable and retries:
         shown = hide_credentials(url)
         raw = Resuming(url, row.name, shown, InputChildren(shown), retries=retries, stall_timeout=stall_timeout,
-                       stall=stall, endpoint=endpoint(row.name))
+                       stall=stall, settings=settings)
         try:
             return _finish_opening(raw, url, url, row.name, decompress, settings)
         except BaseException:

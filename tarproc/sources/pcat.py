@@ -504,7 +504,9 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     ``stall_timeout``: resuming broken downloads, ``spooler`` and
     ``settings``: as for :func:`~tarproc.sources.samples.iter_samples`, in
     every worker."""
-    from ..stages.basic import shuffle as shuffle_stage
+    import random
+
+    from ..core.shuffle import buffer_shuffle
 
     if shuffle < 0:
         raise UsageError("--shuffle must be >= 0")
@@ -549,7 +551,7 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     def shuffled():  # the side-by-side rule on the order they come out in
         from ..core.grouping import SideBySide
 
-        mixed = shuffle_stage(shuffle, seed)(with_names())
+        mixed = buffer_shuffle(with_names(), shuffle, random.Random(seed))
         try:
             yield from SideBySide().checked(mixed)
         finally:
@@ -593,7 +595,9 @@ def parallel_samples(urls, workers=None, shuffle=0, seed=None, strict=False, ign
     """Yield the sample dicts of ``urls`` read by ``workers`` processes; see
     :func:`parallel_encoded` for ``shuffle`` and ``seed`` and the module
     documentation for the order and for errors."""
-    from ..stages.basic import shuffle as shuffle_stage
+    import random
+
+    from ..core.shuffle import buffer_shuffle
 
     if shuffle < 0:
         raise UsageError("shuffle must be >= 0")
@@ -613,5 +617,5 @@ def parallel_samples(urls, workers=None, shuffle=0, seed=None, strict=False, ign
                 close()
 
     if shuffle > 0:
-        return shuffle_stage(shuffle, seed)(samples())
+        return buffer_shuffle(samples(), shuffle, random.Random(seed))
     return samples()

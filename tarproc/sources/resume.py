@@ -31,10 +31,12 @@ download over a flaky link may break many times, each time after
 progress).  Before each, it waits :data:`FIRST_WAIT` seconds, doubling with
 each break in a row, at most :data:`MAX_WAIT`.
 
-The processes are started and ended by the ``children`` object
-:func:`~tarproc.sources.open.open_source` passes in (its own process group,
-the tail of its stderr, the kill of the group): this module only decides
-which command runs when, and what its answer means.
+The commands are those of the scheme table (:mod:`tarproc.runtime.schemes`:
+its ``STAT`` and ``RESUME`` actions, replaceable with ``TARPROC_STAT_<SCHEME>``
+and ``TARPROC_RESUME_<SCHEME>``).  The processes are started and ended by the
+``children`` object :func:`~tarproc.sources.open.open_source` passes in (its
+own process group, the tail of its stderr, the kill of the group): this
+module only decides which command runs when, and what its answer means.
 """
 
 import io
@@ -75,12 +77,6 @@ def check_settings(retries, stall_timeout):
         raise UsageError(f"stall_timeout must be a positive number of seconds or None, not {stall_timeout!r}")
 
 
-def _quote(s):
-    import shlex
-
-    return shlex.quote(s)
-
-
 class Identity:
     """What makes an object the same one: size, ETag, Last-Modified, GCS generation."""
 
@@ -102,6 +98,15 @@ class Fatal(Exception):
 # ---------------------------------------------------------------- per scheme
 
 
+def _command(action, url, settings, **values):
+    """The command of ``action`` (``STAT``, ``RESUME``) for ``url`` from the
+    scheme table (``exec``'d when it is the table's own, as for any input)."""
+    from ..runtime.schemes import command, override, scheme_of
+
+    cmd = command(action, url, settings, **values)
+    return cmd if override(action, scheme_of(url), settings) else "exec " + cmd
+
+
 class _Http:
     """curl; the headers of each response go to a file of our own (``-D``),
     read when its first body bytes arrive."""
@@ -109,22 +114,18 @@ class _Http:
     what = "curl"
     checks_headers = True
 
-    def __init__(self, url):
+    def __init__(self, url, settings=None):
         self.url = url
+        self.settings = settings
 
     def prepare(self, run):
         return None  # the first response's headers tell
 
     def command(self, offset, ident, first, header_fd):
-        cmd = f"exec curl -gsSfL -D /dev/fd/{header_fd}"  # -g: [] and {} in a URL are not curl globs
-        if offset:
-            cmd += f" -r {offset}-"
-        if ident is not None:
-            if ident.strong_etag():
-                cmd += " -H " + _quote("If-Match: " + ident.etag)
-            elif ident.modified:
-                cmd += " -H " + _quote("If-Unmodified-Since: " + ident.modified)
-        return cmd + " " + _quote(self.url)
+        etag = ident.strong_etag() if ident is not None else None
+        modified = ident.modified if ident is not None and not etag else None
+        return _command("RESUME", self.url, self.settings, headers=str(header_fd),
+                        offset=str(offset) if offset else None, etag=etag, modified=modified)
 
     def resumable(self, ident):
         if ident is None:
@@ -179,9 +180,9 @@ class _S3:
     what = "aws"
     checks_headers = False
 
-    def __init__(self, url, endpoint):
+    def __init__(self, url, settings=None):
         self.url = url
-        self.endpoint = endpoint  # "--endpoint-url URL " or ""
+        self.settings = settings
         bucket, _, key = url[5:].partition("/")
         self.bucket, self.key = bucket, key
 
@@ -190,7 +191,7 @@ class _S3:
 
         if not self.bucket or not self.key:
             raise Fatal("an s3:// URL names a bucket and a key: s3://BUCKET/KEY")
-        out = run(f"exec aws s3api head-object {self.endpoint}--bucket {_quote(self.bucket)} --key {_quote(self.key)}")
+        out = run(_command("STAT", self.url, self.settings))
         try:
             meta = json.loads(out)
             return Identity(int(meta["ContentLength"]), meta.get("ETag"), meta.get("LastModified"))
@@ -198,13 +199,9 @@ class _S3:
             raise Fatal("aws s3api head-object gave no ContentLength") from None
 
     def command(self, offset, ident, first, header_fd):
-        cmd = f"exec aws s3api get-object {self.endpoint}--bucket {_quote(self.bucket)} --key {_quote(self.key)}"
-        if offset:
-            cmd += f" --range bytes={offset}-"
-        if ident.etag:
-            cmd += f" --if-match {_quote(ident.etag)}"
-        # the body to the pipe (fd 3 is our stdout), the JSON answer away
-        return cmd + " /dev/fd/3 3>&1 1>/dev/null"
+        # (the table's command writes the body to the pipe, the JSON answer away)
+        return _command("RESUME", self.url, self.settings, offset=str(offset) if offset else None,
+                        etag=ident.etag or None)
 
     def resumable(self, ident):
         return None if ident is not None and ident.etag else "head-object gave no ETag"
@@ -225,11 +222,12 @@ class _Gs:
     what = "gsutil"
     checks_headers = False
 
-    def __init__(self, url):
+    def __init__(self, url, settings=None):
         self.url = url
+        self.settings = settings
 
     def prepare(self, run):
-        out = run(f"exec gsutil stat {_quote(self.url)}")
+        out = run(_command("STAT", self.url, self.settings))
         fields = {}
         for line in out.splitlines():
             # gsutil's own fields are indented by 4 spaces; the object's
@@ -249,9 +247,7 @@ class _Gs:
         return self.url + "#" + ident.generation if ident is not None and ident.generation else self.url
 
     def command(self, offset, ident, first, header_fd):
-        if offset == 0:
-            return f"exec gsutil -q cat {_quote(self._pinned(ident))}"
-        return f"exec gsutil -q cat -r {offset}- {_quote(self._pinned(ident))}"
+        return _command("RESUME", self._pinned(ident), self.settings, offset=str(offset) if offset else None)
 
     def resumable(self, ident):
         return None if ident is not None and ident.generation else "gsutil stat gave no generation"
@@ -328,23 +324,24 @@ class Resuming(io.RawIOBase):
     ``scheme`` is ``http``/``https``/``s3``/``gs``; ``shown`` is the URL for
     messages (credentials hidden); ``children`` starts and ends processes
     (``start(cmd, pass_fds)``, ``finish(proc) -> (rc, stderr_tail)``,
-    ``kill(proc)``)."""
+    ``kill(proc)``); ``settings``: the commands that replace the scheme
+    table's (``TARPROC_STAT_*``, ``TARPROC_RESUME_*``)."""
 
     pollable = True
 
     def __init__(self, url, scheme, shown, children, retries=RETRIES, stall_timeout=STALL_TIMEOUT, stall=None,
-                 endpoint=""):
+                 settings=None):
         self.url = shown
         self.children = children
         self.retries = retries
         self.stall_timeout = stall_timeout
         self.stall = stall
         if scheme in ("http", "https"):
-            self.plan = _Http(url)
+            self.plan = _Http(url, settings)
         elif scheme == "s3":
-            self.plan = _S3(url, endpoint)
+            self.plan = _S3(url, settings)
         else:
-            self.plan = _Gs(url)
+            self.plan = _Gs(url, settings)
         self.offset = 0
         self.breaks = 0
         self.attempt = None

@@ -320,7 +320,7 @@ def _decode_group(codec, piece, where, size):
     """A group's decoded bytes: at most ``size`` + 1 of them are made (more
     is a changed shard, found by the caller without decoding a bomb)."""
     if codec == "zstd":
-        from ..sinks.grouped import zstd_module
+        from .compression import zstd_module
 
         zstd = zstd_module()
         try:

@@ -229,7 +229,7 @@ class ZstdScanner:
 
     def __init__(self, url):
         self.ratio = {}  # max_ratio, ratio_floor of check_ratio (open_for_index sets them)
-        from ..sinks.grouped import zstd_module
+        from .compression import zstd_module
 
         self.zstd = zstd_module()
         self.url = url

@@ -291,6 +291,6 @@ def shuffle_urls(urls, seed=None, max_urls=None):
     if len(head) <= max_urls:
         rng.shuffle(head)
         return head
-    from ..stages.basic import shuffle
+    from ..core.shuffle import buffer_shuffle
 
-    return shuffle(max_urls, rng=rng)(itertools.chain(head, it))
+    return buffer_shuffle(itertools.chain(head, it), max_urls, rng)

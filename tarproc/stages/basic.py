@@ -187,17 +187,9 @@ def shuffle(bufsize, seed=None, rng=None):
     bufsize = _whole(bufsize, "shuffle: bufsize", 1)
 
     def stage(samples):
-        r = rng or random.Random(seed)
-        buf = []
-        for sample in samples:
-            if len(buf) < bufsize:
-                buf.append(sample)
-                continue
-            i = r.randrange(len(buf))
-            out, buf[i] = buf[i], sample
-            yield out
-        r.shuffle(buf)
-        yield from buf
+        from ..core.shuffle import buffer_shuffle
+
+        return buffer_shuffle(samples, bufsize, rng or random.Random(seed))
 
     return stage
 

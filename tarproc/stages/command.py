@@ -775,7 +775,7 @@ def _log_echo(echo):
 def _run_commands(samples, runner, parallel, error_handling, ordered, stats, on_error, echo, quiet_log, stall=None):
     runner.start()
     try:
-        handle = handler(error_handling, stats, on_error, echo, quiet_log)
+        handle = handler(error_handling, stats, on_error, echo, quiet_log, runner.tail_bytes)
         if runner.per_command > 1:  # the loop runs lists of samples, a job each
             samples, handle = _batches(samples, runner.per_command, _batch_budget(runner.spooler)), _each_sample(handle)
         yield from spawn_loop(samples, runner, parallel, 2 * parallel + 2, ordered, handle, on_stall=stall)

@@ -234,7 +234,8 @@ def _worker_setup(spec):
 
 
 def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=True, batch=32, stats=None,
-                 on_error=None, prog="tarproc", start_method=None, stall=None, blobs="bytes", timeout=None):
+                 on_error=None, prog="tarproc", start_method=None, stall=None, blobs="bytes", timeout=None,
+                 tail_bytes=None):
     """Apply ``fn`` (a callable -- lambdas and closures too --,
     ``"module:function"`` or ``"path/file.py:function"``) to every sample in
     ``parallel`` worker processes; yield the samples it returns, in input
@@ -258,7 +259,8 @@ def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=T
     ``timeout`` (seconds): a sample whose ``fn`` runs longer fails (its
     worker is killed and replaced; the rest of its batch runs again).  It
     needs worker processes: with ``parallel=1`` inside a daemon it is not
-    applied."""
+    applied.  ``tail_bytes``: the bytes of a failed sample's traceback shown
+    (default :data:`~tarproc.core.limits.TAIL_BYTES`, ``TARPROC_TAIL_BYTES``)."""
     if blobs not in ("bytes", "blob"):
         raise UsageError(f"blobs must be 'bytes' or 'blob', not {blobs!r}")
     if blobs == "bytes":
@@ -285,19 +287,19 @@ def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=T
         load_function(fn)  # fail early, with a clear message, in this process
     on_error = on_error or stderr_report(prog)
     if parallel == 1 and in_daemon():
-        return _run_inline(samples, fn, error_handling, stats, on_error)
+        return _run_inline(samples, fn, error_handling, stats, on_error, tail_bytes)
     from ..runtime.procs import close_at_exit
 
     if timeout is not None and not timeout > 0:
         raise UsageError(f"timeout must be a positive number of seconds, not {timeout!r}")
     return close_at_exit(_run_function(samples, fn, parallel, error_handling, ordered, batch, stats, on_error,
-                                       start_method, stall, timeout))
+                                       start_method, stall, timeout, tail_bytes))
 
 
-def _run_inline(samples, fn, error_handling, stats, on_error):
+def _run_inline(samples, fn, error_handling, stats, on_error, tail_bytes=None):
     """``map_function`` in this process (no worker)."""
     fn = load_function(fn)
-    per_sample = handler(error_handling, stats, on_error, None, True)
+    per_sample = handler(error_handling, stats, on_error, None, True, tail_bytes)
     for sample in samples:
         item = _apply(fn, sample)
         if item[2] is None:
@@ -406,7 +408,7 @@ class _Batcher:
 
 
 def _run_function(samples, fn, parallel, error_handling, ordered, batch, stats, on_error, start_method, stall,
-                  timeout=None):
+                  timeout=None, tail_bytes=None):
     import pickle
 
     from ..runtime.pool import TaskPool, get_context
@@ -426,7 +428,7 @@ def _run_function(samples, fn, parallel, error_handling, ordered, batch, stats, 
     window = Window(2 * parallel + 2, ordered, on_stall=stall)
     batcher = _Batcher(pool, batch, window)
     hook = batcher.flush
-    per_sample = handler(error_handling, stats, on_error, None, True)
+    per_sample = handler(error_handling, stats, on_error, None, True, tail_bytes)
 
     def handle(payload):
         inputs, reply, exc = payload

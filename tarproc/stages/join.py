@@ -363,7 +363,7 @@ def join_samples(inputs, tables=(), how="strict", order="input", rename=None, me
     if memory < 1:
         raise UsageError("the memory budget must be positive")
     stats = stats if stats is not None else Stats()
-    opened = [t if isinstance(t, (KeyedTable, RowArray)) else open_table(t, memory) for t in tables]
+    opened = [t if isinstance(t, (KeyedTable, RowArray)) else open_table(t, memory, settings) for t in tables]
     keyed = [(names[len(inputs) + i], t) for i, t in enumerate(opened) if t.format != "npy"]
     arrays = [(names[len(inputs) + i], t) for i, t in enumerate(opened) if t.format == "npy"]
     raw = raw and order == "input"

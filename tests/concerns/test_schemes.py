@@ -42,6 +42,31 @@ def test_an_override_replaces_the_command_and_is_filled_in_one_pass(monkeypatch)
     assert cmd == "mv s3://b/.tmp 's3://b/k{url}' 'k{url}'"  # the {url} inside the key stays inside its quotes
 
 
+def test_resumable_reads_are_rows_of_the_table_with_options_dropped_when_absent(monkeypatch):
+    # the ranged, conditional reads of sources/resume are the table's STAT and RESUME commands
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "")
+    for row in schemes.SCHEMES.values():
+        if row.resumable:
+            assert "RESUME" in row.commands and (row.name.startswith("http") or "STAT" in row.commands), row.name
+    cmd = schemes.command
+    assert cmd("RESUME", "gs://b/a.tar#17", offset=None) == "gsutil -q cat 'gs://b/a.tar#17'"
+    assert cmd("RESUME", "gs://b/a.tar#17", offset="100") == "gsutil -q cat -r 100- 'gs://b/a.tar#17'"
+    assert cmd("RESUME", "s3://b/k", offset="9", etag='"e;$(x)"') == \
+        "aws s3api get-object --bucket b --key k --range bytes=9- --if-match '\"e;$(x)\"' /dev/fd/3 3>&1 1>/dev/null"
+    assert cmd("RESUME", "s3://b/k", offset=None, etag=None) == \
+        "aws s3api get-object --bucket b --key k /dev/fd/3 3>&1 1>/dev/null"
+    import shlex
+
+    got = cmd("RESUME", "http://h/x", headers="5", offset="3", etag="'a'", modified=None)
+    assert shlex.split(got) == ["curl", "-gsSfL", "-D", "/dev/fd/5", "-r", "3-", "-H", "If-Match: 'a'", "http://h/x"]
+    # an override of the new actions is taken like any other, with the row's options
+    settings = Settings(commands={"RESUME_GS": "my-cat {from}{url}"})
+    assert cmd("RESUME", "gs://b/k", settings, offset="5") == "my-cat -r 5- gs://b/k"
+    assert Settings.from_environ({"TARPROC_STAT_S3": "x {url}"}).command("STAT", "s3") == "x {url}"
+    with pytest.raises(UsageError, match="inside quotes"):
+        schemes.fill_command("c {from}", "gs://b/k", options={"from": "-r '{offset}'"}, offset="1")
+
+
 def test_an_action_a_scheme_lacks_is_a_usage_error_naming_the_variable(monkeypatch):
     monkeypatch.delenv("TARPROC_MOVE_HTTPS", raising=False)
     with pytest.raises(UsageError, match="TARPROC_MOVE_HTTPS"):

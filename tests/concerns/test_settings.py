@@ -117,7 +117,9 @@ def test_every_variable_in_the_docs_is_a_setting():
     """Each TARPROC_* name the docs give is a setting (or a client command
     TARPROC_<KIND>_<SCHEME>, or tarserve's token, an option's default)."""
     known = {env for _, env, _, _ in FIELDS} | {"TARPROC_SERVE_TOKEN"}
-    kinds = re.compile(r"TARPROC_(READ|WRITE|RANGE|MOVE|REMOVE|LIST|EXISTS|<ACTION>)(_[A-Z0-9<>]+)?$")
+    from tarproc.settings import COMMAND_KINDS
+
+    kinds = re.compile(r"TARPROC_(" + "|".join(COMMAND_KINDS) + r"|<ACTION>)(_[A-Z0-9<>]+)?$")
     texts = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
     unknown = set()
     for path in texts:
@@ -323,7 +325,25 @@ def data(tmp_path_factory):
     for i in range(5):
         (d / f"s{i}.tar").write_bytes(tar_bytes([(f"k{i}.txt", b"t")]))
     (d / "plan.tsv").write_text("k1\tone.txt\tplan.tsv\n")
+    (d / LONG).parent.mkdir(parents=True)
+    (d / LONG).write_bytes(bytes(range(256)) * 4)  # not a tar archive, under a name of 250 characters
+    (d / "t.jsonl").write_text('{"__key__": "a", "deep": [[[[[[[[1]]]]]]]]}\n')
+    with open(d / "sp.bin", "wb") as f:  # a GNU sparse member: 3 MiB of holes, then "tail"
+        f.truncate(3 << 20)
+        f.seek(3 << 20)
+        f.write(b"tail")
+    subprocess.run(["tar", "--sparse", "-cf", "sp.tar", "sp.bin"], cwd=d, check=True)
+    (d / "sp.tar.gz").write_bytes(gzip.compress((d / "sp.tar").read_bytes()))
+    for name in ("sp.tar", "sp.tar.gz"):
+        tarproc.index_shards([str(d / name)], str(d / (name + ".json")))
+    (d / "read.py").write_text("import sys, tarproc\ntry:\n    print(len(tarproc.IndexedDataset(sys.argv[1])[0]['bin']))\n"
+                               "except tarproc.BadInput as e:\n    print(e)\n")
     return d
+
+
+LONG = "d" * 120 + "/" + "e" * 120 + "/bad.tar"
+_FAIL = 'for i in $(seq 30); do printf "%01499d\\n" $i; done; exit 1'  # 30 lines of 1500 bytes
+_READ = sys.executable + " read.py {}"  # (IndexedDataset given no settings reads the environment)
 
 
 # (variable, value, command, what shows the default, what shows the value): each run both ways
@@ -342,6 +362,14 @@ COMMANDS = [
     ("TARPROC_SPOOL_DIR", "/nonexistent-spool", "tarcat s1.tar -o mem://o.tar && ls up-o.tar", "up-o.tar",
      "spool directory"),
     ("TARPROC_NAME_CHARS", "20", "tarcat " + "n" * 150 + ".tar", "n" * 150, "chars]"),
+    # the bound reaches the names a library exception carries (a damaged archive's source)
+    ("TARPROC_NAME_CHARS", "1000", "tarcat " + LONG, "chars]", "e" * 120 + "/bad.tar: offset 0"),
+    # the failed command's last 10 lines, past 8 KiB: the whole of each, the first too
+    ("TARPROC_TAIL_BYTES", "64KiB", f"tarproc -c '{_FAIL}' in.tar -o /dev/null", "", "0021\n"),
+    ("TARPROC_JSON_DEPTH", "5", "tarjoin in.tar --table t.jsonl -o /dev/null", "",
+     "nested deeper than 5 levels"),
+    ("TARPROC_SPARSE_HOLES", "1MiB", _READ.format("sp.tar.json"), "3145732", "TARPROC_SPARSE_HOLES"),
+    ("TARPROC_SPARSE_HOLES", "1MiB", _READ.format("sp.tar.gz.json"), "3145732", "TARPROC_SPARSE_HOLES"),
 ]
 
 

@@ -71,3 +71,47 @@ def test_no_import_circles():
             visit(v)
     assert circles == []
 
+
+
+#: What each layer may import (docs/architecture.md, "Layers and folders"), besides
+#: itself and the shared modules every layer may use (``tarproc.errors``,
+#: ``tarproc.settings``, which import only leaves of core).  A source never
+#: depends on a sink (the index format both use is in core: ``core/indexfile``),
+#: nor a stage on a sink, nor a sink on a stage.
+LAYERS = {
+    "core": set(),
+    "runtime": {"core"},
+    "sources": {"core", "runtime"},
+    "stages": {"core", "runtime", "sources"},
+    "sinks": {"core", "runtime", "sources"},
+    "jobs": {"core", "runtime", "sources", "stages", "sinks"},
+    "server": {"core", "runtime", "sources", "stages", "sinks"},
+    "cli": {"core", "runtime", "sources", "stages", "sinks", "jobs", "server", "tarproc"},
+}
+SHARED = {"errors": {"core"}, "settings": {"core", "errors"}}
+
+
+def _layer(name):
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "tarproc"
+
+
+def test_every_module_is_in_a_layer():
+    assert {_layer(name) for name in _modules()} == set(LAYERS) | set(SHARED) | {"tarproc"}
+
+
+def test_no_import_crosses_the_layers_the_wrong_way():
+    mods = _modules()
+    rules = {**LAYERS, **{k: v for k, v in SHARED.items()}}
+    found = []
+    for name in mods:
+        here = _layer(name)
+        if here == "tarproc":  # the package's API: it may name any module
+            continue
+        for mod, _ in _imports(mods, name):
+            if not mod.startswith("tarproc"):
+                continue
+            there = _layer(mod)
+            if there != here and there not in rules[here] and not (there in SHARED and here not in SHARED):
+                found.append(f"{name} ({here}) imports {mod} ({there})")
+    assert found == []

@@ -537,3 +537,17 @@ def test_gs_resumes_on_the_same_generation(sh, tmp_path, gsutil):
     p = sh("tarcat gs://b/a.tar > out.tar", env={**env, "GS_BUMP": "1"}, ok=False)
     err = p.stderr.decode()
     assert p.returncode == 2 and err.count("\n") == 1 and "changed" in err and "byte 100000" in err, err
+
+
+def test_gs_resume_command_replaced_by_its_variable(sh, tmp_path, gsutil):
+    # TARPROC_RESUME_GS and TARPROC_STAT_GS replace the table's commands (with its {from} option)
+    env, store, log = gsutil
+    shard = make_shard(seed=32, n=2)
+    (tmp_path / "a.tar").write_bytes(shard)
+    (store / "b" / "a.tar").write_bytes(shard)
+    (store / "b" / "a.tar.gen").write_text("42\n")
+    env = {**env, "TARPROC_RESUME_GS": "echo resume {from}{url} >> extra.log; gsutil -q cat {from}{url}",
+           "TARPROC_STAT_GS": "echo stat {url} >> extra.log; gsutil stat {url}"}
+    assert sh("tarcat gs://b/a.tar", env=env).stdout == sh("tarcat a.tar").stdout
+    assert (tmp_path / "extra.log").read_text().splitlines() == [
+        "stat gs://b/a.tar", "resume gs://b/a.tar#42", "resume -r 100000- gs://b/a.tar#42"]

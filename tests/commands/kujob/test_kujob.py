@@ -584,3 +584,24 @@ def test_kujob_failed_shard_that_left_its_done_file_is_named(tmp_path):
                         "would skip it; remove it",
                         "kujob: 1 of 2 shards failed: 1"], err
     assert (tmp_path / "out-1.txt").exists()
+
+
+def test_apply_pipes_the_manifest_to_kubectl_as_a_child(tmp_path):
+    # KUJOB_KUBECTL names the kubectl; it gets the manifest on stdin, its own process group,
+    # and its "created" line and messages reach our stdout and stderr as they are
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text("#!/bin/bash\n[ \"$1 $2 $3 $4\" = \"--context t apply -f\" ] || exit 9\n"
+                       "cat > manifest.got\nread -r _ _ _ _ pgid _ < /proc/$$/stat\necho \"$$ $pgid\" > group.got\n"
+                       "echo job.batch/x created\necho kubectl-note >&2\nexit ${KUBECTL_EXIT:-0}\n")
+    kubectl.chmod(0o755)
+    env = dict(os.environ, KUJOB_KUBECTL=f"{kubectl} --context t")
+    args = ["--k8s", "--image", "img", "-s", "{0..2}", "--", "tarcat", "in-{}.tar", "-o", "out-{}.tar"]
+    p = subprocess.run(["kujob", "--apply", *args], cwd=tmp_path, env=env, capture_output=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == b"job.batch/x created\n" and p.stderr == b"kubectl-note\n", p
+    printed = subprocess.run(["kujob", *args], env=env, capture_output=True, timeout=60).stdout
+    assert (tmp_path / "manifest.got").read_bytes() == printed
+    pid, pgid = (tmp_path / "group.got").read_text().split()
+    assert pid == pgid
+    p = subprocess.run(["kujob", "--apply", *args], cwd=tmp_path, env=dict(env, KUBECTL_EXIT="3"),
+                       capture_output=True, timeout=60)
+    assert p.returncode == 1 and p.stderr.decode().splitlines()[-1] == "kujob: kubectl apply failed (exit 3)"

@@ -238,3 +238,46 @@ def test_slurm_task_keeps_a_literal_dollar_argument(tmp_path):
     assert task.returncode == 0, task.stderr
     assert "[b] $SLURM_ARRAY_TASK_ID b" in task.stderr.decode(), task.stderr
     assert (tmp_path / "logs").is_dir()
+
+
+# --------------------------------------------------------------------------- the Slurm clients as children
+
+def _stand_in(tmp_path, name, body):
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    (bindir / name).write_text("#!/bin/bash\n" + body)
+    (bindir / name).chmod(0o755)
+    return {"PATH": f"{bindir}:{os.environ['PATH']}"}
+
+
+def test_sbatch_refusal_is_one_safe_line(sh, tmp_path):
+    # sbatch's own message, with a password in a URL and a terminal escape, on many lines
+    env = _stand_in(tmp_path, "sbatch", "cat > script.got\n"
+                    "for i in $(seq 300); do echo \"noise $i\" >&2; done\n"
+                    "printf 'error: http://user:SECRET@host/x \\033]52;c;AAAA\\007 refused\\n' >&2\nexit 1\n")
+    p = sh("kujob --slurm --submit -s '{0..1}' -- true", env=env, ok=False)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and err.count("\n") == 1 and "sbatch failed" in err and "refused" in err, err
+    assert "SECRET" not in err and "\x1b" not in err and "\x07" not in err
+    assert len(err) < 2000  # the tail of sbatch's stderr, bounded
+    assert (tmp_path / "script.got").read_text().startswith("#!/bin/bash\n#SBATCH --job-name=")
+
+
+def test_sbatch_dies_with_kujob(tmp_path):
+    # a Slurm client is a Child: its own group and a parent-death signal (an sbatch that
+    # hangs is not left running after kujob is SIGKILLed)
+    env = dict(os.environ, **_stand_in(tmp_path, "sbatch", "cat > /dev/null\necho $$ > sbatch.pid\nexec sleep 300\n"))
+    proc = subprocess.Popen(["kujob", "--slurm", "--submit", "-s", "{0..1}", "--", "true"], cwd=tmp_path, env=env,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "sbatch.pid").exists() or not (tmp_path / "sbatch.pid").read_text().strip():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    pid = int((tmp_path / "sbatch.pid").read_text())
+    assert os.getpgid(pid) == pid  # its own process group
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{pid}"), "sbatch outlived kujob"

@@ -38,7 +38,7 @@ def join_shards(inputs, outputs, tables=(), how="strict", order="input", rename=
                          + f"; outputs: {len(outputs)})")
     if isinstance(tables, str):
         tables = [tables]
-    opened = [t if isinstance(t, (KeyedTable, RowArray)) else open_table(t, memory) for t in tables or ()]
+    opened = [t if isinstance(t, (KeyedTable, RowArray)) else open_table(t, memory, settings) for t in tables or ()]
     for t in opened:
         if t.format == "npy":
             raise UsageError(f"{shown(t.path)}: a .npy table's rows follow A's samples in order across all "
