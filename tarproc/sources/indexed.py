@@ -625,6 +625,10 @@ def _the_sample(data, url, key, where, settings=None):
         samples = list(group(TarReader(io.BytesIO(data + bytes(1024)), url, strict=True,
                                        sparse_holes=holes).members(), url))
     except TarprocError as e:
+        bound = getattr(e, "bound", None)
+        if bound:  # a bound set lower than this sample needs: the shard may well be as indexed
+            raise BadInput(f"{where}: the sample goes over a bound of this read ({getattr(e, 'problem', e)}): "
+                           f"set {bound} higher to read it") from None
         raise BadInput(f"{where}: these bytes are not the indexed sample ({getattr(e, 'problem', e)}): the shard "
                        f"changed since it was indexed, or the index is not this shard's (index it again)") from None
     if len(samples) != 1 or samples[0]["__key__"] != key:

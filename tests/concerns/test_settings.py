@@ -368,8 +368,8 @@ COMMANDS = [
     ("TARPROC_TAIL_BYTES", "64KiB", f"tarproc -c '{_FAIL}' in.tar -o /dev/null", "", "0021\n"),
     ("TARPROC_JSON_DEPTH", "5", "tarjoin in.tar --table t.jsonl -o /dev/null", "",
      "nested deeper than 5 levels"),
-    ("TARPROC_SPARSE_HOLES", "1MiB", _READ.format("sp.tar.json"), "3145732", "TARPROC_SPARSE_HOLES"),
-    ("TARPROC_SPARSE_HOLES", "1MiB", _READ.format("sp.tar.gz.json"), "3145732", "TARPROC_SPARSE_HOLES"),
+    ("TARPROC_SPARSE_HOLES", "1MiB", _READ.format("sp.tar.json"), "3145732", "set TARPROC_SPARSE_HOLES higher"),
+    ("TARPROC_SPARSE_HOLES", "1MiB", _READ.format("sp.tar.gz.json"), "3145732", "set TARPROC_SPARSE_HOLES higher"),
 ]
 
 
@@ -386,6 +386,18 @@ def test_the_commands_honour_the_variables(data, name, value, cmd, default_shows
     if default_shows:
         assert default_shows in out_before and default_shows not in out_after, (out_before, out_after)
     assert "Traceback" not in out_after
+
+
+@pytest.mark.parametrize("name", ["sp.tar", "sp.tar.gz"])
+def test_a_sample_over_a_bound_is_told_as_the_bound_not_as_a_changed_shard(data, name):
+    # the shard is as indexed: the bound set for the read is lower than its sample needs
+    ds = tarproc.IndexedDataset(str(data / (name + ".json")), settings=Settings(sparse_holes=1 << 20))
+    with pytest.raises(tarproc.BadInput) as e:
+        ds[0]
+    msg = str(e.value)
+    assert "1048576 byte limit" in msg and "set TARPROC_SPARSE_HOLES higher" in msg, msg
+    assert "changed" not in msg and "index it again" not in msg, msg
+    assert len(tarproc.IndexedDataset(str(data / (name + ".json")), settings=Settings())[0]["bin"]) == 3145732
 
 
 @pytest.mark.parametrize("cmd", ["tarcat in.tar", "tar2tsv in.tar", "tarindex in.tar -o i2.json",
