@@ -27,7 +27,7 @@ from .errors import UsageError
 #: Kinds of client command a scheme's default can be replaced with:
 #: ``TARPROC_<KIND>_<SCHEME>`` (``TARPROC_READ_GS``, ``TARPROC_WRITE_S3``,
 #: ``TARPROC_RANGE_HTTPS``, ...), a shell command template.
-COMMAND_KINDS = ("READ", "WRITE", "RANGE", "MOVE", "REMOVE", "LIST", "EXISTS", "STAT", "RESUME")
+COMMAND_KINDS = ("READ", "WRITE", "RANGE", "RANGES", "MOVE", "REMOVE", "LIST", "EXISTS", "STAT", "RESUME")
 
 
 def _field(name, default, env, doc, kind="count"):
