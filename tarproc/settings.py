@@ -44,7 +44,7 @@ _SPEC = (
     _field("max_pixels", 32 << 20, "TARPROC_MAX_PIXELS", "most pixels of an image (or .npy array / 4) drawn"),
     _field("json_depth", 200, "TARPROC_JSON_DEPTH", "deepest nesting of JSON that is parsed"),
     _field("tail_bytes", 8 << 10, "TARPROC_TAIL_BYTES",
-           "bytes of a failed command's output (or a reader's stderr) kept for a message", "size"),
+           "bytes of a failed command's output (or a child's stderr) kept for a message", "size"),
     _field("name_chars", 200, "TARPROC_NAME_CHARS",
            "characters of a name in a message; a message line is at most 4x this"),
     _field("check_keys", 200_000, "TARPROC_CHECK_KEYS", "keys tarcheck keeps in memory (then on disk)"),

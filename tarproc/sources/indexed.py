@@ -680,11 +680,11 @@ def _close_quietly(fd):
         pass
 
 
-def _run(cmd, url, what, shell=False):
+def _run(cmd, url, what, shell=False, settings=None):
     from ..runtime.child import Child
 
     try:
-        child = Child(cmd if shell else list(cmd), url, what)
+        child = Child(cmd if shell else list(cmd), url, what, tail_bytes=_tail_bytes(settings))
     except OSError as e:
         raise BadInput(Child.start_error(url, what, e)) from None
     try:
@@ -705,7 +705,7 @@ def _range_command(url, start, end, settings):
     from ..runtime.schemes import command  # THE filling of client templates: one pass, quoted, never inside quotes
 
     cmd = command("RANGE", url, settings, start=str(start), end=str(end - 1))
-    return _run(cmd, url, cmd.split()[0], shell=True)
+    return _run(cmd, url, cmd.split()[0], shell=True, settings=settings)
 
 
 def _table_command(action, url, settings, **values):
@@ -726,6 +726,11 @@ def _range_argv(url, start, end, settings, **values):
     return _table_command("RANGE", url, settings, start=str(start), end=str(end - 1), **values)
 
 
+def _tail_bytes(settings):
+    """The stderr a failed client's message is taken from (``TARPROC_TAIL_BYTES``)."""
+    return settings.tail_bytes if settings is not None else None
+
+
 def _entry(shard, filesize=None):
     """The index entry a stamp is checked against (a caller may have only the size)."""
     return shard if isinstance(shard, dict) else {"filesize": shard if isinstance(shard, int) else filesize}
@@ -740,7 +745,7 @@ def _range_http(url, start, end, shard, verify="stamp", settings=None):
 
     cmd = _range_argv(url, start, end, settings)
     try:
-        proc = Child(cmd, url)
+        proc = Child(cmd, url, tail_bytes=_tail_bytes(settings))
     except OSError as e:
         raise BadInput(Child.start_error(url, "curl", e)) from None
     try:
@@ -800,7 +805,7 @@ def _range_s3(url, start, end, shard, verify="stamp", settings=None):
     fd, tmp = tempfile.mkstemp(prefix=".tarproc-range-")
     os.close(fd)
     try:
-        out = _run(_range_argv(url, start, end, settings, file=tmp), url, "aws s3api get-object")
+        out = _run(_range_argv(url, start, end, settings, file=tmp), url, "aws s3api get-object", settings=settings)
         from .stamps import check_stamp, stamp_of_s3
 
         try:

@@ -366,6 +366,9 @@ COMMANDS = [
     ("TARPROC_NAME_CHARS", "1000", "tarcat " + LONG, "chars]", "e" * 120 + "/bad.tar: offset 0"),
     # the failed command's last 10 lines, past 8 KiB: the whole of each, the first too
     ("TARPROC_TAIL_BYTES", "64KiB", f"tarproc -c '{_FAIL}' in.tar -o /dev/null", "", "0021\n"),
+    # the stderr tail kept of a failed input command: its one line of 20003 characters, cut to 8 KiB or whole
+    ("TARPROC_TAIL_BYTES", "64KiB", "tarcat 'pipe:printf \"%020000dEND\" 0 >&2; exit 3'", "…[7912 chars]…",
+     "…[19723 chars]…"),
     ("TARPROC_JSON_DEPTH", "5", "tarjoin in.tar --table t.jsonl -o /dev/null", "",
      "nested deeper than 5 levels"),
     ("TARPROC_SPARSE_HOLES", "1MiB", _READ.format("sp.tar.json"), "3145732", "set TARPROC_SPARSE_HOLES higher"),
