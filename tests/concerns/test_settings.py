@@ -325,6 +325,7 @@ def data(tmp_path_factory):
     for i in range(5):
         (d / f"s{i}.tar").write_bytes(tar_bytes([(f"k{i}.txt", b"t")]))
     (d / "plan.tsv").write_text("k1\tone.txt\tplan.tsv\n")
+    (d / "fail.txt").write_text('one.txt pipe:printf "%020000dEND" 0 >&2; exit 3\n')  # a line of 20003 characters
     (d / LONG).parent.mkdir(parents=True)
     (d / LONG).write_bytes(bytes(range(256)) * 4)  # not a tar archive, under a name of 250 characters
     (d / "t.jsonl").write_text('{"__key__": "a", "deep": [[[[[[[[1]]]]]]]]}\n')
@@ -368,6 +369,8 @@ COMMANDS = [
     ("TARPROC_TAIL_BYTES", "64KiB", f"tarproc -c '{_FAIL}' in.tar -o /dev/null", "", "0021\n"),
     # the stderr tail kept of a failed input command: its one line of 20003 characters, cut to 8 KiB or whole
     ("TARPROC_TAIL_BYTES", "64KiB", "tarcat 'pipe:printf \"%020000dEND\" 0 >&2; exit 3'", "…[7912 chars]…",
+     "…[19723 chars]…"),
+    ("TARPROC_TAIL_BYTES", "64KiB", "tarcreate --plan-format lines fail.txt -o /dev/null", "…[7912 chars]…",
      "…[19723 chars]…"),
     ("TARPROC_JSON_DEPTH", "5", "tarjoin in.tar --table t.jsonl -o /dev/null", "",
      "nested deeper than 5 levels"),
