@@ -40,12 +40,16 @@ class BadArchive(BadInput):
 
     ``source`` names the input, ``offset`` is the byte offset (in the
     uncompressed stream) of the header or data where the problem is.
+    ``bound``: the ``TARPROC_*`` variable of the bound the archive went
+    over, when that is the problem (the archive may be sound: the bound was
+    set lower than it needs), else ``None``.
     """
 
-    def __init__(self, source, offset, problem):
+    def __init__(self, source, offset, problem, bound=None):
         self.source = source
         self.offset = offset
         self.problem = problem
+        self.bound = bound
         super().__init__(self.text())
 
     def text(self, name_chars=None):

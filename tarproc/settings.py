@@ -27,7 +27,7 @@ from .errors import UsageError
 #: Kinds of client command a scheme's default can be replaced with:
 #: ``TARPROC_<KIND>_<SCHEME>`` (``TARPROC_READ_GS``, ``TARPROC_WRITE_S3``,
 #: ``TARPROC_RANGE_HTTPS``, ...), a shell command template.
-COMMAND_KINDS = ("READ", "WRITE", "RANGE", "MOVE", "REMOVE", "LIST", "EXISTS", "STAT", "RESUME")
+COMMAND_KINDS = ("READ", "WRITE", "RANGE", "RANGES", "MOVE", "REMOVE", "LIST", "EXISTS", "STAT", "RESUME")
 
 
 def _field(name, default, env, doc, kind="count"):
@@ -44,7 +44,7 @@ _SPEC = (
     _field("max_pixels", 32 << 20, "TARPROC_MAX_PIXELS", "most pixels of an image (or .npy array / 4) drawn"),
     _field("json_depth", 200, "TARPROC_JSON_DEPTH", "deepest nesting of JSON that is parsed"),
     _field("tail_bytes", 8 << 10, "TARPROC_TAIL_BYTES",
-           "bytes of a failed command's output (or a reader's stderr) kept for a message", "size"),
+           "bytes of a failed command's output (or a child's stderr) kept for a message", "size"),
     _field("name_chars", 200, "TARPROC_NAME_CHARS",
            "characters of a name in a message; a message line is at most 4x this"),
     _field("check_keys", 200_000, "TARPROC_CHECK_KEYS", "keys tarcheck keeps in memory (then on disk)"),

@@ -36,8 +36,8 @@ def read_sparse(reader, buf, records, size, here, name):
     ``size`` and its padding (old GNU extension blocks)."""
     read = reader.read_raw
 
-    def fail(problem):
-        reader.fail(here, f"sparse member {limits.quote(name)}: {problem}")
+    def fail(problem, bound=None):
+        reader.fail(here, f"sparse member {limits.quote(name)}: {problem}", bound)
 
     def num(field, what):
         return reader.number(field, what, here)
@@ -103,7 +103,7 @@ def read_sparse(reader, buf, records, size, here, name):
     holes = getattr(reader, "sparse_holes", None) or limits.SPARSE_HOLES  # (TarReader's bound)
     if realsize - total > holes:
         fail(f"{realsize - total} bytes of holes, over the {holes} byte limit "
-             f"(TARPROC_SPARSE_HOLES)")
+             f"(TARPROC_SPARSE_HOLES)", "TARPROC_SPARSE_HOLES")
     pad = stored - total + (-size % BLOCK)  # stored bytes the map does not use, and the padding
 
     def pieces():

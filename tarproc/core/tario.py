@@ -327,18 +327,19 @@ class TarReader:
         at ``offset``; :class:`BadArchive` when it is neither."""
         return _number(bytes(field), what, self.source, offset)
 
-    def fail(self, offset, problem):
-        """Raise the :class:`BadArchive` of ``problem`` at ``offset``."""
-        self._fail(offset, problem)
+    def fail(self, offset, problem, bound=None):
+        """Raise the :class:`BadArchive` of ``problem`` at ``offset``
+        (``bound``: the variable of the bound it went over)."""
+        self._fail(offset, problem, bound=bound)
 
-    def _fail(self, offset, problem, head=None):
+    def _fail(self, offset, problem, head=None, bound=None):
         if head is not None and offset == 0:  # the first header: say what the input is instead
             from .sniff import describe
 
             what = describe(head)
             if what:
                 problem = f"not a tar archive (looks like {what})"
-        raise BadArchive(self.source, offset, problem)
+        raise BadArchive(self.source, offset, problem, bound)
 
     def _stop(self, offset, problem):
         """End of the input at ``offset`` with a warning (``strict``: an error)."""

@@ -110,11 +110,14 @@ def _log_dir(path, cwd):
 
 
 class ArrayJob:
-    """A planned job array; :meth:`script` is the sbatch script."""
+    """A planned job array; :meth:`script` is the sbatch script.
+    ``tail_bytes``: the stderr of a Slurm client kept for its message
+    (``TARPROC_TAIL_BYTES``; ``None``: the default)."""
 
     def __init__(self, command, patterns, ids, indexes, name, log_dir, chdir, kujob, done_if, retries,
-                 throttle, header, env, retry_all=False):
+                 throttle, header, env, retry_all=False, tail_bytes=None):
         self.command = list(command)
+        self.tail_bytes = tail_bytes
         self.retry_all = retry_all  # the task's kujob retries exit status 2 too
         self.patterns = list(patterns)
         self.ids = ids
@@ -254,7 +257,8 @@ def plan(command, patterns, *, name=None, log_dir=DEFAULT_LOG_DIR, chdir=None, k
         if status and len(indexes) < len(ids):
             status(f"{len(ids) - len(indexes)} of {len(ids)} shards are done ({done_if} exists): left out")
     return ArrayJob(command, patterns, ids, indexes, name, _log_dir(log_dir, chdir), chdir, kujob, done_if,
-                    int(retries), throttle, header, env_pairs, retry_all=retry_all)
+                    int(retries), throttle, header, env_pairs, retry_all=retry_all,
+                    tail_bytes=settings.tail_bytes if settings is not None else None)
 
 
 # --------------------------------------------------------------------------- sbatch, squeue, scancel
@@ -271,15 +275,17 @@ def _tool(name):
 TAIL_CHARS = 1000
 
 
-def _client(argv, name, timeout, input=None, stdout="pipe"):
+def _client(argv, name, timeout, input=None, stdout="pipe", tail_bytes=None):
     """Run a Slurm client (``sbatch``, ``squeue``, ``scancel``) to its end as a
     :class:`~tarproc.runtime.child.Child` (its own process group, killed
     whole after ``timeout`` seconds with ``subprocess.TimeoutExpired``, or
     when we die; SIGCHLD at its default; ``/dev/null`` for a closed stream of
-    ours); returns ``(stdout, exit status, last bytes of its stderr)``."""
+    ours); returns ``(stdout, exit status, last bytes of its stderr)`` (at
+    most ``tail_bytes``)."""
     from ..runtime.child import Child
 
-    child = Child(argv, name, stdin="pipe" if input is not None else None, stdout=stdout, stderr="tail")
+    child = Child(argv, name, stdin="pipe" if input is not None else None, stdout=stdout, stderr="tail",
+                  tail_bytes=tail_bytes)
     out = child.communicate(input, timeout)
     return out, child.returncode, child.kept_stderr()[0]
 
@@ -299,7 +305,7 @@ def submit(job):
     sbatch = _tool("sbatch")
     os.makedirs(job.log_dir, exist_ok=True)
     out, code, stderr = _client([sbatch, "--parsable"], "sbatch", 300,
-                                input=job.script().encode("utf-8", "surrogateescape"))
+                                input=job.script().encode("utf-8", "surrogateescape"), tail_bytes=job.tail_bytes)
     if code != 0:
         from ..core.limits import safe_text
 
@@ -317,12 +323,13 @@ def submit(job):
     return job_id
 
 
-def queue_states(job_id):
+def queue_states(job_id, tail_bytes=None):
     """``{array index: state}`` of the array's tasks that Slurm still lists
     (pending, running, completing); ``{}`` once the array is gone.  ``None``
     when squeue itself failed (controller busy): try again later."""
     try:
-        out, code, stderr = _client([_tool("squeue"), "-h", "-r", "-j", job_id, "-o", "%K %T"], job_id, 120)
+        out, code, stderr = _client([_tool("squeue"), "-h", "-r", "-j", job_id, "-o", "%K %T"], job_id, 120,
+                                    tail_bytes=tail_bytes)
     except subprocess.TimeoutExpired:
         return None
     if code != 0:
@@ -335,10 +342,10 @@ def queue_states(job_id):
     return states
 
 
-def cancel(job_id):
+def cancel(job_id, tail_bytes=None):
     """``scancel JOB_ID``: the whole array; returns scancel's exit status."""
     try:
-        return _client([_tool("scancel"), job_id], job_id, 60, stdout=None)[1]
+        return _client([_tool("scancel"), job_id], job_id, 60, stdout=None, tail_bytes=tail_bytes)[1]
     except (subprocess.TimeoutExpired, UsageError, OSError):
         return None
 
@@ -377,7 +384,7 @@ def wait(job, job_id, poll=10.0, status=None, progress=None, verbose=False, grac
     failures = 0
     try:
         while True:
-            states = queue_states(job_id)
+            states = queue_states(job_id, job.tail_bytes)
             if states is None:
                 failures += 1
                 if failures == 3:
@@ -393,7 +400,7 @@ def wait(job, job_id, poll=10.0, status=None, progress=None, verbose=False, grac
                     break
             time.sleep(poll)
     except BaseException:
-        code = cancel(job_id)
+        code = cancel(job_id, job.tail_bytes)
         done = "cancelled" if code == 0 else "could not cancel"
         say(f"interrupted: {done} job array {job_id} (scancel {job_id})")
         raise

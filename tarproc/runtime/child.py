@@ -18,9 +18,11 @@ rules:
   :class:`~tarproc.runtime.procs.Watchdog`, which kills its whole group if
   this process dies, even by ``SIGKILL``;
 - **a bounded stderr tail**: stderr is read as it comes by a thread that
-  keeps its last :data:`~tarproc.core.limits.TAIL_BYTES` (a chatty child
-  never blocks on a full pipe, never fills our memory or disk), and
-  :meth:`Child.tail` gives its last line for the error message;
+  keeps its last ``tail_bytes`` (``TARPROC_TAIL_BYTES``, passed in by whoever
+  holds the settings; default :data:`~tarproc.core.limits.TAIL_BYTES`, the
+  setting's default) (a chatty child never blocks on a full pipe, never
+  fills our memory or disk), and :meth:`Child.tail` gives its last line for
+  the error message;
 - **messages that name the URL with credentials removed**: ``name`` is
   kept through :func:`~tarproc.core.limits.hide_credentials`, the tail
   through :func:`~tarproc.core.limits.safe_text`;
@@ -106,16 +108,16 @@ def _stream(value, std_fd):
     return value
 
 
-def _drain(stream):
+def _drain(stream, limit=None):
     """Read a child's stderr to its end in a daemon thread, keeping only its
-    last bytes (:class:`~tarproc.core.limits.Tail`): a chatty child never
-    blocks on a full pipe, never fills our memory.  Returns the thread;
-    ``thread.tail`` is the tail."""
+    last ``limit`` bytes (:class:`~tarproc.core.limits.Tail`; ``None``: the
+    default): a chatty child never blocks on a full pipe, never fills our
+    memory.  Returns the thread; ``thread.tail`` is the tail."""
     import threading
 
     from ..core.limits import Tail
 
-    tail = Tail()
+    tail = Tail(limit)
 
     def drain():
         fd = stream.fileno()
@@ -167,16 +169,17 @@ class Child:
     ``"inherit"`` (ours, ``/dev/null`` when ours is closed), ``"stderr"``
     (stdout only: to our stderr) or a descriptor.  ``stderr``: ``"tail"``
     (read as it comes, its last bytes kept for :meth:`tail` and
-    :meth:`kept_stderr`), ``"pipe"`` (read by the
-    caller, who bounds what it keeps), ``"inherit"``, ``None`` or a
-    descriptor.  ``session``: a new session rather than a new process group.
+    :meth:`kept_stderr`: at most ``tail_bytes``, default
+    :data:`~tarproc.core.limits.TAIL_BYTES`, ``TARPROC_TAIL_BYTES``'s
+    default), ``"pipe"`` (read by the caller, who bounds what it keeps),
+    ``"inherit"``, ``None`` or a descriptor.  ``session``: a new session rather than a new process group.
     ``watch``: register the group with a watchdog (``None``: when the shell
     command is not one simple command); ``watchdog``: which one (default
     :func:`shared_watchdog`).  ``track``: killed by :func:`stop_tracked`.
     Raises ``OSError`` when it cannot start (see :meth:`start_error`)."""
 
     def __init__(self, command, name="", what=None, stdin=None, stdout="pipe", stderr="tail", env=None, cwd=None,
-                 pass_fds=(), session=False, watch=None, watchdog=None, track=False):
+                 pass_fds=(), session=False, watch=None, watchdog=None, track=False, tail_bytes=None):
         import subprocess
 
         from ..core.limits import hide_credentials
@@ -213,7 +216,7 @@ class Child:
             _track(self.pid)
         self._drain = None
         if stderr == "tail":
-            self._drain = _drain(self.proc.stderr)
+            self._drain = _drain(self.proc.stderr, tail_bytes)
 
     @staticmethod
     def start_error(name, command, error):
@@ -278,8 +281,7 @@ class Child:
 
     def kept_stderr(self):
         """``(bytes, dropped)``: the last bytes the child wrote on stderr (at
-        most :data:`~tarproc.core.limits.TAIL_BYTES`) and how many came
-        before them."""
+        most its ``tail_bytes``) and how many came before them."""
         drain = self._drain
         if drain is None:
             return b"", 0

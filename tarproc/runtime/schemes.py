@@ -1,16 +1,20 @@
 """THE table of URL schemes: how each one is read, written, listed, moved,
 removed and checked for existence, for inputs (:mod:`tarproc.sources.open`),
-outputs (:mod:`tarproc.sinks.output`, :mod:`tarproc.sinks.remote`) and
-kujob's ``--done-if`` (:mod:`tarproc.jobs.local`).
+outputs (:mod:`tarproc.sinks.output`, :mod:`tarproc.sinks.remote`),
+kujob's ``--done-if`` (:mod:`tarproc.jobs.local`), the reads that resume
+(:mod:`tarproc.sources.resume`) and random access
+(:mod:`tarproc.sources.indexed`, :mod:`tarproc.sources.ranges`).
 
 =================  ==========================================================
 ``-``              stdin / stdout
 ``path``           a local file (scheme ``file``)
 ``pipe:CMD``       the stdout (input) or stdin (output) of a shell command
 ``http(s)://``     ``curl`` (output: HTTP PUT)
-``gs://``          ``gsutil cat`` / ``gsutil cp - URL`` (and ``mv``, ``rm``, ``ls``, ``stat``)
+``gs://``          ``gsutil cat`` / ``gsutil cp - URL`` (and ``mv``, ``rm``, ``ls``, ``stat``,
+                   ``cat -r``)
 ``s3://``          ``aws s3api get-object`` / ``aws s3 cp - URL`` (and ``mv``, ``rm``, ``ls``,
-                   ``head-object``; ``AWS_ENDPOINT_URL`` is passed on as ``--endpoint-url``)
+                   ``head-object``, ``get-object --range``; ``AWS_ENDPOINT_URL`` is passed on as
+                   ``--endpoint-url``)
 =================  ==========================================================
 
 Each :class:`Scheme` says how its URLs are opened (``reader``: ``stdin``,
@@ -36,7 +40,14 @@ from ..errors import UsageError
 #: identity (``{if_match}``, ``{if_unmodified}``; for gs, ``{url}`` is
 #: ``URL#GENERATION``); http's ``{headers}`` is the descriptor its response
 #: headers are written to.
-ACTIONS = ("READ", "WRITE", "MOVE", "REMOVE", "LIST", "EXISTS", "STAT", "RESUME")
+#: ``RANGE`` reads bytes ``{start}`` to ``{end}`` (inclusive) of an object, for
+#: random access (:mod:`tarproc.sources.indexed`); ``RANGES`` many ranges at
+#: once over kept-alive connections (http: curl reading its requests as a
+#: config file on stdin, :mod:`tarproc.sources.ranges`).  What the table's
+#: own answers hold is the reader's to know (http's RANGE: the response
+#: headers, then the bytes; s3's: the JSON answer, the bytes in ``{file}``);
+#: a command that replaces RANGE writes the bytes alone to its stdout.
+ACTIONS = ("READ", "WRITE", "MOVE", "REMOVE", "LIST", "EXISTS", "STAT", "RESUME", "RANGE", "RANGES")
 
 
 class Scheme:
@@ -67,6 +78,9 @@ _HTTP = dict(
     resume="curl -gsSfL -D /dev/fd/{headers} {from}{if_match}{if_unmodified}{url}",
     options={"from": "-r {offset}-", "if_match": "-H 'If-Match: '{etag}",
              "if_unmodified": "-H 'If-Unmodified-Since: '{modified}"},
+    # the headers first (-D -: the status and Content-Range are checked before the bytes are read)
+    range="curl -g -sS -L --max-redirs 10 -r {start}-{end} -D - -- {url}",
+    ranges="curl -K -",  # the requests (URL, range, write-out) come as a curl config on stdin
 )
 
 SCHEMES = {
@@ -85,6 +99,7 @@ SCHEMES = {
                exists="gsutil -q stat {url}",
                stat="gsutil stat {url}",
                resume="gsutil -q cat {from}{url}",  # {url}: URL#GENERATION
+               range="gsutil -q cat -r {start}-{end} {url}",
                options={"from": "-r {offset}-"}),
         Scheme("s3", "client", "remote", resumable=True,
                # one GET: `aws s3 cp URL -` retries a broken part itself, and was seen to splice a
@@ -98,6 +113,9 @@ SCHEMES = {
                stat="aws s3api head-object {endpoint}--bucket {bucket} --key {key}",
                resume="aws s3api get-object {endpoint}--bucket {bucket} --key {key} {from}{if_match}"
                       "/dev/fd/3 3>&1 1>/dev/null",
+               # the bytes to {file}, the JSON answer (ContentRange, ETag) to stdout
+               range="aws s3api get-object --bucket {bucket} --key {key} --range bytes={start}-{end} "
+                     "{endpoint}{file}",
                options={"from": "--range bytes={offset}-", "if_match": "--if-match {etag}"}),
     )
 }
@@ -185,7 +203,7 @@ def _quote(s):
 def fill_command(template, url, scheme=None, options=None, **more):
     """THE filling of a client command template (``TARPROC_READ_*``,
     ``WRITE``, ``MOVE``, ``REMOVE``, ``LIST``, ``EXISTS``, ``STAT``,
-    ``RESUME``): ``{url}``, ``{bucket}``, ``{key}`` and every name of
+    ``RESUME``, ``RANGE``, ``RANGES``): ``{url}``, ``{bucket}``, ``{key}`` and every name of
     ``more`` replaced by its value quoted for the shell (a ``None`` value
     by ``''``), ``{endpoint}`` by ``--endpoint-url URL `` (s3 with
     ``AWS_ENDPOINT_URL``), all in ONE pass: a key or path that holds

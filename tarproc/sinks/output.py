@@ -243,7 +243,8 @@ def _open_command(sink):
     r, w = os.pipe()
     try:
         # its stdout is ours: it writes where it likes; its stderr is shown when it succeeded
-        sink.client = Client(sink.url[5:], sink.url, r, stdout="inherit", replay=True)
+        sink.client = Client(sink.url[5:], sink.url, r, stdout="inherit", replay=True,
+                             tail_bytes=sink.settings.tail_bytes)
     finally:
         os.close(r)
     return w
@@ -292,7 +293,7 @@ class SpoolUpload(LocalFile):
         cmd = command("WRITE", sink.url, sink.settings)
         fd = os.open(sink.tmp, os.O_RDONLY)
         try:
-            sink.client = Client(cmd, sink.url, fd)
+            sink.client = Client(cmd, sink.url, fd, tail_bytes=sink.settings.tail_bytes)
         finally:
             os.close(fd)
         client, sink.client = sink.client, None
@@ -328,7 +329,7 @@ class Move(Stream):
         cmd = command("WRITE", sink.tmp_url, sink.settings)
         r, w = os.pipe()
         try:
-            sink.client = Client(cmd, sink.url, r)
+            sink.client = Client(cmd, sink.url, r, tail_bytes=sink.settings.tail_bytes)
         finally:
             os.close(r)
         return w
@@ -441,7 +442,8 @@ class Sink:
             return io.BufferedWriter(lzma.LZMAFile(raw, "wb"), BUFSIZE)
         if codec == "zstd":
             try:
-                self._zproc = Child(["zstd", "-q", "-c"], self.url, stdin="pipe", stdout=raw.fileno())
+                self._zproc = Child(["zstd", "-q", "-c"], self.url, stdin="pipe", stdout=raw.fileno(),
+                                    tail_bytes=self.settings.tail_bytes)
             except FileNotFoundError:
                 raise OutputError(f"{self.url}: zstd output needs the zstd program, which is not installed") from None
             except OSError as e:

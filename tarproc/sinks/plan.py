@@ -10,7 +10,8 @@ def write_plan(items, output="-", basedir=None, on_item=None, group_size=None, s
     the number of members.  On any failure the output is discarded.
     ``group_size``: groups of a ``.tar.gz``/``.tar.zst`` output (see
     :func:`~tarproc.sinks.output.open_sink`), cut where a key starts;
-    ``settings``: the output's (see :class:`~tarproc.sinks.output.Sink`)."""
+    ``settings``: the output's (see :class:`~tarproc.sinks.output.Sink`),
+    and the stderr kept of a failed command (``tail_bytes``)."""
     from ..core.rules import split_name
     from ..core.tario import TarWriter
     from .output import open_sink
@@ -19,7 +20,7 @@ def write_plan(items, output="-", basedir=None, on_item=None, group_size=None, s
         tar = TarWriter(sink)
         last = None
         for item in items:
-            data = item_bytes(item, basedir)
+            data = item_bytes(item, basedir, sink.settings.tail_bytes)
             if sink.grouped:  # a group ends only where a sample (key) does
                 parts = split_name(item.name)
                 key = parts[0] if parts is not None else item.name

@@ -15,10 +15,11 @@ from .partials import parse_partial
 def run_client(action, url, what, settings=None, **more):
     """Run the client command of ``action`` (``MOVE``, ``REMOVE``, ``LIST``)
     for ``url`` to its end; its stdout (text), or :class:`OutputError`
-    naming ``url`` with the client's last stderr line."""
+    naming ``url`` with the client's last stderr line (from the last
+    ``settings.tail_bytes`` of it)."""
     cmd = command(action, url, settings, **more)
     try:
-        child = Child(cmd, url)
+        child = Child(cmd, url, tail_bytes=settings.tail_bytes if settings is not None else None)
     except OSError as e:
         raise OutputError(Child.start_error(url, cmd, e)) from None
     try:
@@ -59,15 +60,16 @@ def cleanup_remote(prefix, settings=None):
 class Client:
     """A client command fed on stdin (a pipe or a file descriptor).  Its
     stdout goes to our stderr (``stdout="inherit"``: to our stdout, for a
-    ``pipe:`` output); its stderr's tail is kept for the error message
-    (``replay``: and written to our stderr when it succeeded, so that a
-    failure is one line)."""
+    ``pipe:`` output); its stderr's tail (its last ``tail_bytes``,
+    ``TARPROC_TAIL_BYTES``) is kept for the error message (``replay``: and
+    written to our stderr when it succeeded, so that a failure is one line)."""
 
-    def __init__(self, cmd, url, stdin, stdout=None, replay=False):
+    def __init__(self, cmd, url, stdin, stdout=None, replay=False, tail_bytes=None):
         what = "command" if url.startswith("pipe:") else None
         self.replay = replay
         try:
-            self.child = Child(cmd, url, what, stdin=stdin, stdout="stderr" if stdout is None else stdout)
+            self.child = Child(cmd, url, what, stdin=stdin, stdout="stderr" if stdout is None else stdout,
+                               tail_bytes=tail_bytes)
         except OSError as e:
             raise OutputError(Child.start_error(url, cmd, e)) from None
 

@@ -252,7 +252,7 @@ class _ProgramDecompressed(io.RawIOBase):
     """The output of a decoder program; a plain file is its stdin, any other
     input is fed to it by a thread."""
 
-    def __init__(self, argv, codec, url, source):
+    def __init__(self, argv, codec, url, source, tail_bytes=None):
         self.url = url
         self.codec = codec
         self.source = source
@@ -263,7 +263,8 @@ class _ProgramDecompressed(io.RawIOBase):
         direct = source.child_stdin()
         try:
             # its stderr's tail read as it comes (a chatty decoder never blocks)
-            self.proc = Child(argv, url, self.program, stdin=direct if direct is not None else "pipe", track=True)
+            self.proc = Child(argv, url, self.program, stdin=direct if direct is not None else "pipe", track=True,
+                              tail_bytes=tail_bytes)
         except OSError as e:
             source.close()
             raise BadInput(f"{url}: cannot start {self.program}: {e.strerror}") from None
@@ -456,7 +457,8 @@ def wrap_compression(raw, url, programs=None, settings=None):
     """``(stream, codec)``: ``raw`` (a :class:`~tarproc.sources.raw.FdReader`) buffered and,
     when its first bytes say so, decoded.  ``programs`` replaces
     :data:`PROGRAMS` (``{}``: decode in-process).  ``settings``: its
-    ``max_ratio`` and ``ratio_floor`` bound the decoded bytes."""
+    ``max_ratio`` and ``ratio_floor`` bound the decoded bytes, its
+    ``tail_bytes`` the stderr a decoder program's message is taken from."""
     buffered = io.BufferedReader(raw, BUFSIZE)
     head, got = _sniff(buffered)
     codec = codec_of(head)
@@ -480,7 +482,8 @@ def wrap_compression(raw, url, programs=None, settings=None):
             argv = (sys.executable, "-I", "-S", unzip.__file__, codec)
         path = _which(argv[0])
         if path:
-            return io.BufferedReader(_ProgramDecompressed((path,) + argv[1:], codec, url, source), BUFSIZE), codec
+            tail = settings.tail_bytes if settings is not None else None
+            return io.BufferedReader(_ProgramDecompressed((path,) + argv[1:], codec, url, source, tail), BUFSIZE), codec
     if codec == "zstd":
         source.close()
         raise BadInput(f"{url}: input is zstd-compressed but the zstd program is not installed")

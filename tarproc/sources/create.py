@@ -321,11 +321,13 @@ def _file_blob(where, path):
             os.close(fd)
 
 
-def item_bytes(item, basedir=None):
+def item_bytes(item, basedir=None, tail_bytes=None):
     """The bytes of one plan item (reads the file or runs the command): ``bytes``,
     or for a large file or command output a :class:`~tarproc.core.blob.Blob`
     that the tar writer copies in chunks (a command's output is spooled to an
-    unnamed temporary file, never held in memory)."""
+    unnamed temporary file, never held in memory).  ``tail_bytes``: the
+    stderr of a failed command its message is taken from
+    (``TARPROC_TAIL_BYTES``; ``None``: the default)."""
     if item.kind == "text":
         return item.value.encode("utf-8")
     if item.kind == "file":
@@ -341,7 +343,8 @@ def item_bytes(item, basedir=None):
         # too, not only its shell; so does the command's end; its stderr's tail
         # is kept for the message
         try:
-            p = Child(item.value, item.where, stdout=outf.fileno(), cwd=basedir or None, session=True)
+            p = Child(item.value, item.where, stdout=outf.fileno(), cwd=basedir or None, session=True,
+                      tail_bytes=tail_bytes)
         except OSError as e:
             raise SampleFailed(Child.start_error(item.where, item.value, e)) from None
         try:

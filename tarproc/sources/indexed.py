@@ -5,12 +5,14 @@ every sample of a shard, its byte range and key (for a gzip or zstd shard,
 in its decoded tar, with a seek record saying where decoding restarts:
 :mod:`tarproc.sources.seekable` reads the group or checkpoint span it needs,
 with one range request, and decodes only that).  ``ds[i]``
-reads only that range: ``os.pread`` on a local file, a range request for
+reads only that range: ``os.pread`` on a local file, else the RANGE command
+of the scheme table (:mod:`tarproc.runtime.schemes`): a range request for
 ``http(s)://`` (``curl -r``), ``aws s3api get-object --range`` for ``s3://``
 and ``gsutil cat -r`` for ``gs://`` (each replaceable with
 ``TARPROC_RANGE_<SCHEME>``, a shell command where ``{url}``, ``{start}`` and
 ``{end}``, inclusive, stand for the quoted URL and the byte range, writing the
-bytes to stdout).  The bytes must parse as exactly one sample with the key
+bytes to stdout; :meth:`IndexedDataset.get_many`'s kept-alive curl is the
+table's RANGES, ``TARPROC_RANGES_<SCHEME>``).  The bytes must parse as exactly one sample with the key
 the index names, so a shard that changed since indexing, offsets that do not
 match it, or a server that ignores the range is an error, never a wrong
 sample.
@@ -210,7 +212,8 @@ class IndexedDataset:
 
     ``settings`` (a :class:`~tarproc.settings.Settings`): the bounds
     (``max_index``, ``max_sample``) and client commands
-    (``TARPROC_READ_<SCHEME>``, ``TARPROC_RANGE_<SCHEME>``).  This is the
+    (``TARPROC_READ_<SCHEME>``, ``TARPROC_RANGE_<SCHEME>``,
+    ``TARPROC_RANGES_<SCHEME>``).  This is the
     one library entry point that honours the environment: given no
     ``settings``, it reads the ``TARPROC_*`` variables when it is made (it
     is built in DataLoader workers and programs that have no command line);
@@ -354,6 +357,7 @@ class IndexedDataset:
         :data:`~tarproc.sources.ranges.WORKERS`): threads, and for HTTP one
         curl process per share of the requests, each keeping its connection
         alive.  An error names the index it was reading, and the shard."""
+        from ..runtime.schemes import override
         from .ranges import WORKERS, coalesce
 
         indices = list(indices)
@@ -374,7 +378,7 @@ class IndexedDataset:
         http, local, other = [], [], []
         for r in runs:
             scheme = scheme_of(r.url)
-            if scheme in ("http", "https") and not self._settings.command("RANGE", scheme):
+            if scheme in ("http", "https") and override("RANGE", scheme, self._settings) is None:
                 http.append(r)
             else:
                 (local if scheme == "file" else other).append(r)
@@ -436,7 +440,8 @@ class IndexedDataset:
 
         by_url = {r.url: r.tags[0] for r in runs}
         try:
-            datas = http_ranges([(r.url, r.start, r.stop) for r in runs], check)
+            datas = http_ranges([(r.url, r.start, r.stop) for r in runs], check,
+                                _table_command("RANGES", runs[0].url, self._settings))
         except BadInput as e:
             k = runs[getattr(e, "request", 0)].tags[0]
             raise BadInput(f"index {indices[k]}: {e}") from None
@@ -513,21 +518,24 @@ class IndexedDataset:
         return _the_sample(data, url, key, where, self._settings)
 
     def _range(self, url, start, end, filesize, shard=None):
+        """Bytes ``start`` to ``end`` of ``url``: ``pread`` for a file, else
+        the scheme table's RANGE command (:mod:`tarproc.runtime.schemes`;
+        what its answer holds, and what is checked in it, is decided here)."""
+        from ..runtime.schemes import has_command, override
+
         shard = _entry(shard, filesize)
         scheme = scheme_of(url)
-        template = self._settings.command("RANGE", scheme) if scheme not in ("file", "-") else None
-        if template is not None:
-            return _range_command(template, url, start, end)
         if scheme == "file":
             return self._pread(url, start, end, shard)
-        if scheme in ("http", "https"):
-            return _range_http(url, start, end, shard, self._verify)
-        if scheme == "s3":
-            return _range_s3(url, start, end, shard, self._verify)
-        if scheme == "gs":
-            return _range_command("gsutil -q cat -r {start}-{end} {url}", url, start, end)
-        raise BadInput(f"{url}: cannot read a byte range of a {scheme}: input (random access needs a file, "
-                       f"http(s)://, s3:// or gs:// URL, or TARPROC_RANGE_{scheme.upper()})")
+        if scheme == "-" or not has_command("RANGE", url, self._settings):
+            raise BadInput(f"{url}: cannot read a byte range of a {scheme}: input (random access needs a file, "
+                           f"http(s)://, s3:// or gs:// URL, or TARPROC_RANGE_{scheme.upper()})")
+        if override("RANGE", scheme, self._settings) is None:
+            if scheme in ("http", "https"):
+                return _range_http(url, start, end, shard, self._verify, self._settings)
+            if scheme == "s3":
+                return _range_s3(url, start, end, shard, self._verify, self._settings)
+        return _range_command(url, start, end, self._settings)  # the bytes alone on its stdout
 
     def _pread(self, url, start, end, shard):
         from .stamps import check_stamp, local_stamp
@@ -625,6 +633,10 @@ def _the_sample(data, url, key, where, settings=None):
         samples = list(group(TarReader(io.BytesIO(data + bytes(1024)), url, strict=True,
                                        sparse_holes=holes).members(), url))
     except TarprocError as e:
+        bound = getattr(e, "bound", None)
+        if bound:  # a bound set lower than this sample needs: the shard may well be as indexed
+            raise BadInput(f"{where}: the sample goes over a bound of this read ({getattr(e, 'problem', e)}): "
+                           f"set {bound} higher to read it") from None
         raise BadInput(f"{where}: these bytes are not the indexed sample ({getattr(e, 'problem', e)}): the shard "
                        f"changed since it was indexed, or the index is not this shard's (index it again)") from None
     if len(samples) != 1 or samples[0]["__key__"] != key:
@@ -668,11 +680,11 @@ def _close_quietly(fd):
         pass
 
 
-def _run(cmd, url, what, shell=False):
+def _run(cmd, url, what, shell=False, settings=None):
     from ..runtime.child import Child
 
     try:
-        child = Child(cmd if shell else list(cmd), url, what)
+        child = Child(cmd if shell else list(cmd), url, what, tail_bytes=_tail_bytes(settings))
     except OSError as e:
         raise BadInput(Child.start_error(url, what, e)) from None
     try:
@@ -687,11 +699,36 @@ def _run(cmd, url, what, shell=False):
     return out
 
 
-def _range_command(template, url, start, end):
-    from ..runtime.schemes import fill_command  # THE filling of client templates: one pass, quoted, never inside quotes
+def _range_command(url, start, end, settings):
+    """The bytes a RANGE command (an override, or gs's ``gsutil cat -r``)
+    writes to its stdout, run as a shell command."""
+    from ..runtime.schemes import command  # THE filling of client templates: one pass, quoted, never inside quotes
 
-    cmd = fill_command(template, url, start=str(start), end=str(end - 1))
-    return _run(cmd, url, cmd.split()[0], shell=True)
+    cmd = command("RANGE", url, settings, start=str(start), end=str(end - 1))
+    return _run(cmd, url, cmd.split()[0], shell=True, settings=settings)
+
+
+def _table_command(action, url, settings, **values):
+    """The command of ``action`` for ``url`` from the scheme table: the
+    table's own as its argument vector, run without a shell (the values
+    were quoted by the filling), a replacing one (``TARPROC_<ACTION>_<SCHEME>``)
+    as the shell command it is."""
+    import shlex
+
+    from ..runtime.schemes import command, override
+
+    cmd = command(action, url, settings, **values)
+    return cmd if override(action, scheme_of(url), settings) is not None else shlex.split(cmd)
+
+
+def _range_argv(url, start, end, settings, **values):
+    """The table's own RANGE command of ``url`` (http, s3): its argument vector."""
+    return _table_command("RANGE", url, settings, start=str(start), end=str(end - 1), **values)
+
+
+def _tail_bytes(settings):
+    """The stderr a failed client's message is taken from (``TARPROC_TAIL_BYTES``)."""
+    return settings.tail_bytes if settings is not None else None
 
 
 def _entry(shard, filesize=None):
@@ -699,15 +736,16 @@ def _entry(shard, filesize=None):
     return shard if isinstance(shard, dict) else {"filesize": shard if isinstance(shard, int) else filesize}
 
 
-def _range_http(url, start, end, shard, verify="stamp"):
-    """One range request with curl, reading its headers first: a server that
-    answers anything but 206 with exactly this range is an error (and curl is
-    stopped before it downloads a whole shard)."""
+def _range_http(url, start, end, shard, verify="stamp", settings=None):
+    """One range request with curl (the table's RANGE: the headers, then the
+    bytes), reading its headers first: a server that answers anything but
+    206 with exactly this range is an error (and curl is stopped before it
+    downloads a whole shard)."""
     from ..runtime.child import Child
 
-    cmd = ["curl", "-g", "-sS", "-L", "--max-redirs", "10", "-r", f"{start}-{end - 1}", "-D", "-", "--", url]
+    cmd = _range_argv(url, start, end, settings)
     try:
-        proc = Child(cmd, url)
+        proc = Child(cmd, url, tail_bytes=_tail_bytes(settings))
     except OSError as e:
         raise BadInput(Child.start_error(url, "curl", e)) from None
     try:
@@ -756,7 +794,9 @@ def _range_http(url, start, end, shard, verify="stamp"):
             proc.stdout.close()
 
 
-def _range_s3(url, start, end, shard, verify="stamp"):
+def _range_s3(url, start, end, shard, verify="stamp", settings=None):
+    """One ``get-object --range`` (the table's RANGE: the bytes to a file,
+    the JSON answer, checked, on stdout)."""
     import tempfile
 
     bucket, _, key = url[len("s3://"):].partition("/")
@@ -765,11 +805,7 @@ def _range_s3(url, start, end, shard, verify="stamp"):
     fd, tmp = tempfile.mkstemp(prefix=".tarproc-range-")
     os.close(fd)
     try:
-        cmd = ["aws", "s3api", "get-object", "--bucket", bucket, "--key", key, "--range", f"bytes={start}-{end - 1}"]
-        endpoint = os.environ.get("AWS_ENDPOINT_URL")
-        if endpoint:
-            cmd += ["--endpoint-url", endpoint]
-        out = _run(cmd + [tmp], url, "aws s3api get-object")
+        out = _run(_range_argv(url, start, end, settings, file=tmp), url, "aws s3api get-object", settings=settings)
         from .stamps import check_stamp, stamp_of_s3
 
         try:

@@ -125,8 +125,8 @@ def _open_client(url, row, decompress, stall, retries, stall_timeout, settings):
     own = override("READ", row.name, settings) is None
     if own and row.resumable and retries:
         shown = hide_credentials(url)
-        raw = Resuming(url, row.name, shown, InputChildren(shown), retries=retries, stall_timeout=stall_timeout,
-                       stall=stall, settings=settings)
+        raw = Resuming(url, row.name, shown, InputChildren(shown, _tail_bytes(settings)), retries=retries,
+                       stall_timeout=stall_timeout, stall=stall, settings=settings)
         try:
             return _finish_opening(raw, url, url, row.name, decompress, settings)
         except BaseException:
@@ -142,7 +142,7 @@ def _open_client(url, row, decompress, stall, retries, stall_timeout, settings):
 
 
 def _open_command(cmd, url, row, decompress, stall, what, settings=None):
-    child = start_input(cmd, url)
+    child = start_input(cmd, url, tail_bytes=_tail_bytes(settings))
     raw = FdReader(child.stdout.fileno(), child.name, child, closefd=False, what=what, stall=stall)
     raw._keep = child.stdout
     return _finish_opening(raw, url, url, row.name, decompress, settings)
@@ -152,13 +152,19 @@ def _open_command(cmd, url, row, decompress, stall, what, settings=None):
 _READERS = {"stdin": _open_stdin, "file": _open_file, "pipe": _open_pipe, "client": _open_client}
 
 
-def start_input(cmd, url, pass_fds=()):
+def _tail_bytes(settings):
+    return settings.tail_bytes if settings is not None else None
+
+
+def start_input(cmd, url, pass_fds=(), tail_bytes=None):
     """Start an input command (a :class:`~tarproc.runtime.child.Child`
-    whose stdout we read), tracked for :func:`stop_sources`.  (Being outside
+    whose stdout we read), tracked for :func:`stop_sources`; the last
+    ``tail_bytes`` of its stderr are kept for its error message
+    (``TARPROC_TAIL_BYTES``; ``None``: the default).  (Being outside
     the terminal's foreground group, it cannot prompt on the terminal: a
     ``pipe:ssh ...`` source needs keys or an agent, as in any pipeline.)"""
     try:
-        return Child(cmd, url, stdout="pipe", stderr="tail", pass_fds=pass_fds, track=True)
+        return Child(cmd, url, stdout="pipe", stderr="tail", pass_fds=pass_fds, track=True, tail_bytes=tail_bytes)
     except OSError as e:
         raise BadInput(Child.start_error(hide_credentials(url), cmd, e)) from None
 
@@ -167,11 +173,12 @@ class InputChildren:
     """How :class:`~tarproc.sources.resume.Resuming` starts and ends the
     commands of one input: as :func:`start_input` does."""
 
-    def __init__(self, shown=""):
+    def __init__(self, shown="", tail_bytes=None):
         self.shown = shown
+        self.tail_bytes = tail_bytes
 
     def start(self, cmd, pass_fds=()):
-        return start_input(cmd, self.shown, pass_fds)
+        return start_input(cmd, self.shown, pass_fds, self.tail_bytes)
 
     def finish(self, child):
         """Wait for a command whose output ended: ``(status, stderr tail)``."""

@@ -3,7 +3,8 @@ HTTP range requests through few curl processes.
 
 :func:`coalesce` merges ranges of one URL whose gap is at most ``gap``
 bytes into runs (one read each, up to ``max_run`` bytes); duplicates merge
-into one.  :func:`http_ranges` reads ranges with one curl process per share
+into one.  :func:`http_ranges` reads ranges with one curl process (the
+scheme table's ``RANGES`` command) per share
 of them: the requests of a share go one after another over one kept-alive
 connection, the shares at once; each answer must be a 206 with exactly the
 range asked for.
@@ -59,10 +60,13 @@ def _quote(text):
     return f'"{out}"'
 
 
-def http_ranges(requests, check=None):
+def http_ranges(requests, check=None, command=("curl", "-K", "-")):
     """The bytes of each ``(url, start, stop)`` in ``requests`` (a list), read
     by one curl process over kept-alive connections.  ``check(url, headers)``
     is called with each answer's headers (a dict, lower-case names).
+    ``command``: the curl that reads the requests as a config file on its
+    stdin (the scheme table's ``RANGES``: an argument vector, or a shell
+    command that replaces it).
     Raises :class:`BadInput` naming the request (``e.request``, its position)."""
     import threading
 
@@ -78,7 +82,8 @@ def http_ranges(requests, check=None):
     expect = sum(stop - start for _, start, stop in requests)
     try:
         # (its stderr carries the --write-out records: read below, bounded)
-        proc = Child(["curl", "-K", "-"], requests[0][0] if requests else "", stdin="pipe", stderr="pipe")
+        proc = Child(command if isinstance(command, str) else list(command), requests[0][0] if requests else "",
+                     "curl", stdin="pipe", stderr="pipe")
     except OSError as e:
         raise _failed(requests, 0, f"cannot start curl: {e.strerror}") from None
     err = []

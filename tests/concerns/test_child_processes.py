@@ -42,6 +42,9 @@ elif mode == "fail":
     if os.environ.get("PROBE_SECRET"):
         sys.stderr.write("error: 403 Forbidden for https://user:%s@host/out.tar\n" % os.environ["PROBE_SECRET"])
     sys.exit(3)
+elif mode == "long":  # one line of 20003 characters: what of it is kept depends on TARPROC_TAIL_BYTES
+    sys.stderr.write("x" * 20000 + "END")
+    sys.exit(3)
 else:  # ok: some noise on stderr, then the job (copy PROBE_DATA or stdin to stdout or PROBE_OUT)
     sys.stderr.write("noise from the child\n")
     sys.stderr.flush()
@@ -168,6 +171,22 @@ def test_a_failed_child_is_one_bounded_line_without_credentials_even_with_sigchl
     assert failed in err and "403 Forbidden for https://***@host/out.tar" in err, err
     if kind == "upload":
         assert "https://***@host/out.tar" in err.split(":", 1)[1]  # the URL named, without its password
+
+
+@pytest.mark.parametrize("kind", ["input", "decoder", "upload"])
+def test_the_stderr_tail_a_child_keeps_is_tarproc_tail_bytes(probe, kind):
+    """The tail kept of a child's stderr is TARPROC_TAIL_BYTES long: the
+    error line shows the kept line's middle left out, with its length."""
+    argv, env, data = setup(kind, probe, "long")
+    shown = {}
+    for value in ("", "1KiB", "64KiB"):  # the default (8 KiB), less, more than the line
+        p = subprocess.run(argv, env=dict(env, TARPROC_TAIL_BYTES=value), cwd=probe, input=data or b"",
+                           capture_output=True, timeout=60)
+        err = p.stderr.decode("utf-8", "replace")
+        assert p.returncode in (1, 2) and err.count("\n") == 1 and "xxEND" in err, err[-2000:]
+        shown[value] = err.split("…[")[1].split(" chars]")[0]
+    # the line of 20003 characters cut to its last 8192, 1024, or whole; 280 of each shown
+    assert shown == {"": "7912", "1KiB": "744", "64KiB": "19723"}, shown
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -67,6 +67,29 @@ def test_resumable_reads_are_rows_of_the_table_with_options_dropped_when_absent(
         schemes.fill_command("c {from}", "gs://b/k", options={"from": "-r '{offset}'"}, offset="1")
 
 
+def test_random_access_reads_are_rows_of_the_table(monkeypatch):
+    # the ranged reads of sources/indexed (RANGE) and get_many's kept-alive curl (RANGES)
+    import shlex
+
+    from tarproc.settings import COMMAND_KINDS
+
+    assert set(schemes.ACTIONS) == set(COMMAND_KINDS)  # every action can be replaced, and only those
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9/e p")
+    for row in schemes.SCHEMES.values():
+        assert ("RANGE" in row.commands) == row.resumable, row.name
+    cmd = schemes.command
+    assert shlex.split(cmd("RANGE", "https://h/a b[1].tar", start="5", end="9")) == \
+        ["curl", "-g", "-sS", "-L", "--max-redirs", "10", "-r", "5-9", "-D", "-", "--", "https://h/a b[1].tar"]
+    assert shlex.split(cmd("RANGE", "s3://b/k'$(x)", start="0", end="511", file="/tmp/t")) == \
+        ["aws", "s3api", "get-object", "--bucket", "b", "--key", "k'$(x)", "--range", "bytes=0-511",
+         "--endpoint-url", "http://127.0.0.1:9/e p", "/tmp/t"]
+    assert cmd("RANGE", "gs://b/k x", start="1", end="2") == "gsutil -q cat -r 1-2 'gs://b/k x'"
+    assert cmd("RANGES", "http://h/x") == "curl -K -" and "RANGES" not in schemes.SCHEMES["gs"].commands
+    settings = Settings.from_environ({"TARPROC_RANGE_GS": "my-cat {start} {end} {url}"})
+    assert cmd("RANGE", "gs://b/k", settings, start="1", end="2") == "my-cat 1 2 gs://b/k"
+    assert Settings.from_environ({"TARPROC_RANGES_HTTPS": "c -K -"}).command("RANGES", "https") == "c -K -"
+
+
 def test_an_action_a_scheme_lacks_is_a_usage_error_naming_the_variable(monkeypatch):
     monkeypatch.delenv("TARPROC_MOVE_HTTPS", raising=False)
     with pytest.raises(UsageError, match="TARPROC_MOVE_HTTPS"):
@@ -110,7 +133,7 @@ def test_move_mode_is_a_strategy_only_where_the_scheme_can_move(monkeypatch):
 
 IO_MODULES = ["sources/open", "sources/compression", "sources/shardlist", "sources/fragment", "sources/raw",
               "sources/resume", "sinks/output", "sinks/remote", "sinks/partials", "runtime/child",
-              "runtime/schemes", "runtime/procs"]
+              "runtime/schemes", "runtime/procs", "sources/indexed", "sources/ranges"]
 
 
 def _imports(module):

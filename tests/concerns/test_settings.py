@@ -325,6 +325,7 @@ def data(tmp_path_factory):
     for i in range(5):
         (d / f"s{i}.tar").write_bytes(tar_bytes([(f"k{i}.txt", b"t")]))
     (d / "plan.tsv").write_text("k1\tone.txt\tplan.tsv\n")
+    (d / "fail.txt").write_text('one.txt pipe:printf "%020000dEND" 0 >&2; exit 3\n')  # a line of 20003 characters
     (d / LONG).parent.mkdir(parents=True)
     (d / LONG).write_bytes(bytes(range(256)) * 4)  # not a tar archive, under a name of 250 characters
     (d / "t.jsonl").write_text('{"__key__": "a", "deep": [[[[[[[[1]]]]]]]]}\n')
@@ -366,10 +367,15 @@ COMMANDS = [
     ("TARPROC_NAME_CHARS", "1000", "tarcat " + LONG, "chars]", "e" * 120 + "/bad.tar: offset 0"),
     # the failed command's last 10 lines, past 8 KiB: the whole of each, the first too
     ("TARPROC_TAIL_BYTES", "64KiB", f"tarproc -c '{_FAIL}' in.tar -o /dev/null", "", "0021\n"),
+    # the stderr tail kept of a failed input command: its one line of 20003 characters, cut to 8 KiB or whole
+    ("TARPROC_TAIL_BYTES", "64KiB", "tarcat 'pipe:printf \"%020000dEND\" 0 >&2; exit 3'", "…[7912 chars]…",
+     "…[19723 chars]…"),
+    ("TARPROC_TAIL_BYTES", "64KiB", "tarcreate --plan-format lines fail.txt -o /dev/null", "…[7912 chars]…",
+     "…[19723 chars]…"),
     ("TARPROC_JSON_DEPTH", "5", "tarjoin in.tar --table t.jsonl -o /dev/null", "",
      "nested deeper than 5 levels"),
-    ("TARPROC_SPARSE_HOLES", "1MiB", _READ.format("sp.tar.json"), "3145732", "TARPROC_SPARSE_HOLES"),
-    ("TARPROC_SPARSE_HOLES", "1MiB", _READ.format("sp.tar.gz.json"), "3145732", "TARPROC_SPARSE_HOLES"),
+    ("TARPROC_SPARSE_HOLES", "1MiB", _READ.format("sp.tar.json"), "3145732", "set TARPROC_SPARSE_HOLES higher"),
+    ("TARPROC_SPARSE_HOLES", "1MiB", _READ.format("sp.tar.gz.json"), "3145732", "set TARPROC_SPARSE_HOLES higher"),
 ]
 
 
@@ -386,6 +392,18 @@ def test_the_commands_honour_the_variables(data, name, value, cmd, default_shows
     if default_shows:
         assert default_shows in out_before and default_shows not in out_after, (out_before, out_after)
     assert "Traceback" not in out_after
+
+
+@pytest.mark.parametrize("name", ["sp.tar", "sp.tar.gz"])
+def test_a_sample_over_a_bound_is_told_as_the_bound_not_as_a_changed_shard(data, name):
+    # the shard is as indexed: the bound set for the read is lower than its sample needs
+    ds = tarproc.IndexedDataset(str(data / (name + ".json")), settings=Settings(sparse_holes=1 << 20))
+    with pytest.raises(tarproc.BadInput) as e:
+        ds[0]
+    msg = str(e.value)
+    assert "1048576 byte limit" in msg and "set TARPROC_SPARSE_HOLES higher" in msg, msg
+    assert "changed" not in msg and "index it again" not in msg, msg
+    assert len(tarproc.IndexedDataset(str(data / (name + ".json")), settings=Settings())[0]["bin"]) == 3145732
 
 
 @pytest.mark.parametrize("cmd", ["tarcat in.tar", "tar2tsv in.tar", "tarindex in.tar -o i2.json",

@@ -152,6 +152,36 @@ def test_get_many_over_http_and_a_changed_shard(sh, shards, http_server):
             tarproc.IndexedDataset(index, base=str(shards.parent)).get_many([17, 18, 40])
 
 
+def test_the_ranged_reads_are_the_scheme_tables_and_an_override_replaces_them(sh, shards, http_server):
+    """ds[i] and get_many read through the scheme table's RANGE (and, for
+    get_many over HTTP, RANGES: the kept-alive curl); TARPROC_RANGE_<SCHEME>
+    and TARPROC_RANGES_<SCHEME> replace them."""
+    url = http_server()
+    sh(f"tarindex '{url}/{{a,b}}.tar' -o index.json")
+    local = tarproc.IndexedDataset(str(shards / "index.json"))
+    drop = lambda s: {k: v for k, v in s.items() if k != "__source__"}  # noqa: E731
+    picks = [70, 3, 4, 61]
+    want = [drop(local[i]) for i in picks]
+    # RANGE: served from the local copy by the replacing command, which logs what it was asked
+    log = shards.parent / "range.log"
+    serve = (f"u={{url}}; echo \"$u\" {{start}} {{end}} >> {log}; p=\"{shards}/${{u##*/}}\"; "
+             f"tail -c +$(({{start}} + 1)) \"$p\" | head -c $(({{end}} - {{start}} + 1))")
+    ds = tarproc.IndexedDataset(str(shards.parent / "index.json"), settings=tarproc.Settings(
+        commands={"RANGE_" + url.partition(":")[0].upper(): serve}))
+    assert [drop(s) for s in ds.get_many(picks, gap=0)] == want and drop(ds[3]) == want[1]
+    asked = [line.split()[0] for line in log.read_text().splitlines()]
+    # get_many: a.tar's 3 and 4 in one read, b.tar's 61 and 70 in two; then ds[3]
+    assert sorted(asked[:3]) == [f"{url}/a.tar", f"{url}/b.tar", f"{url}/b.tar"] and asked[3:] == [f"{url}/a.tar"]
+    # RANGES: get_many's curl replaced by one that keeps a copy of the requests it was given; ds[i] keeps RANGE's
+    cfg = shards.parent / "ranges.cfg"
+    ds = tarproc.IndexedDataset(str(shards.parent / "index.json"), settings=tarproc.Settings(
+        commands={"RANGES_" + url.partition(":")[0].upper(): f"tee -a {cfg} | curl -K -"}))
+    assert [drop(s) for s in ds.get_many(picks, gap=0, workers=1)] == want
+    text = cfg.read_text()
+    assert text.count("range = ") == 3 and f'url = "{url}/b.tar"' in text, text
+    assert drop(ds[4]) == drop(local[4]) and cfg.read_text() == text
+
+
 def test_s3_get_many_and_a_replaced_object(sh, shards, s3, monkeypatch):  # noqa: F811
     sh("aws s3 cp data/a.tar s3://tarproc-test/many/a.tar", env=s3, stderr_ok=True)
     sh("tarindex s3://tarproc-test/many/a.tar -o s3.json", env=s3)

@@ -281,3 +281,21 @@ def test_sbatch_dies_with_kujob(tmp_path):
     while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not os.path.exists(f"/proc/{pid}"), "sbatch outlived kujob"
+
+
+def test_sbatch_stderr_kept_is_tarproc_tail_bytes(tmp_path, monkeypatch):
+    # one line of 20003 characters: SubmitError shows 1000 characters of the kept part, and its length
+    # (the command line clips a message to 800 characters: the API's error is the one that shows it)
+    from tarproc.jobs import slurm
+    from tarproc.settings import Settings
+
+    for name, value in _stand_in(tmp_path, "sbatch", "cat > /dev/null\nprintf '%020000dEND' 0 >&2\nexit 1\n").items():
+        monkeypatch.setenv(name, value)
+    shown = []
+    for settings in (None, Settings(), Settings(tail_bytes=64 << 10)):  # the default (8 KiB), more than the line
+        job = slurm.plan(["true"], ["{0..1}"], log_dir=str(tmp_path / "logs"), chdir=str(tmp_path), settings=settings)
+        with pytest.raises(slurm.SubmitError) as e:
+            slurm.submit(job)
+        assert "sbatch failed" in str(e.value) and str(e.value).endswith("0END"), str(e.value)[-200:]
+        shown.append(str(e.value).split("…[")[1].split(" chars]")[0])
+    assert shown == [str(8192 - 980)] * 2 + [str(20003 - 980)]
