@@ -137,4 +137,11 @@ def on_sigterm(signum, frame):
     # cleanup short; SIGKILL remains for a cleanup that cannot finish
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    raise Terminated(signum)
+    from ..runtime.child import when_started
+
+    def stop():
+        raise Terminated(signum)
+
+    # raised now, or, in the middle of starting a child, once it is registered
+    # (so the way out ends it)
+    when_started(stop, this_thread=True)

@@ -37,6 +37,7 @@ rules:
 """
 
 import os
+import threading
 
 from .procs import Watchdog, default_sigchld, exec_simple, killpg, pdeathsig, popen, wait_nowait
 
@@ -56,6 +57,45 @@ def shared_watchdog():
 
 
 _TRACKED = {}  # {pgid: owner pid} of the children started with track=True and not yet ended
+_STARTING = set()  # threads of this process inside Child(): the child may exist, not yet registered
+_DEFERRED = []  # what a signal handler asked to run once those starts are complete (when_started)
+
+
+def when_started(fn, this_thread=False):
+    """For a signal handler that ends this process's children
+    (:func:`stop_tracked`) and exits, or raises to unwind: call ``fn()`` now
+    or, when a :class:`Child` is being started (its process may already
+    run, not yet registered with :func:`stop_tracked` and the watchdog), as
+    soon as that start is complete, so that what ``fn`` ends or unwinds
+    finds the child registered.  (A handler that ran in that gap left the
+    new child and its own children running.)  ``this_thread``: only a start
+    in this thread counts, and ``fn`` runs in it (a handler that raises:
+    the exception belongs to the main thread)."""
+    me = threading.get_ident()
+    if (me in _STARTING) if this_thread else _STARTING:
+        _DEFERRED.append((fn, me if this_thread else None))
+    else:
+        fn()
+
+
+def _run_deferred(me):
+    for entry in list(_DEFERRED):
+        fn, who = entry
+        if who == me or (who is None and not _STARTING):
+            try:
+                _DEFERRED.remove(entry)
+            except ValueError:  # (run by another thread meanwhile)
+                continue
+            fn()
+
+
+def _forget_starts():
+    _STARTING.clear()  # the threads that were starting children are not in a forked child
+    _DEFERRED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_starts)
 
 
 def stop_tracked():
@@ -149,12 +189,17 @@ def first_word(cmd):
     return words[0] if words else "command"
 
 
-def _setup(session):
+def _setup(session, watchdog_fd=None):
     def setup():
         if session:
             os.setsid()
         else:
             os.setpgid(0, 0)
+        if watchdog_fd is not None:  # registered before the command runs (see Watchdog.fd_for_child)
+            try:
+                os.write(watchdog_fd, b"%d\n" % os.getpid())
+            except OSError:
+                pass
         pdeathsig()
     return setup
 
@@ -202,21 +247,37 @@ class Child:
             err = _inherited(2)
         elif stderr is None:
             err = subprocess.DEVNULL
-        self.proc = popen(cmd, shell=shell, stdin=_stream(stdin, 0), stdout=_stream(stdout, 1), stderr=err,
-                          env=env, cwd=cwd, pass_fds=pass_fds, preexec_fn=_setup(session))
-        self.pid = self.proc.pid
-        self.args = self.proc.args
-        self.stdin, self.stdout, self.stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
-        self.returncode = None
-        self.watchdog = (watchdog or shared_watchdog()) if watch else None
-        if self.watchdog is not None:
-            self.watchdog.add(self.pid)
-        self.tracked = track
-        if track:
-            _track(self.pid)
-        self._drain = None
-        if stderr == "tail":
-            self._drain = _drain(self.proc.stderr, tail_bytes)
+        dog = (watchdog or shared_watchdog()) if watch else None
+        me = threading.get_ident()
+        _STARTING.add(me)  # from the fork to the registration: see when_started
+        try:
+            self.proc = popen(cmd, shell=shell, stdin=_stream(stdin, 0), stdout=_stream(stdout, 1), stderr=err,
+                              env=env, cwd=cwd, pass_fds=pass_fds,
+                              # (a shell command only: /bin/sh does not fail to start, so no group
+                              # is registered whose leader never ran and whose number could be reused)
+                              preexec_fn=_setup(session, dog.fd_for_child() if dog is not None and shell else None))
+            try:
+                self.pid = self.proc.pid
+                self.args = self.proc.args
+                self.stdin, self.stdout, self.stderr = self.proc.stdin, self.proc.stdout, self.proc.stderr
+                self.returncode = None
+                self.watchdog = dog
+                if dog is not None:
+                    dog.add(self.pid)  # (already registered by the child itself when the helper runs)
+                self.tracked = track
+                if track:
+                    _track(self.pid)
+                self._drain = None
+                if stderr == "tail":
+                    self._drain = _drain(self.proc.stderr, tail_bytes)
+            except BaseException:  # (a signal handler raised here: the child is not left running)
+                killpg(self.proc.pid)
+                self.proc.wait()
+                raise
+        finally:
+            _STARTING.discard(me)
+            if _DEFERRED:
+                _run_deferred(me)
 
     @staticmethod
     def start_error(name, command, error):

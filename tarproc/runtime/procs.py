@@ -184,6 +184,19 @@ class Watchdog:
             except OSError:
                 pass
 
+    def fd_for_child(self):
+        """The helper's pipe (started if need be), for a child to register
+        its own group with before it runs its program (``b"PID\\n"``, one
+        atomic write, in the forked child before ``exec``): a parent
+        killed between the fork and :meth:`add` then leaves nothing behind.
+        ``None`` without a helper."""
+        with self.lock:
+            if self.fd is None or self.pid != os.getpid():
+                if self.failed:
+                    return None
+                self._start()
+            return self.fd
+
     def add(self, pgid):
         """Kill process group ``pgid`` if this process dies before :meth:`discard`."""
         self._send(int(pgid))

@@ -87,10 +87,13 @@ def job_main():
     from ..runtime.stall import Stall
     from ..sinks.output import open_sink
 
+    from ..runtime.child import when_started
     from ..sources.open import stop_sources
 
     def on_term(signum, frame):
-        stop_sources()  # the input commands run in their own process groups: not reached by killpg
+        # the input commands run in their own process groups, not reached by killpg;
+        # one being started is registered first (when_started)
+        when_started(stop_sources)
         sys.exit(143)  # run the cleanups
 
     signal.signal(signal.SIGTERM, on_term)

@@ -260,13 +260,17 @@ def _on_term(signum, frame):
     (``pipe:``, downloads: their process groups) and its spool files, then
     exit at once."""
     from ..core.blob import remove_spool_files
+    from ..runtime.child import when_started
     from .open import stop_sources
 
-    try:
-        stop_sources()
-        remove_spool_files()
-    finally:
-        os._exit(143)
+    def stop():
+        try:
+            stop_sources()
+            remove_spool_files()
+        finally:
+            os._exit(143)
+
+    when_started(stop)  # (an input command being started is registered first, then ended)
 
 
 class _Ref:

@@ -9,6 +9,8 @@ import subprocess
 import tarfile
 import time
 
+import pytest
+
 import make_corpus as mc
 
 
@@ -129,3 +131,64 @@ def test_download_dies_with_a_reader_killed_outright(tmp_path):
     finally:
         gate.set()
         httpd.shutdown()
+
+
+_STOP_DURING_START = """
+import os, signal, sys, time
+from tarproc.runtime import child as C
+from tarproc.sources.open import stop_sources
+
+def unwind():
+    raise SystemExit(143)
+
+def on_term(signum, frame):
+    if sys.argv[1] == "exit":  # as a tarpcat worker does: end the inputs, exit at once
+        C.when_started(lambda: (stop_sources(), os._exit(143)))
+    else:  # as the commands' guard does: raise, unwind (stop_tracked at exit)
+        C.when_started(unwind, this_thread=True)
+
+signal.signal(signal.SIGTERM, on_term)
+real = C.popen
+
+def popen(*args, **kwargs):  # the stop arrives just after the fork, before the child is registered
+    proc = real(*args, **kwargs)
+    print(proc.pid, flush=True)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return proc
+
+C.popen = popen
+C.Child("sleep 0; sleep 300", "test", stdout=None, track=True)
+print("not stopped", flush=True)
+"""
+
+
+def _group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+@pytest.mark.parametrize("how", ["exit", "raise"])
+def test_a_stop_while_a_child_starts_ends_that_child_too(tmp_path, how):
+    """A SIGTERM whose handler ends the process's children arrived between
+    the fork of an input command and its registration (seen under load: a
+    tarpcat worker told to stop left `sleep` of a `pipe:cat x; sleep N`
+    input running).  The handler's stop now waits for the start to complete
+    (``when_started``), and a handler that raises there kills the child it
+    interrupted: the command's whole group is gone."""
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", _STOP_DURING_START, how], cwd=tmp_path, capture_output=True,
+                       timeout=60)
+    lines = p.stdout.split()
+    assert p.returncode == 143 and len(lines) == 1, (p.returncode, p.stdout, p.stderr)
+    pgid = int(lines[0])
+    deadline = time.monotonic() + 10
+    while _group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alive = _group_alive(pgid)
+    if alive:
+        os.killpg(pgid, signal.SIGKILL)
+    assert not alive
