@@ -376,3 +376,153 @@ def test_tarindex_and_tarcheck_on_every_dialect(foreign, sh, tmp_path):
         out = sh(f"tarcheck {name}.tar", ok=False)
         assert out.returncode == 0, out.stderr
         assert b"150" in out.stdout
+
+
+# ---------------------------------------------------------------- the lane: headers like those taken before
+
+
+STAMP = b"15301275571\0"
+TIMES = [(b"mtime", b"1795521706.756612345"), (b"atime", b"1795521706.756612345"), (b"ctime", b"1795521706.756612345")]
+
+
+def plain_like(i, **kw):
+    """A plain member shaped as the run before it: size, mode, time, tail."""
+    return member(b"k%03d.txt" % i, bytes([65 + i % 26]) * 100, **kw)  # (the time: STAMP)
+
+
+def pax_like(i, records=TIMES, **kw):
+    """A member after a pax header of three time records, shaped as the run before it."""
+    return member(b"k%03d.txt" % i, bytes([65 + i % 26]) * 100, records, **kw)
+
+
+def pax_data(records=TIMES):
+    return b"".join(record(k, v) for k, v in records)
+
+
+def _swap_lengths(data):
+    """The first two records' length fields changed (by one each way), the data's size kept."""
+    first = data.index(b"\n") + 1
+    a, b = int(data[: data.index(b" ")]), int(data[first : data.index(b" ", first)])
+    return b"%d" % (a - 1) + data[data.index(b" ") : first] + b"%d" % (b + 1) + data[data.index(b" ", first) :]
+
+
+def _nth(data, old, new, n=0):
+    at = -1
+    for _ in range(n + 1):
+        at = data.index(old, at + 1)
+    return data[:at] + new + data[at + len(old) :]
+
+
+LIKE = {
+    # plain members after a run of plain members with the same size, mode, time and tail
+    "checksum one more": [plain_like(7, chk=b"%06o\0 " % (int(plain_like(7)[148:154], 8) + 1))],
+    "checksum one less": [plain_like(7, chk=b"%06o\0 " % (int(plain_like(7)[148:154], 8) - 1))],
+    "checksum not octal": [plain_like(7, chk=b"0x1234\0 ")],
+    "checksum base-256": [plain_like(7, chk=b"\x80\0\0\0\0\0\x12\x34")],
+    "time not octal": [plain_like(7, mtime=b"1530127557x\0")],
+    "mode not octal": [plain_like(7, mode=b"0000694\0")],
+    "size base-256": [plain_like(7, sizef=b"\x80" + bytes(10) + b"\x64")],
+    "size not octal": [plain_like(7, sizef=b"0000000014z\0")],
+    "size as spaces": [plain_like(7, sizef=b" 0000000144 ")],
+    "posix prefix": [plain_like(7, magic=b"ustar\x0000", prefix=b"pre")],
+    "type 1": [plain_like(7, flag=b"1")],
+    "directory": [member(b"k007.txt/", b"", mtime=STAMP, flag=b"5")],
+    "same key, field twice": [plain_like(5), plain_like(5)],
+    "same key, field after a dot": [member(b"k005..txt", b"x" * 100, mtime=STAMP)],
+    "same key, upper-case field": [member(b"k005.TXT", b"x" * 100, mtime=STAMP)],
+    "same key, metadata field": [member(b"k005.__key__", b"x" * 100, mtime=STAMP)],
+    "same key, no field": [member(b"k005", b"x" * 100, mtime=STAMP)],
+    "longer key, same start": [member(b"k0055.txt", b"x" * 100, mtime=STAMP)],
+    "key of a directory": [member(b"k005/a.txt", b"x" * 100, mtime=STAMP)],
+    "not ASCII": [member(b"k005.t\xe9t", b"x" * 100, mtime=STAMP)],
+    "GNU long name": [member(b"././@LongLink", b"k" * 120 + b".txt\0", flag=b"L", mtime=STAMP)
+                      + plain_like(7)],
+    "cut after the header": [plain_like(7)[:512]],
+    # pax members after a run of pax members with the same header block, record shape and member header
+    "pax checksum one more": [pax_like(7)[:148] + b"%06o\0 " % (int(pax_like(7)[148:154], 8) + 1) + pax_like(7)[156:]],
+    "pax record lengths swapped": [pax_like(7, _swap_lengths(pax_data()))],
+    "pax record length wrong": [pax_like(7, _nth(pax_data(), b"30 atime", b"31 atime"))],
+    "pax mtime not digits": [pax_like(7, _nth(pax_data(), b"1795521706.7", b"179552170x.7"))],
+    "pax mtime fraction junk": [pax_like(7, _nth(pax_data(), b".756612345", b".75661234x"))],
+    "pax atime with a newline": [pax_like(7, _nth(pax_data(), b"1795521706.7", b"179552\n706.7", 1))],
+    "pax size record": [pax_like(7, _nth(pax_data(), b"30 ctime=1795521706.756612345", b"30 size=000000000000000000001"))],
+    "pax path record": [pax_like(7, _nth(pax_data(), b"30 ctime=1795521706.756612345", b"30 path=k007.jpg/////////////"))],
+    "pax key changed": [pax_like(7, _nth(pax_data(), b"atime", b"xtime"))],
+    "pax global": [pax_like(7)[:156] + b"g" + pax_like(7)[157:]],
+    "pax then base-256 size": [pax_like(7, sizef=b"\x80" + bytes(10) + b"\x64")],
+    "pax then bad checksum": [pax_like(7, chk=b"000001\0 ")],
+    "pax then directory": [member(b"k007.txt/", b"", TIMES, flag=b"5")],
+    "pax cut in its data": [pax_like(7)[:700]],
+    "pax cut after it": [pax_like(7)[:1024]],
+}
+
+
+@pytest.mark.parametrize("case", sorted(LIKE))
+def test_lane_variants(case, chunk):
+    """Each case after and before a run of members shaped as it is (the lane
+    takes those without asking member_reader, from what it took before):
+    the fast path gives what the general path gives, errors included, cut anywhere."""
+    like = plain_like if not case.startswith("pax") else pax_like
+    data = shard(*[like(i) for i in range(6)], *LIKE[case], *[like(i) for i in range(8, 11)])
+    same(data)
+    for cut in range(3 * 512, len(data), max(509, len(data) // 24)):
+        same(data[:cut])
+
+
+def test_lane_variants_are_what_they_say():
+    """Some of them are errors or skips on both paths (so the comparison above is not of two successes)."""
+    for case, words in [("checksum one more", "bad header checksum"), ("checksum one less", "bad header checksum"),
+                        ("time not octal", "mtime"), ("same key, field twice", "appears twice"),
+                        ("pax record lengths swapped", "pax"), ("pax record length wrong", "pax"),
+                        ("pax checksum one more", "bad header checksum"), ("pax then bad checksum", "checksum")]:
+        like = plain_like if not case.startswith("pax") else pax_like
+        err = run(shard(*[like(i) for i in range(6)], *LIKE[case]), fast=True, raw=True)[2]
+        assert err is not None and words in err, (case, err)
+    _, samples, err, stats, _ = run(shard(*[plain_like(i) for i in range(6)], *LIKE["size base-256"]), True, True)
+    assert err is None and samples[-1]["__key__"] == "k007" and len(samples[-1]["txt"]) == 100
+
+
+def test_the_lane_takes_members_like_those_taken_before(monkeypatch):
+    """After the first members, member_reader is not asked: plain members
+    and members after a pax header of time records alike."""
+    calls = []
+    orig = passthru.member_reader
+
+    def counted():
+        member_at = orig()
+
+        def at(*args):
+            calls.append(args[1])
+            return member_at(*args)
+
+        return at
+
+    monkeypatch.setattr(passthru, "member_reader", counted)
+    monkeypatch.setattr(passthru, "CHUNK", 4096)  # (the first buffer is read by batch(): a few members)
+    for like in (plain_like, pax_like):
+        calls.clear()
+        data = shard(*[like(i) for i in range(200)])
+        same(data)
+        assert 0 < len(calls) <= 2 * 8, (like, len(calls))  # (2 fast runs of 200: a few members each to learn from)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([b"mtime", b"atime", b"ctime"]),
+                          st.text("0123456789.-x\n ", min_size=1, max_size=14).map(str.encode)), min_size=1, max_size=3),
+       st.binary(max_size=6), st.integers(0, 200))
+def test_a_shape_matches_only_time_records(records, noise, at):
+    """Data that the shape of time records taken matches is time records
+    as times_only() takes them (record lengths included)."""
+    from tarproc.core.dialects import times_only
+
+    base = b"".join(record(k, v) for k, v in TIMES)
+    shape = passthru._shape(base)
+    assert shape is not None and shape(base) is not None
+    other = b"".join(record(k, v) for k, v in records)
+    for data in (other, base[: at % len(base)] + noise + base[at % len(base) + len(noise) :]):
+        data = data[: len(base)]
+        if shape(data) is not None:
+            assert times_only(data), data
+        s = passthru._shape(data) if times_only(data) else None
+        if s is not None:
+            assert s(data) is not None
