@@ -799,7 +799,7 @@ def fast_group(reader, source="-", stats=None, raw=False, marks=None):
     yield from samples.finish()
 
 
-def fast_members(reader):
+def fast_members(reader, split_names=False):
     """The members of ``reader`` (a :class:`~tarproc.core.tario.TarReader`),
     as ``reader.members()`` gives them (names, data, types, offsets, errors,
     ``reader.offset`` after each), for readers of members rather than
@@ -807,13 +807,20 @@ def fast_members(reader):
     (:mod:`tarproc.core.dialects`) whose name is a sample name are read from
     the input buffer, every other member by the general parser at the same
     offset.  ``leftover(reader)`` tells how many bytes were read from the
-    input and not used when it ends (data after the end-of-archive marker)."""
+    input and not used when it ends (data after the end-of-archive marker).
+    With ``split_names``, it yields ``(member, split)``: ``split`` is
+    ``(key, field)`` as :func:`~tarproc.core.rules.classify` gives them
+    for a member read from the buffer (its name is a sample name), else
+    ``None`` (ask ``classify``)."""
     fast = reader.offset == 0 and reader.window(0) is not None
     general = reader.members()
     limit = min(reader.blob_from, LARGE_MEMBER)
     member_at = member_reader()
     name_of = PLAIN_NAME.fullmatch
     nums = {}  # mode and time fields (checked octal by member_at) -> their values
+    rests = {}  # the tails of name fields after a key (from the dot on) -> their text (as in _Scanner.lane)
+    keyb = key = None  # the key of the last name matched (bytes, str)
+    lk = 0
     chunk = b""
     pos = 0
     misses = 0
@@ -833,10 +840,27 @@ def fast_members(reader):
                 r = member_at(chunk, p, end) if end - p >= r else None
             if type(r) is tuple:
                 q, nameb, size = r
-                if nameb is None:
-                    ok = name_of(chunk, q, q + 100) is not None and chunk.find(b"..", q, q + 100) < 0
+                if nameb is not None:
+                    h = name_of(nameb)
+                    ok = h is not None and b".." not in nameb
+                    if ok:
+                        name = nameb.decode("ascii")
+                        split = (name[: len(h[1])], name[len(h[1]) + 1 :])
+                elif keyb is not None and chunk.startswith(keyb, q) and (rest := rests.get(chunk[q + lk : q + 100])):
+                    name = key + rest[0]  # the key of the member before, and a name field's tail seen after a key
+                    split = (key, rest[1])
+                    ok = True
                 else:
-                    ok = name_of(nameb) is not None and b".." not in nameb
+                    h = name_of(chunk, q, q + 100)
+                    ok = h is not None and chunk.find(b"..", q, q + 100) < 0
+                    if ok:
+                        name = chunk[q : q + 100].rstrip(b"\0").decode("ascii")
+                        keyb = h[1]
+                        lk = len(keyb)
+                        key = name[:lk]
+                        split = (key, name[lk + 1 :])
+                        if len(rests) < CACHE_NAMES:
+                            rests[chunk[q + lk : q + 100]] = (name[lk:], split[1])
                 if ok and size < limit:
                     stop = q + 512 + size + (-size % 512)
                     if stop > end:  # the member goes on past the buffer: get the rest
@@ -847,8 +871,6 @@ def fast_members(reader):
                         p, end = pos, len(chunk)
                     if stop <= end:
                         base = reader.offset - pos
-                        if nameb is None:
-                            nameb = chunk[q : q + 100].rstrip(b"\0")
                         f = chunk[q + 100 : q + 108]
                         mode = nums.get(f)
                         if mode is None:
@@ -862,11 +884,12 @@ def fast_members(reader):
                             mtime = _mtime(chunk, p, q)
                         link = chunk[q + 157 : q + 257].split(b"\0", 1)[0].decode("utf-8", "surrogateescape") \
                             if chunk[q + 157] else ""
-                        m = Member(nameb.decode("ascii"), chunk[q + 512 : q + 512 + size], REGULAR, mode, mtime, link,
-                                   base + q, base + p)
+                        m = Member(name, chunk[q + 512 : q + 512 + size], REGULAR, mode, mtime, link, base + q, base + p)
                         pos = stop
                         reader.advance(stop)
                         misses = 0
+                        if split_names:
+                            m = (m, split)
         if m is None:
             if fast:
                 if end - p >= BLOCK:
@@ -881,6 +904,8 @@ def fast_members(reader):
                     fast = False
             if m is None:
                 return
+            if split_names:
+                m = (m, None)
         yield m
 
 

@@ -526,3 +526,27 @@ def test_a_shape_matches_only_time_records(records, noise, at):
         s = passthru._shape(data) if times_only(data) else None
         if s is not None:
             assert s(data) is not None
+
+
+def test_members_with_their_names_split(foreign, monkeypatch):
+    """fast_members(split_names=True): the same members, each with the
+    (key, field) classify() gives, or None where it must be asked."""
+    from tarproc.core.rules import classify
+    from tarproc.core.tario import TarReader
+
+    monkeypatch.setattr(passthru, "CHUNK", 1536)
+    names = [b"k001.txt", b"k001.jpg", b"k002.txt", b"d/k002.txt", b"k0020.txt", b"k002.tar.gz", b"k002..txt",
+             b"k002.TXT", b"k002", b"k002.__key__", b"k.002.txt", b"a b/c.d e"]
+    built = shard(*[member(n, b"x" * 100) for n in names], *[pax_like(i) for i in range(4)],
+                  member(b"k009.txt", b"y", [(b"path", b"dir/e.f.jpg"), MTIME]))
+    for data in (*foreign.values(), built):
+        def read(split):
+            reader = TarReader(io.BufferedReader(io.BytesIO(data), 4096), "in", warn=lambda m: None)
+            return list(passthru.fast_members(reader, split_names=split))
+
+        plain, split = read(False), read(True)
+        assert [m for m, _ in split] and len(split) == len(plain)
+        for m, (m2, parts) in zip(plain, split):
+            assert (m.name, m.data, m.offset) == (m2.name, m2.data, m2.offset)
+            assert parts is None or parts == classify(m.name), (m.name, parts)
+        assert sum(parts is not None for _, parts in split) >= len(split) - 8
