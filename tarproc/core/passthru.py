@@ -150,9 +150,13 @@ def _shape(data):
     ``data``'s has digits (a fraction of digits where it has one), the
     others anything but a newline.  Data it matches has record lengths
     that are right by construction and is time records only, as
-    ``times_only`` takes them; ``None`` when ``data``'s mtime value is
-    another (a sign).  GNU tar, tarfile and webdataset write a few shapes."""
+    ``times_only`` takes them.  Returned with where the whole seconds of
+    its ``mtime`` start and end: ``(fullmatch, start, end)``; ``None``
+    when ``data``'s mtime value is another (a sign).  GNU tar, tarfile and
+    webdataset write a few shapes."""
     parts = []
+    at = 0
+    seconds = None
     for line in data.split(b"\n")[:-1]:
         m = _RECORD.fullmatch(line + b"\n")
         if m is None:
@@ -160,13 +164,17 @@ def _shape(data):
         head, value = m[1], m[2]
         if head.endswith(b" mtime="):
             v = _DIGITS.fullmatch(value)
-            if v is None:
+            if v is None or seconds is not None:
                 return None
+            seconds = (at + len(head), at + len(head) + len(v[1]))
             pat = b"[0-9]{%d}" % len(v[1]) + (b"\\.[0-9]{%d}" % len(v[2]) if v[2] is not None else b"")
         else:
             pat = b"[^\\n]{%d}" % len(value)
         parts.append(re.escape(head) + pat + b"\\n")
-    return re.compile(b"".join(parts)).fullmatch
+        at += len(line) + 1
+    if seconds is None:
+        return None
+    return re.compile(b"".join(parts)).fullmatch, seconds[0], seconds[1]
 
 
 def _check_value(checks, cf):
@@ -486,7 +494,7 @@ class _Scanner:
                         continue
                     d = p + 512
                     # time records only: matched in place by the shape of records taken before, or asked
-                    if ((t := shapes.get(ph[0])) is not None and t(chunk, d, d + ph[0]) is not None
+                    if ((t := shapes.get(ph[0])) is not None and t[0](chunk, d, d + ph[0]) is not None
                             or _times_only(shapes, chunk[d : d + ph[0]])) and chunk.startswith(rtail, q + 156) \
                             and (hd := heads.get(chunk[q + 100 : q + 136])) is not None:
                         if not chunk.startswith(qmtime, q + 136):  # (its value is the pax record's: not read)
@@ -815,7 +823,7 @@ def fast_members(reader, split_names=False):
     fast = reader.offset == 0 and reader.window(0) is not None
     general = reader.members()
     limit = min(reader.blob_from, LARGE_MEMBER)
-    member_at = member_reader()
+    member_at = _taker(member_reader())
     name_of = PLAIN_NAME.fullmatch
     nums = {}  # mode and time fields (checked octal by member_at) -> their values
     rests = {}  # the tails of name fields after a key (from the dot on) -> their text (as in _Scanner.lane)
@@ -839,7 +847,7 @@ def fast_members(reader, split_names=False):
                 p, end = pos, len(chunk)
                 r = member_at(chunk, p, end) if end - p >= r else None
             if type(r) is tuple:
-                q, nameb, size = r
+                q, nameb, size, mtime = r
                 if nameb is not None:
                     h = name_of(nameb)
                     ok = h is not None and b".." not in nameb
@@ -880,7 +888,7 @@ def fast_members(reader, split_names=False):
                             mtime = nums.get(f)
                             if mtime is None:
                                 mtime = _cached(nums, f)
-                        else:
+                        elif mtime is None:
                             mtime = _mtime(chunk, p, q)
                         link = chunk[q + 157 : q + 257].split(b"\0", 1)[0].decode("utf-8", "surrogateescape") \
                             if chunk[q + 157] else ""
@@ -907,6 +915,94 @@ def fast_members(reader, split_names=False):
             if split_names:
                 m = (m, None)
         yield m
+
+
+def _taker(member_at):
+    """``member_at`` (of :func:`~tarproc.core.dialects.member_reader`) with
+    the lane's shortcut (:meth:`_Scanner.lane`, which has it inline): a
+    header like one it took (same tail, bytes 100..136 and, for a plain
+    header, time field; a pax header block taken, or its like, with time
+    records of a shape taken) whose checksum holds is taken without asking
+    it.  Same results as ``member_at``, with a fourth item: the member's
+    time when it is read on the way (from pax records of a shape taken),
+    else ``None``; for :func:`fast_members`."""
+    heads, pheads, checks, shapes = {}, {}, {}, {}
+    rtail, mtime, ptail = _V7_TAIL, _ZERO_TIME, _PAX_TAIL
+    rsum, psum = sum(_V7_TAIL) + 255, sum(_PAX_TAIL) + 255
+    tsum = rsum + sum(_ZERO_TIME)
+    pblock, pbh, pblock2, pbh2 = _NO_BLOCK, None, _NO_BLOCK, None
+    qmtime, qmsum = _ZERO_TIME, sum(_ZERO_TIME)
+
+    def take(chunk, p, end):
+        nonlocal rtail, mtime, ptail, rsum, psum, tsum, pblock, pbh, pblock2, pbh2, qmtime, qmsum
+        if chunk.startswith(rtail, p + 156):
+            if chunk.startswith(mtime, p + 136) and (hd := heads.get(chunk[p + 100 : p + 136])) is not None:
+                cf = chunk[p + 148 : p + 156]
+                stored = checks.get(cf)
+                if stored is None:
+                    stored = _check_value(checks, cf)
+                if stored == (adler32(chunk[p : p + 100]) & 0xFFFF) + hd[1] + tsum:
+                    return p, None, hd[0], None
+        elif chunk.startswith(ptail, p + 156):
+            if chunk.startswith(pblock, p):
+                ph = pbh
+            elif chunk.startswith(pblock2, p):
+                ph = pbh2
+                pblock, pbh, pblock2, pbh2 = pblock2, pbh2, pblock, pbh
+            elif (ph := pheads.get(chunk[p + 100 : p + 136])) is not None:
+                cf = chunk[p + 148 : p + 156]
+                stored = checks.get(cf)
+                if stored is None:
+                    stored = _check_value(checks, cf)
+                if stored == (adler32(chunk[p : p + 148]) & 0xFFFF) + psum:
+                    pblock2, pbh2, pblock, pbh = pblock, pbh, chunk[p : p + 512], ph
+                else:
+                    ph = None
+            if ph is not None and ph[0] <= PAX_MAX:
+                q = p + 512 + ph[4]
+                if q + 512 > end:
+                    return q + 512 - p
+                d = p + 512
+                if (t := shapes.get(ph[0])) is not None and t[0](chunk, d, d + ph[0]) is not None \
+                        and chunk.startswith(rtail, q + 156) and (hd := heads.get(chunk[q + 100 : q + 136])) is not None:
+                    if not chunk.startswith(qmtime, q + 136):  # (its value is the pax record's: not read)
+                        qmtime = chunk[q + 136 : q + 148]
+                        qmsum = sum(qmtime)
+                    cf = chunk[q + 148 : q + 156]
+                    stored = checks.get(cf)
+                    if stored is None:
+                        stored = _check_value(checks, cf)
+                    if stored == (adler32(chunk[q : q + 100]) & 0xFFFF) + hd[1] + qmsum + rsum:
+                        return q, None, hd[0], int(chunk[d + t[1] : d + t[2]])  # (its mtime's whole seconds)
+        r = member_at(chunk, p, end)
+        if type(r) is tuple and r[1] is None:
+            # member_at() took the header at q (and the pax header at p): their like is taken above
+            q = r[0]
+            if q != p and len(shapes) < SHAPES:
+                size = octal(chunk[p + 124 : p + 136])
+                if size not in shapes and times_only(chunk[p + 512 : p + 512 + size]):
+                    shapes[size] = _shape(chunk[p + 512 : p + 512 + size])
+            f = chunk[q + 100 : q + 136]
+            if f not in heads and len(heads) < HEADS:
+                heads[f] = _head(f)
+            t = chunk[q + 156 : q + 512]
+            if t != rtail:
+                rtail, rsum = t, sum(t) + 255
+                tsum = rsum + sum(mtime)
+            if q == p:
+                f = chunk[p + 136 : p + 148]
+                if f != mtime:
+                    mtime, tsum = f, rsum + sum(f)
+            else:
+                f = chunk[p + 100 : p + 136]
+                if f not in pheads and len(pheads) < HEADS:
+                    pheads[f] = _head(f)
+                t = chunk[p + 156 : p + 512]
+                if t != ptail:
+                    ptail, psum = t, sum(t) + 255
+        return (*r, None) if type(r) is tuple else r
+
+    return take
 
 
 def _cached(nums, field):

@@ -516,8 +516,8 @@ def test_a_shape_matches_only_time_records(records, noise, at):
     from tarproc.core.dialects import times_only
 
     base = b"".join(record(k, v) for k, v in TIMES)
-    shape = passthru._shape(base)
-    assert shape is not None and shape(base) is not None
+    shape, start, end = passthru._shape(base)
+    assert shape(base) is not None and base[start:end] == b"1795521706"
     other = b"".join(record(k, v) for k, v in records)
     for data in (other, base[: at % len(base)] + noise + base[at % len(base) + len(noise) :]):
         data = data[: len(base)]
@@ -525,7 +525,8 @@ def test_a_shape_matches_only_time_records(records, noise, at):
             assert times_only(data), data
         s = passthru._shape(data) if times_only(data) else None
         if s is not None:
-            assert s(data) is not None
+            assert s[0](data) is not None
+            assert int(data[s[1] : s[2]]) == int(parse_pax_fast(data)[b"mtime"].split(b".")[0])
 
 
 def test_members_with_their_names_split(foreign, monkeypatch):
@@ -550,3 +551,15 @@ def test_members_with_their_names_split(foreign, monkeypatch):
             assert (m.name, m.data, m.offset) == (m2.name, m2.data, m2.offset)
             assert parts is None or parts == classify(m.name), (m.name, parts)
         assert sum(parts is not None for _, parts in split) >= len(split) - 8
+
+
+@pytest.mark.parametrize("case", sorted(LIKE))
+def test_members_of_lane_variants(case, monkeypatch):
+    """fast_members() on the lane's cases: its shortcut (_taker) takes
+    members like those it took, and nothing the general parser reads otherwise."""
+    like = plain_like if not case.startswith("pax") else pax_like
+    data = shard(*[like(i) for i in range(6)], *LIKE[case], *[like(i) for i in range(8, 11)])
+    monkeypatch.setattr(passthru, "CHUNK", 1536)
+    same_members(data)
+    for cut in range(3 * 512, len(data), max(509, len(data) // 16)):
+        same_members(data[:cut])
