@@ -245,6 +245,16 @@ class SampleWriter:
         self._start = stream.start_sample if getattr(stream, "grouped", False) else None
 
     def write(self, sample):
+        if type(sample) is RawSample and self._raw_ok and self._start is None \
+                and (raw := getattr(sample, "raw", None)) is not None:
+            # the common case first: a sample read from plain headers, copied as read (what follows, in short)
+            key = sample.get("__key__")
+            if key != self._last_key or key is None:
+                self._last_key = key
+                self._last = sample
+                self.tar.write_raw(*raw)
+                self.stats.written += 1
+                return
         if type(sample) is not dict and type(sample) is not RawSample:
             _check_names(sample)
         key = sample.get("__key__")

@@ -451,12 +451,14 @@ class _Scanner:
         setitem = dict.__setitem__
         need = self.need
         took = False
+        end = len(chunk)
         while True:
-            if len(chunk) - p < need:
+            if end - p < need:
                 reader.advance(p)
                 chunk, p = reader.window(need, CHUNK)
                 base = reader.offset - p
-                if len(chunk) - p < need:  # the input ends first: batch() and the general parser say how
+                end = len(chunk)
+                if end - p < need:  # the input ends first: batch() and the general parser say how
                     break
             need = BLOCK
             hd = None
@@ -489,7 +491,7 @@ class _Scanner:
                         ph = None
                 if ph is not None and ph[0] <= PAX_MAX:
                     q = p + 512 + ph[4]
-                    if q + 512 > len(chunk):
+                    if q + 512 > end:
                         need = q + 512 - p
                         continue
                     d = p + 512
@@ -510,7 +512,7 @@ class _Scanner:
             if hd is not None:
                 size = hd[0]
             else:
-                r = member_at(chunk, p, len(chunk))
+                r = member_at(chunk, p, end)
                 if r is None:
                     break
                 if type(r) is int:  # the pax header and its member's header cross the buffer
@@ -560,7 +562,7 @@ class _Scanner:
                 stop = q + 512 + hd[4]
             else:
                 stop = q + 512 + size + (-size % 512)
-            if stop > len(chunk):  # the member goes on past the buffer
+            if stop > end:  # the member goes on past the buffer
                 need = stop - p
                 continue
             # the sample (as _Samples.add)
