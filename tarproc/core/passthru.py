@@ -119,14 +119,15 @@ _RECORD = re.compile(rb"([1-9][0-9]* (?:mtime|atime|ctime)=)(.*)\n", re.S)
 _DIGITS = re.compile(rb"([0-9]{1,30})(?:\.([0-9]+))?")
 
 
-def _head(f):
+def _head(f, limit):
     """What the lane needs of a header whose bytes 100..136 (mode, owner,
     group, size: its mode checked by member_at) are ``f``: ``(size, byte
     sum of f, bytes 100..148 of our header for that size, byte sum of its
     size field, size rounded up to 512, the padding after the data)``, or
-    ``None`` when the size field is not octal."""
+    ``None`` when the size field is not octal or the size not below ``limit``
+    (the largest member read from the buffer)."""
     size = octal(f[24:36])
-    if size is None:
+    if size is None or size >= limit:
         return None
     sizef = b"%011o\0" % size
     return size, sum(f), PRE + sizef + MTIME, sum(sizef), size + (-size % 512), ZEROS[-size % 512]
@@ -510,7 +511,8 @@ class _Scanner:
                         if stored != a + hd[1] + qmsum + rsum:
                             hd = None
             if hd is not None:
-                size = hd[0]
+                size = hd[0]  # (below limit: see _head())
+                stop = q + 512 + hd[4]
             else:
                 r = member_at(chunk, p, end)
                 if r is None:
@@ -525,7 +527,7 @@ class _Scanner:
                 # member_at() took the header at q (and the pax header at p): their like is taken above
                 f = chunk[q + 100 : q + 136]
                 if f not in heads and len(heads) < HEADS:
-                    heads[f] = _head(f)
+                    heads[f] = _head(f, limit)
                 t = chunk[q + 156 : q + 512]
                 if t != rtail:
                     rtail, rsum = t, sum(t) + 255
@@ -537,12 +539,13 @@ class _Scanner:
                 else:
                     f = chunk[p + 100 : p + 136]
                     if f not in pheads and len(pheads) < HEADS:
-                        pheads[f] = _head(f)
+                        pheads[f] = _head(f, limit)
                     t = chunk[p + 156 : p + 512]
                     if t != ptail:
                         ptail, psum = t, sum(t) + 255
-            if size >= limit:
-                break
+                if size >= limit:
+                    break
+                stop = q + 512 + size + (-size % 512)
             # the name: the key of the member before and a field tail seen after a key, or one match
             if keyb is not None and chunk.startswith(keyb, q) and (field := rests.get(chunk[q + lk : q + 100])):
                 pass
@@ -558,10 +561,6 @@ class _Scanner:
                 field = fields.get(fb) or _field(fields, fb)
                 if len(rests) < CACHE_NAMES:
                     rests[chunk[q + lk : q + 100]] = field
-            if hd is not None:
-                stop = q + 512 + hd[4]
-            else:
-                stop = q + 512 + size + (-size % 512)
             if stop > end:  # the member goes on past the buffer
                 need = stop - p
                 continue
@@ -825,7 +824,7 @@ def fast_members(reader, split_names=False):
     fast = reader.offset == 0 and reader.window(0) is not None
     general = reader.members()
     limit = min(reader.blob_from, LARGE_MEMBER)
-    member_at = _taker(member_reader())
+    member_at = _taker(member_reader(), limit)
     name_of = PLAIN_NAME.fullmatch
     nums = {}  # mode and time fields (checked octal by member_at) -> their values
     rests = {}  # the tails of name fields after a key (from the dot on) -> their text (as in _Scanner.lane)
@@ -919,7 +918,7 @@ def fast_members(reader, split_names=False):
         yield m
 
 
-def _taker(member_at):
+def _taker(member_at, limit):
     """``member_at`` (of :func:`~tarproc.core.dialects.member_reader`) with
     the lane's shortcut (:meth:`_Scanner.lane`, which has it inline): a
     header like one it took (same tail, bytes 100..136 and, for a plain
@@ -927,7 +926,8 @@ def _taker(member_at):
     records of a shape taken) whose checksum holds is taken without asking
     it.  Same results as ``member_at``, with a fourth item: the member's
     time when it is read on the way (from pax records of a shape taken),
-    else ``None``; for :func:`fast_members`."""
+    else ``None``; members of ``limit`` bytes or more are asked of it too; for
+    :func:`fast_members`."""
     heads, pheads, checks, shapes = {}, {}, {}, {}
     rtail, mtime, ptail = _V7_TAIL, _ZERO_TIME, _PAX_TAIL
     rsum, psum = sum(_V7_TAIL) + 255, sum(_PAX_TAIL) + 255
@@ -986,7 +986,7 @@ def _taker(member_at):
                     shapes[size] = _shape(chunk[p + 512 : p + 512 + size])
             f = chunk[q + 100 : q + 136]
             if f not in heads and len(heads) < HEADS:
-                heads[f] = _head(f)
+                heads[f] = _head(f, limit)
             t = chunk[q + 156 : q + 512]
             if t != rtail:
                 rtail, rsum = t, sum(t) + 255
@@ -998,7 +998,7 @@ def _taker(member_at):
             else:
                 f = chunk[p + 100 : p + 136]
                 if f not in pheads and len(pheads) < HEADS:
-                    pheads[f] = _head(f)
+                    pheads[f] = _head(f, limit)
                 t = chunk[p + 156 : p + 512]
                 if t != ptail:
                     ptail, psum = t, sum(t) + 255
