@@ -146,6 +146,8 @@ def _checked_members(sample):
 def written_size(sample):
     """Bytes a sample takes in a tar written by :class:`SampleWriter`
     (headers, data, padding; its members are :func:`sample_members`)."""
+    if type(sample) is RawSample and (raw := getattr(sample, "raw", None)) is not None:
+        return sum(map(len, raw[0]))  # (the bytes a writer writes for it: those it was read from)
     total = 0
     key = sample.get("__key__")
     if isinstance(key, str) and key.isascii() and len(key) < 90:

@@ -563,3 +563,27 @@ def test_members_of_lane_variants(case, monkeypatch):
     same_members(data)
     for cut in range(3 * 512, len(data), max(509, len(data) // 16)):
         same_members(data[:cut])
+
+
+def test_written_size_of_raw_samples(foreign):
+    """written_size() of a sample copied as read is the bytes SampleWriter writes for it (tarsplit -s counts so)."""
+    from tarproc.core.grouping import SampleWriter, written_size
+    from tarproc.core.tario import TarReader
+
+    class Count:
+        n = 0
+
+        def write(self, b):
+            self.n += len(b)
+
+    data = foreign["webdataset"] + foreign["gnutar-gnu"][:20 * 1024] + bytes(1024)
+    reader = TarReader(io.BufferedReader(io.BytesIO(data), 4096), "in", warn=lambda m: None)
+    raws = 0
+    for s in passthru.fast_group(reader, "in", None, raw=True):
+        out = Count()
+        SampleWriter(out).write(s)
+        raws += s.raw is not None
+        assert written_size(s) == out.n, s["__key__"]
+        s.raw = None
+        assert written_size(s) == out.n, s["__key__"]
+    assert raws >= 150
