@@ -27,7 +27,11 @@ is read with the reader's public operations only
 :meth:`~tarproc.core.tario.TarReader.advance`): a :class:`_Scanner` takes
 the plain members of each buffer in one tight loop (a batch), a
 :class:`_Samples` builds samples from the batch, and the general parser
-reads whatever the scanner does not take, from the same position.
+reads whatever the scanner does not take, from the same position.  Other
+writers' members go through :meth:`_Scanner.lane`, which reads them and
+makes their samples in one loop, and takes a header shaped like one
+:mod:`~tarproc.core.dialects` took before with one checksum test
+(:func:`fast_members` has the same shortcut, :func:`_taker`).
 
 With ``raw``, samples come as :class:`RawSample`: when every member of a
 sample was such a header, the fields are in sorted order and named as a
