@@ -146,6 +146,8 @@ def _checked_members(sample):
 def written_size(sample):
     """Bytes a sample takes in a tar written by :class:`SampleWriter`
     (headers, data, padding; its members are :func:`sample_members`)."""
+    if type(sample) is RawSample and (raw := getattr(sample, "raw", None)) is not None:
+        return sum(map(len, raw[0]))  # (the bytes a writer writes for it: those it was read from)
     total = 0
     key = sample.get("__key__")
     if isinstance(key, str) and key.isascii() and len(key) < 90:
@@ -245,6 +247,16 @@ class SampleWriter:
         self._start = stream.start_sample if getattr(stream, "grouped", False) else None
 
     def write(self, sample):
+        if type(sample) is RawSample and self._raw_ok and self._start is None \
+                and (raw := getattr(sample, "raw", None)) is not None:
+            # the common case first: a sample read from plain headers, copied as read (what follows, in short)
+            key = sample.get("__key__")
+            if key != self._last_key or key is None:
+                self._last_key = key
+                self._last = sample
+                self.tar.write_raw(*raw)
+                self.stats.written += 1
+                return
         if type(sample) is not dict and type(sample) is not RawSample:
             _check_names(sample)
         key = sample.get("__key__")

@@ -207,13 +207,15 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False, retries=RETRIES
         stream = open_source(url, retries=retries, stall_timeout=stall_timeout, settings=settings)
         # only sizes are needed: large members are read past, never stored
         reader = TarReader(stream, name_of, strict=strict, warn=warnings.append, spooler=SizesOnly())
-        for m in fast_members(reader):
+        for m, parts in fast_members(reader, split_names=True):
             members += 1
             name = m.name
-            try:
-                name.encode("utf-8")
-            except UnicodeEncodeError:
-                probs.add("non_utf8_names", "member names that are not UTF-8", name)
+            if parts is None:  # (a name split on the fast path is a sample name: ASCII, a regular file)
+                try:
+                    name.encode("utf-8")
+                except UnicodeEncodeError:
+                    probs.add("non_utf8_names", "member names that are not UTF-8", name)
+                parts = classify(name) if m.type == REGULAR else None  # THE name rule (core/rules.py)
             if m.type != REGULAR:
                 if m.type == DIRECTORY:
                     directories += 1
@@ -223,7 +225,6 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False, retries=RETRIES
                 probs.add("skipped_members", "members skipped by readers (links, special files, no extension)",
                           f"{name} ({reason})")
                 continue
-            parts = classify(name)  # THE name rule, as readers apply it (core/rules.py)
             if type(parts) is not tuple:
                 if parts.kind == SKIPPED:
                     reason = parts.why

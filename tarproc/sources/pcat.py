@@ -199,7 +199,8 @@ def _worker(conn, urls, mode, strict, header_defaults, hold=False, resume=None):
                     samples = iter_samples([url], stats, strict=strict, warn=warn, stall=stall, raw=True,
                                            **(resume or {}))
                     for sample in hold_shard(samples) if hold else samples:
-                        if Blob in map(type, sample.values()):  # large fields: sent alone, by reference
+                        # large fields: sent alone, by reference (a sample copied as read has none)
+                        if getattr(sample, "raw", None) is None and Blob in map(type, sample.values()):
                             flush()
                             one = _Collect()
                             SampleWriter(one, **header_defaults).write(sample)

@@ -376,3 +376,214 @@ def test_tarindex_and_tarcheck_on_every_dialect(foreign, sh, tmp_path):
         out = sh(f"tarcheck {name}.tar", ok=False)
         assert out.returncode == 0, out.stderr
         assert b"150" in out.stdout
+
+
+# ---------------------------------------------------------------- the lane: headers like those taken before
+
+
+STAMP = b"15301275571\0"
+TIMES = [(b"mtime", b"1795521706.756612345"), (b"atime", b"1795521706.756612345"), (b"ctime", b"1795521706.756612345")]
+
+
+def plain_like(i, **kw):
+    """A plain member shaped as the run before it: size, mode, time, tail."""
+    return member(b"k%03d.txt" % i, bytes([65 + i % 26]) * 100, **kw)  # (the time: STAMP)
+
+
+def pax_like(i, records=TIMES, **kw):
+    """A member after a pax header of three time records, shaped as the run before it."""
+    return member(b"k%03d.txt" % i, bytes([65 + i % 26]) * 100, records, **kw)
+
+
+def pax_data(records=TIMES):
+    return b"".join(record(k, v) for k, v in records)
+
+
+def _swap_lengths(data):
+    """The first two records' length fields changed (by one each way), the data's size kept."""
+    first = data.index(b"\n") + 1
+    a, b = int(data[: data.index(b" ")]), int(data[first : data.index(b" ", first)])
+    return b"%d" % (a - 1) + data[data.index(b" ") : first] + b"%d" % (b + 1) + data[data.index(b" ", first) :]
+
+
+def _nth(data, old, new, n=0):
+    at = -1
+    for _ in range(n + 1):
+        at = data.index(old, at + 1)
+    return data[:at] + new + data[at + len(old) :]
+
+
+LIKE = {
+    # plain members after a run of plain members with the same size, mode, time and tail
+    "checksum one more": [plain_like(7, chk=b"%06o\0 " % (int(plain_like(7)[148:154], 8) + 1))],
+    "checksum one less": [plain_like(7, chk=b"%06o\0 " % (int(plain_like(7)[148:154], 8) - 1))],
+    "checksum not octal": [plain_like(7, chk=b"0x1234\0 ")],
+    "checksum base-256": [plain_like(7, chk=b"\x80\0\0\0\0\0\x12\x34")],
+    "time not octal": [plain_like(7, mtime=b"1530127557x\0")],
+    "mode not octal": [plain_like(7, mode=b"0000694\0")],
+    "size base-256": [plain_like(7, sizef=b"\x80" + bytes(10) + b"\x64")],
+    "size not octal": [plain_like(7, sizef=b"0000000014z\0")],
+    "size as spaces": [plain_like(7, sizef=b" 0000000144 ")],
+    "posix prefix": [plain_like(7, magic=b"ustar\x0000", prefix=b"pre")],
+    "type 1": [plain_like(7, flag=b"1")],
+    "directory": [member(b"k007.txt/", b"", mtime=STAMP, flag=b"5")],
+    "same key, field twice": [plain_like(5), plain_like(5)],
+    "same key, field after a dot": [member(b"k005..txt", b"x" * 100, mtime=STAMP)],
+    "same key, upper-case field": [member(b"k005.TXT", b"x" * 100, mtime=STAMP)],
+    "same key, metadata field": [member(b"k005.__key__", b"x" * 100, mtime=STAMP)],
+    "same key, no field": [member(b"k005", b"x" * 100, mtime=STAMP)],
+    "longer key, same start": [member(b"k0055.txt", b"x" * 100, mtime=STAMP)],
+    "key of a directory": [member(b"k005/a.txt", b"x" * 100, mtime=STAMP)],
+    "not ASCII": [member(b"k005.t\xe9t", b"x" * 100, mtime=STAMP)],
+    "GNU long name": [member(b"././@LongLink", b"k" * 120 + b".txt\0", flag=b"L", mtime=STAMP)
+                      + plain_like(7)],
+    "cut after the header": [plain_like(7)[:512]],
+    # pax members after a run of pax members with the same header block, record shape and member header
+    "pax checksum one more": [pax_like(7)[:148] + b"%06o\0 " % (int(pax_like(7)[148:154], 8) + 1) + pax_like(7)[156:]],
+    "pax record lengths swapped": [pax_like(7, _swap_lengths(pax_data()))],
+    "pax record length wrong": [pax_like(7, _nth(pax_data(), b"30 atime", b"31 atime"))],
+    "pax mtime not digits": [pax_like(7, _nth(pax_data(), b"1795521706.7", b"179552170x.7"))],
+    "pax mtime fraction junk": [pax_like(7, _nth(pax_data(), b".756612345", b".75661234x"))],
+    "pax atime with a newline": [pax_like(7, _nth(pax_data(), b"1795521706.7", b"179552\n706.7", 1))],
+    "pax size record": [pax_like(7, _nth(pax_data(), b"30 ctime=1795521706.756612345", b"30 size=000000000000000000001"))],
+    "pax path record": [pax_like(7, _nth(pax_data(), b"30 ctime=1795521706.756612345", b"30 path=k007.jpg/////////////"))],
+    "pax key changed": [pax_like(7, _nth(pax_data(), b"atime", b"xtime"))],
+    "pax global": [pax_like(7)[:156] + b"g" + pax_like(7)[157:]],
+    "pax then base-256 size": [pax_like(7, sizef=b"\x80" + bytes(10) + b"\x64")],
+    "pax then bad checksum": [pax_like(7, chk=b"000001\0 ")],
+    "pax then directory": [member(b"k007.txt/", b"", TIMES, flag=b"5")],
+    "pax cut in its data": [pax_like(7)[:700]],
+    "pax cut after it": [pax_like(7)[:1024]],
+}
+
+
+@pytest.mark.parametrize("case", sorted(LIKE))
+def test_lane_variants(case, chunk):
+    """Each case after and before a run of members shaped as it is (the lane
+    takes those without asking member_reader, from what it took before):
+    the fast path gives what the general path gives, errors included, cut anywhere."""
+    like = plain_like if not case.startswith("pax") else pax_like
+    data = shard(*[like(i) for i in range(6)], *LIKE[case], *[like(i) for i in range(8, 11)])
+    same(data)
+    for cut in range(3 * 512, len(data), max(509, len(data) // 24)):
+        same(data[:cut])
+
+
+def test_lane_variants_are_what_they_say():
+    """Some of them are errors or skips on both paths (so the comparison above is not of two successes)."""
+    for case, words in [("checksum one more", "bad header checksum"), ("checksum one less", "bad header checksum"),
+                        ("time not octal", "mtime"), ("same key, field twice", "appears twice"),
+                        ("pax record lengths swapped", "pax"), ("pax record length wrong", "pax"),
+                        ("pax checksum one more", "bad header checksum"), ("pax then bad checksum", "checksum")]:
+        like = plain_like if not case.startswith("pax") else pax_like
+        err = run(shard(*[like(i) for i in range(6)], *LIKE[case]), fast=True, raw=True)[2]
+        assert err is not None and words in err, (case, err)
+    _, samples, err, stats, _ = run(shard(*[plain_like(i) for i in range(6)], *LIKE["size base-256"]), True, True)
+    assert err is None and samples[-1]["__key__"] == "k007" and len(samples[-1]["txt"]) == 100
+
+
+def test_the_lane_takes_members_like_those_taken_before(monkeypatch):
+    """After the first members, member_reader is not asked: plain members
+    and members after a pax header of time records alike."""
+    calls = []
+    orig = passthru.member_reader
+
+    def counted():
+        member_at = orig()
+
+        def at(*args):
+            calls.append(args[1])
+            return member_at(*args)
+
+        return at
+
+    monkeypatch.setattr(passthru, "member_reader", counted)
+    monkeypatch.setattr(passthru, "CHUNK", 4096)  # (the first buffer is read by batch(): a few members)
+    for like in (plain_like, pax_like):
+        calls.clear()
+        data = shard(*[like(i) for i in range(200)])
+        same(data)
+        assert 0 < len(calls) <= 2 * 8, (like, len(calls))  # (2 fast runs of 200: a few members each to learn from)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([b"mtime", b"atime", b"ctime"]),
+                          st.text("0123456789.-x\n ", min_size=1, max_size=14).map(str.encode)), min_size=1, max_size=3),
+       st.binary(max_size=6), st.integers(0, 200))
+def test_a_shape_matches_only_time_records(records, noise, at):
+    """Data that the shape of time records taken matches is time records
+    as times_only() takes them (record lengths included)."""
+    from tarproc.core.dialects import times_only
+
+    base = b"".join(record(k, v) for k, v in TIMES)
+    shape, start, end = passthru._shape(base)
+    assert shape(base) is not None and base[start:end] == b"1795521706"
+    other = b"".join(record(k, v) for k, v in records)
+    for data in (other, base[: at % len(base)] + noise + base[at % len(base) + len(noise) :]):
+        data = data[: len(base)]
+        if shape(data) is not None:
+            assert times_only(data), data
+        s = passthru._shape(data) if times_only(data) else None
+        if s is not None:
+            assert s[0](data) is not None
+            assert int(data[s[1] : s[2]]) == int(parse_pax_fast(data)[b"mtime"].split(b".")[0])
+
+
+def test_members_with_their_names_split(foreign, monkeypatch):
+    """fast_members(split_names=True): the same members, each with the
+    (key, field) classify() gives, or None where it must be asked."""
+    from tarproc.core.rules import classify
+    from tarproc.core.tario import TarReader
+
+    monkeypatch.setattr(passthru, "CHUNK", 1536)
+    names = [b"k001.txt", b"k001.jpg", b"k002.txt", b"d/k002.txt", b"k0020.txt", b"k002.tar.gz", b"k002..txt",
+             b"k002.TXT", b"k002", b"k002.__key__", b"k.002.txt", b"a b/c.d e"]
+    built = shard(*[member(n, b"x" * 100) for n in names], *[pax_like(i) for i in range(4)],
+                  member(b"k009.txt", b"y", [(b"path", b"dir/e.f.jpg"), MTIME]))
+    for data in (*foreign.values(), built):
+        def read(split):
+            reader = TarReader(io.BufferedReader(io.BytesIO(data), 4096), "in", warn=lambda m: None)
+            return list(passthru.fast_members(reader, split_names=split))
+
+        plain, split = read(False), read(True)
+        assert [m for m, _ in split] and len(split) == len(plain)
+        for m, (m2, parts) in zip(plain, split):
+            assert (m.name, m.data, m.offset) == (m2.name, m2.data, m2.offset)
+            assert parts is None or parts == classify(m.name), (m.name, parts)
+        assert sum(parts is not None for _, parts in split) >= len(split) - 8
+
+
+@pytest.mark.parametrize("case", sorted(LIKE))
+def test_members_of_lane_variants(case, monkeypatch):
+    """fast_members() on the lane's cases: its shortcut (_taker) takes
+    members like those it took, and nothing the general parser reads otherwise."""
+    like = plain_like if not case.startswith("pax") else pax_like
+    data = shard(*[like(i) for i in range(6)], *LIKE[case], *[like(i) for i in range(8, 11)])
+    monkeypatch.setattr(passthru, "CHUNK", 1536)
+    same_members(data)
+    for cut in range(3 * 512, len(data), max(509, len(data) // 16)):
+        same_members(data[:cut])
+
+
+def test_written_size_of_raw_samples(foreign):
+    """written_size() of a sample copied as read is the bytes SampleWriter writes for it (tarsplit -s counts so)."""
+    from tarproc.core.grouping import SampleWriter, written_size
+    from tarproc.core.tario import TarReader
+
+    class Count:
+        n = 0
+
+        def write(self, b):
+            self.n += len(b)
+
+    data = foreign["webdataset"] + foreign["gnutar-gnu"][:20 * 1024] + bytes(1024)
+    reader = TarReader(io.BufferedReader(io.BytesIO(data), 4096), "in", warn=lambda m: None)
+    raws = 0
+    for s in passthru.fast_group(reader, "in", None, raw=True):
+        out = Count()
+        SampleWriter(out).write(s)
+        raws += s.raw is not None
+        assert written_size(s) == out.n, s["__key__"]
+        s.raw = None
+        assert written_size(s) == out.n, s["__key__"]
+    assert raws >= 150
