@@ -517,3 +517,16 @@ def escaping_stream(stream):
         stream.reconfigure(**options)
     except (ValueError, OSError):
         pass
+
+
+def whole_number(value, what, least=0, none_ok=False):
+    """``value`` checked to be a whole number >= ``least`` (or None when
+    allowed), as an ``int``: the API's stages and sources fail at once with
+    one line, not with a TypeError in the middle of a run."""
+    import numbers
+
+    if value is None and none_ok:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise UsageError(f"{what} must be a whole number >= {least}, not {value!r}")
+    return int(value)

@@ -513,8 +513,9 @@ def parallel_encoded(urls, workers=None, shuffle=0, seed=None, strict=False, ign
 
     from ..core.shuffle import buffer_shuffle
 
-    if shuffle < 0:
-        raise UsageError("--shuffle must be >= 0")
+    from ..core.limits import whole_number
+
+    shuffle = whole_number(shuffle, "--shuffle")
     urls = _shuffled_urls(urls, shuffle, seed, settings)
 
     batches = _parallel(urls, workers, "tar-all" if shuffle > 0 else "tar", strict, ignore_errors, warn, info,
@@ -604,8 +605,9 @@ def parallel_samples(urls, workers=None, shuffle=0, seed=None, strict=False, ign
 
     from ..core.shuffle import buffer_shuffle
 
-    if shuffle < 0:
-        raise UsageError("shuffle must be >= 0")
+    from ..core.limits import whole_number
+
+    shuffle = whole_number(shuffle, "shuffle")
     urls = _shuffled_urls(urls, shuffle, seed, settings)
 
     batches = _parallel(urls, workers, "samples", strict, ignore_errors, warn, info, stats, failed, None,

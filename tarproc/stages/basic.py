@@ -4,6 +4,7 @@ shuffle, and :func:`pipeline` to chain them.
 A *stage* is a function from an iterator of samples to an iterator of samples,
 built from its parameters: ``take(10)(samples)``."""
 
+from ..core.limits import whole_number
 from ..errors import UsageError
 from ..core.rules import is_meta
 
@@ -15,17 +16,7 @@ def pipeline(source, *stages):
     return source
 
 
-def _whole(value, what, least=0, none_ok=False):
-    """``value`` checked to be a whole number >= ``least`` (or None when
-    allowed): the API's stages fail at once with one line, not with a
-    TypeError in the middle of a run."""
-    import numbers
-
-    if value is None and none_ok:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
-        raise UsageError(f"{what} must be a whole number >= {least}, not {value!r}")
-    return int(value)
+_whole = whole_number  # (checked API arguments: one line, not a TypeError mid-run)
 
 
 def take(n):

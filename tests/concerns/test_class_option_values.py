@@ -60,3 +60,18 @@ def test_a_sheet_within_the_budget_is_drawn(sh, shard, tmp_path):
 
     with Image.open(tmp_path / "s.png") as img:
         assert img.width < 300 and img.height < 300
+
+
+@pytest.mark.parametrize("value", [2.5, "10", -1, True])
+def test_tarpcats_api_checks_its_shuffle_buffer(value, tmp_path):
+    """``parallel_samples``/``parallel_encoded`` took ``shuffle=2.5`` (a
+    buffer of 2.5 samples) or ``"10"`` (an internal TypeError) since the
+    buffer shuffle moved to core: one line naming the argument, as the
+    ``shuffle`` stage says it."""
+    import tarproc
+    from tarproc.sources.pcat import parallel_encoded
+
+    (tmp_path / "a.tar").write_bytes(b"\0" * 1024)
+    for call in (tarproc.parallel_samples, parallel_encoded):
+        with pytest.raises(tarproc.UsageError, match="shuffle must be a whole number >= 0"):
+            list(call([str(tmp_path / "a.tar")], shuffle=value))
