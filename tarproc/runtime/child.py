@@ -189,6 +189,15 @@ def first_word(cmd):
     return words[0] if words else "command"
 
 
+def _startable(program):
+    """Whether ``program`` (an argument vector's first word) names an
+    executable file (looked up in ``PATH`` when it has no ``/``)."""
+    import shutil
+
+    path = program if "/" in program else shutil.which(program)
+    return bool(path) and os.path.isfile(path) and os.access(path, os.X_OK)
+
+
 def _setup(session, watchdog_fd=None):
     def setup():
         if session:
@@ -253,9 +262,11 @@ class Child:
         try:
             self.proc = popen(cmd, shell=shell, stdin=_stream(stdin, 0), stdout=_stream(stdout, 1), stderr=err,
                               env=env, cwd=cwd, pass_fds=pass_fds,
-                              # (a shell command only: /bin/sh does not fail to start, so no group
-                              # is registered whose leader never ran and whose number could be reused)
-                              preexec_fn=_setup(session, dog.fd_for_child() if dog is not None and shell else None))
+                              # (only a program that will start: a shell command, or an executable
+                              # file, so no group is registered whose leader never ran and whose
+                              # number could be reused)
+                              preexec_fn=_setup(session, dog.fd_for_child() if dog is not None
+                                                and (shell or _startable(cmd[0])) else None))
             try:
                 self.pid = self.proc.pid
                 self.args = self.proc.args
@@ -476,8 +487,12 @@ class Spawner:
         self.argv = list(argv)
         self.libc = None
         default_sigchld()  # an inherited SIG_IGN would make every exit status 0
-        # the watchdog kills the command's group (its session) if we die
+        # the watchdog kills the command's group (its session) if we die; its helper
+        # starts now, not at the first command's registration (starting a Python
+        # takes tens of milliseconds, in which a parent SIGKILLed left the first
+        # commands running with nothing registered)
         self.watchdog = Watchdog()
+        self.watchdog.fd_for_child()
         try:
             self._setup_libc()
         except (OSError, AttributeError, ImportError, ValueError):
