@@ -191,3 +191,22 @@ def signalled(argv, cwd, marker, sig, started):
             proc.kill()
             proc.wait()
         kill_left(marker)
+
+
+def run_pipefail(cmd, cwd, input=None, env=None, timeout=60):
+    """Run a bash command (``pipefail`` set) in ``cwd``, its output captured;
+    ``env`` adds to the environment."""
+    import subprocess
+
+    full_env = dict(os.environ, **(env or {}))
+    return subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=cwd, input=input, capture_output=True,
+                          timeout=timeout, env=full_env)
+
+
+def prefixed_shard(n, prefix="s", size=0):
+    """``n`` samples ``PREFIXnnnnn`` of a ``txt`` (``size`` more bytes) and a ``cls`` field."""
+    members = []
+    for i in range(n):
+        members += [(f"{prefix}{i:05d}.txt", b"%s %d " % (prefix.encode(), i) + b"x" * size),
+                    (f"{prefix}{i:05d}.cls", b"%d" % (i % 7))]
+    return tar_bytes(members)

@@ -5,6 +5,7 @@ import os
 import subprocess
 
 from helpers import jpeg_bytes, png_bytes, tar_bytes
+from helpers import run_pipefail as run, prefixed_shard as shard
 
 
 def make_shard(tmp_path, n=8):
@@ -79,20 +80,6 @@ def test_stops_reading_at_the_match(tmp_path):
         p.stderr.close()
     assert rc == 0, err
     assert out == images["0002"]
-
-
-def run(cmd, cwd, input=None, env=None, timeout=60):
-    full_env = dict(os.environ, **(env or {}))
-    return subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=cwd, input=input, capture_output=True,
-                          timeout=timeout, env=full_env)
-
-
-def shard(n, prefix="s", size=0):
-    members = []
-    for i in range(n):
-        members += [(f"{prefix}{i:05d}.txt", b"%s %d " % (prefix.encode(), i) + b"x" * size),
-                    (f"{prefix}{i:05d}.cls", b"%d" % (i % 7))]
-    return tar_bytes(members)
 
 
 def test_tarfirst_output_naming_its_input_is_refused(tmp_path):

@@ -2,24 +2,8 @@
 command; outputs read back with Python's tarfile."""
 
 import json
-import os
-import subprocess
 
-from helpers import read_tar, tar_bytes
-
-
-def run(cmd, cwd, input=None, env=None, timeout=60):
-    full_env = dict(os.environ, **(env or {}))
-    return subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=cwd, input=input, capture_output=True,
-                          timeout=timeout, env=full_env)
-
-
-def shard(n, prefix="s", size=0):
-    members = []
-    for i in range(n):
-        members += [(f"{prefix}{i:05d}.txt", b"%s %d " % (prefix.encode(), i) + b"x" * size),
-                    (f"{prefix}{i:05d}.cls", b"%d" % (i % 7))]
-    return tar_bytes(members)
+from helpers import prefixed_shard as shard, read_tar, run_pipefail as run
 
 
 def test_tarmix_output_naming_one_of_its_shards_is_refused(tmp_path):

@@ -21,6 +21,7 @@ import urllib.request
 import pytest
 
 from helpers import read_tar, tar_bytes
+from helpers import prefixed_shard
 from helpers import text_shard
 
 UP = '''
@@ -616,14 +617,6 @@ def test_tarserve_map_function_that_prints_does_not_corrupt_responses(tmp_path):
         proc.terminate()
         proc.wait(30)
     assert b"raw write" in proc.stderr.read() + line
-
-
-def prefixed_shard(n, prefix="s", size=0):
-    members = []
-    for i in range(n):
-        members += [(f"{prefix}{i:05d}.txt", b"%s %d " % (prefix.encode(), i) + b"x" * size),
-                    (f"{prefix}{i:05d}.cls", b"%d" % (i % 7))]
-    return tar_bytes(members)
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ import tarproc
 from tarproc.core.tario import TarWriter
 from conftest import ROOT, require
 from helpers import read_tar, samples_of, tar_bytes
+from helpers import run_pipefail, prefixed_shard
 import make_corpus as mc
 from test_urls import s3  # noqa: F401  (the moto S3 fixture)
 
@@ -532,20 +533,6 @@ def test_tarindex_over_more_urls_than_are_read_ahead(tmp_path):
     p = run("tarindex 'a{0..99}.tar' -o big.json", tmp_path, env={"TARPROC_MAX_URLS": "50"})
     assert p.returncode == 2 and "more than 50 entries" in one_line(p)
     assert not (tmp_path / "big.json").exists()
-
-
-def run_pipefail(cmd, cwd, input=None, env=None, timeout=60):
-    full_env = dict(os.environ, **(env or {}))
-    return subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=cwd, input=input, capture_output=True,
-                          timeout=timeout, env=full_env)
-
-
-def prefixed_shard(n, prefix="s", size=0):
-    members = []
-    for i in range(n):
-        members += [(f"{prefix}{i:05d}.txt", b"%s %d " % (prefix.encode(), i) + b"x" * size),
-                    (f"{prefix}{i:05d}.cls", b"%d" % (i % 7))]
-    return tar_bytes(members)
 
 
 @pytest.mark.parametrize("offsets", ["x.json", "./x.json", "sub/../x.json"])
