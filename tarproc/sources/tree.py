@@ -25,8 +25,11 @@ from ..runtime.schemes import scheme_of
 
 #: Schemes whose trees are bucket listings (the scheme table's LIST row).
 REMOTE = ("s3", "gs")
-#: Files up to this size are read into memory; larger ones are copied in chunks.
+#: Objects up to this size are held in memory; larger ones are spooled to a temporary file.
 SMALL_FILE = 1 << 20
+#: Local files up to this size are read into memory; larger ones are copied
+#: from the open file (``sendfile`` into an uncompressed output: one copy fewer).
+READ_WHOLE = 64 << 10
 #: What :class:`Skipped` counts, and how a summary names each.
 SKIP_REASONS = {
     "hidden": "hidden files and directories (names starting with '.') left out",
@@ -41,19 +44,18 @@ class Tree:
     """One ``--tree`` argument: its ``root`` (a directory or an ``s3://``/``gs://``
     prefix ending in ``/``) and the ``prefix`` of its fields (``""``: none)."""
 
-    __slots__ = ("spec", "root", "prefix", "remote")
+    __slots__ = ("spec", "root", "prefix", "remote", "_base")
 
     def __init__(self, spec, root, prefix, remote):
         self.spec = spec
         self.root = root
         self.prefix = prefix
         self.remote = remote
+        self._base = root if remote or root.endswith("/") else root + "/"
 
     def path(self, rel):
         """The path (or URL) of the file ``rel`` below the root."""
-        if self.remote:
-            return self.root + rel
-        return os.path.join(self.root, rel)
+        return self._base + rel
 
 
 def parse_tree(spec):
@@ -164,7 +166,7 @@ class Listing:
         """One file ``rel`` of tree ``index``: checked, keyed, kept."""
         tree = self.trees[index]
         path = tree.path(rel)
-        why = unsafe_name(rel)
+        why = None if rel.isprintable() and ".." not in rel else unsafe_name(rel)  # (the common name passes)
         if why:
             raise BadInput(f"{shown(path)}: refusing the file: {why.replace('member name', 'name')} "
                            f"(rename it, or move it out of the tree)")
@@ -179,7 +181,7 @@ class Listing:
         key, field = parts
         if tree.prefix:
             field = f"{tree.prefix}.{field}"
-        why = bad_key(key)
+        why = bad_key(key) if self.rule is not split_name else None  # (split_name's keys have no dot)
         found = classify(f"{key}.{field}") if not why else None
         if isinstance(found, Refused):
             why = found.why
@@ -468,33 +470,32 @@ class Part:
                            f"opened, {size:,} now)")
 
 
-def _read_local(name, path):
+def _read_local(name, path, avoid):
     """A :class:`Part` of a local file: small ones read whole, larger ones a
-    blob over the open file (copied in chunks).  Its size is taken when it is
+    blob over the open file (copied in chunks or sent with ``sendfile``).  Its size is taken when it is
     opened; a file that grows or shrinks while being read is an error."""
     from ..core.blob import Blob, SharedFile
-    from .open import is_stdout
 
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO swapped in since the listing never blocks
+        # O_NONBLOCK: a FIFO swapped in since the listing never blocks (on a regular file it does nothing)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
         raise BadInput(f"{shown(path)}: cannot read: {e.strerror}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise BadInput(f"{shown(path)}: not a regular file any more")
-        if is_stdout(st):
-            raise BadInput(f"{shown(path)}: input file is output file (standard output)")
-        os.set_blocking(fd, True)
+        if (st.st_dev, st.st_ino) in avoid:
+            raise BadInput(f"{shown(path)}: input file is output file (it is being written)")
         size = st.st_size
-        if size <= SMALL_FILE:
+        if size <= READ_WHOLE:
             data = os.read(fd, size + 1)  # (one more: a file that grew, or a /proc file of size 0)
             while len(data) < size:
                 piece = os.read(fd, size - len(data) + 1)
                 if not piece:
                     break
                 data += piece
-            if len(data) != size or os.fstat(fd).st_size != size:
+            if len(data) != size:
                 raise BadInput(f"{shown(path)}: changed size while being read ({size:,} bytes when opened)")
             return Part(name, data, path)
         shared = SharedFile(fd, path, False)
@@ -579,7 +580,7 @@ def tree_parts(listing, samples, parallel=1, settings=None, retries=None):
     def finish(key, parts):
         out = []
         for p in parts:
-            out.append(p.result() if not isinstance(p, tuple) else _read_local(*p))
+            out.append(p.result() if not isinstance(p, tuple) else _read_local(*p, listing.avoid))
         return key, out
 
     try:
@@ -606,4 +607,10 @@ def tree_parts(listing, samples, parallel=1, settings=None, retries=None):
                 for p in parts:
                     if not isinstance(p, tuple):
                         p.cancel()
-            pool.shutdown(wait=True)
+            # a stop (an error, Ctrl-C, the reader gone) does not wait for the fetches under
+            # way to end: their clients (input children) are killed, their reads fail at once
+            if ahead:
+                from .open import stop_sources
+
+                stop_sources()
+            pool.shutdown(wait=True, cancel_futures=True)
