@@ -38,7 +38,8 @@ Exit status: 0 ok, 1 a pipe: command failed (nothing written), 2 bad plan,
 missing file or bad usage."""
 
 
-@command("Create a tar file from a plan (a TSV/CSV table or TARPATH SOURCE lines).", EXAMPLES, NOTES)
+@command("Create a tar file from a plan (a TSV/CSV table or TARPATH SOURCE lines) or from trees of files "
+         "(--tree).", EXAMPLES, NOTES)
 def tarcreate_command(
     plan: Annotated[str, typer.Argument(metavar="[PLAN]", show_default=False,
                     help="the plan file ('-' or nothing: stdin)")] = "-",

@@ -85,6 +85,8 @@ def main_trees(args, prog):
 
     if args.plan != "-":
         raise UsageError("give a plan or --tree, not both")
+    if args.dir is not None or args.delim is not None or args.plan_format != "auto":
+        raise UsageError("-C, -f and --plan-format go with a plan, not with --tree")
     rep = Reporter(prog, args.verbose, args.quiet, args.progress, unit="B")
     trees = [parse_tree(t) for t in args.tree]
     rule = key_rule("path" if args.key == DEFAULT_KEY else args.key)

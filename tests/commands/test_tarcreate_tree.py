@@ -293,3 +293,17 @@ def test_non_utf8_names_round_trip(sh, tmp_path):
     data = sh("tarcreate --tree d").stdout
     with tarfile.open(fileobj=io.BytesIO(data), encoding="utf-8", errors="surrogateescape") as tf:
         assert [os.fsencode(m.name) for m in tf] == [b"caf\xe9.jpg"]
+
+
+def test_usage(sh, tmp_path):
+    (tmp_path / "d:x").mkdir()
+    (tmp_path / "d:x" / "a.txt").write_bytes(b"a")
+    # a directory whose name ends in ':x' is given with a trailing '/'; 'd:x' is d with prefix x
+    assert read_tar(sh("tarcreate --tree d:x/").stdout) == [("a.txt", b"a")]
+    p = sh("tarcreate --tree d:x", ok=False)
+    assert p.returncode == 2 and one_line(p) == "tarcreate: --tree d: No such file or directory"
+    for bad in ("--tree d:x/ plan.tsv", "--tree d:x/ -C d:x", "--tree d:x/ --plan-format table",
+                "--tree d:x/ --missing sometimes", "--tree d:x/ -p 0"):
+        p = sh(f"tarcreate {bad}", ok=False)
+        assert p.returncode == 2 and p.stdout == b"", bad
+        assert "Traceback" not in p.stderr.decode()
