@@ -69,6 +69,11 @@ def tarcreate_command(
                                                    "@FIELD paths) on stdout; no file is read")] = False,
     parallel: Annotated[int, opt("-p", "--parallel", metavar="N", parser=positive(),
                         help="with a bucket --tree: objects fetched at once (default: 4)")] = 4,
+    max_size: Annotated[Optional[str], opt("-s", "--max-size", metavar="BYTES",
+                        help="with --tree: write shards of at most BYTES (100MB, 1GiB) named by -o "
+                             "'pets-%06d.tar', as tarsplit -s does")] = None,
+    max_count: Annotated[Optional[int], opt("-n", "--max-count", metavar="N", parser=positive(),
+                         help="with --tree: write shards of at most N samples named by -o, as tarsplit -n")] = None,
     progress: ProgressFlag = None,
     verbose: Annotated[bool, opt("-v", "--verbose", help="one line per member on stderr")] = False,
     quiet: Annotated[bool, opt("-q", "--quiet", help="no warnings")] = False,
@@ -82,10 +87,10 @@ def main(args, prog="tarcreate"):
         from .trees import main_trees
 
         return main_trees(args, prog)
-    if args.require or args.dry_run or args.missing != "stop":
+    if args.require or args.dry_run or args.missing != "stop" or args.max_size or args.max_count:
         from ..errors import UsageError
 
-        raise UsageError("--require, --missing and --dry-run go with --tree")
+        raise UsageError("--require, --missing, --dry-run, -s and -n go with --tree")
     from ..sinks.plan import write_plan
     from ..sources.create import read_plan
 

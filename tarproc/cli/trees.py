@@ -126,6 +126,22 @@ def main_trees(args, prog):
         rep.info(f"{part.name} ({size} bytes) from {part.where}")
         rep.bar.update(done[0])
 
+    if args.max_size is not None or args.max_count is not None:
+        from ..sinks.tree import split_tree
+        from .base import parse_size
+
+        max_size = parse_size(args.max_size) if args.max_size not in (None, "0") else None
+        shards = 0
+        for shard in split_tree(listing, tree_samples(listing, require, args.missing), args.output,
+                                max_size=max_size, max_count=args.max_count, parallel=args.parallel or 1,
+                                group_size=group_size_of(args), settings=args.settings,
+                                retries=args.settings.retries,
+                                on_part=on_part if rep.progress or args.verbose else None):
+            shards += 1
+            rep.info(f"{shard.name}: {shard.samples:,} samples, {shard.bytes:,} bytes")
+        rep.bar.clear()
+        rep.info(f"{checked.samples:,} samples in {shards:,} shards")
+        return 0
     n, members, nbytes = write_tree(listing, tree_samples(listing, require, args.missing), args.output,
                                     parallel=args.parallel or 1, group_size=group_size_of(args),
                                     settings=args.settings, retries=args.settings.retries,

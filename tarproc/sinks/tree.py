@@ -34,3 +34,33 @@ def write_tree(listing, samples, output="-", parallel=1, group_size=None, settin
             nsamples += 1
         tar.close()
     return nsamples, nmembers, nbytes
+
+
+def tree_sample_dicts(listing, samples, parallel=1, settings=None, retries=None, on_part=None):
+    """The samples as ``dict`` (``__key__`` and a field per part: ``bytes``
+    or a blob copied in chunks), for a writer that takes samples
+    (:func:`~tarproc.sinks.split.split_samples`); a sample's files are
+    checked (:meth:`~tarproc.sources.tree.Part.done`) when the writer asks
+    for the next one, that is once it has written them."""
+    for key, parts in tree_parts(listing, samples, parallel, settings, retries):
+        sample = {"__key__": key}
+        for part in parts:
+            sample[part.name[len(key) + 1:]] = part.data
+        yield sample
+        for part in parts:
+            part.done()
+            if on_part is not None:
+                on_part(part, len(part.data))
+
+
+def split_tree(listing, samples, pattern, max_size=None, max_count=None, parallel=1, group_size=None,
+               settings=None, retries=None, on_part=None, post=None):
+    """Write ``samples`` of a checked ``listing`` to shards named by
+    ``pattern`` (``pets-%06d.tar``), cut by :func:`~tarproc.sinks.split.split_samples`
+    at ``max_size`` bytes or ``max_count`` samples; yields each
+    :class:`~tarproc.sinks.split.Shard` as it is committed."""
+    from .split import split_samples
+
+    yield from split_samples(tree_sample_dicts(listing, samples, parallel, settings, retries, on_part), pattern,
+                             max_count=max_count, max_size=max_size, group_size=group_size, settings=settings,
+                             post=post)

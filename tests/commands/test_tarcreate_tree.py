@@ -307,3 +307,34 @@ def test_usage(sh, tmp_path):
         p = sh(f"tarcreate {bad}", ok=False)
         assert p.returncode == 2 and p.stdout == b"", bad
         assert "Traceback" not in p.stderr.decode()
+
+
+def test_listing_is_bounded(sh, tmp_path):
+    pets(tmp_path)
+    p = sh(f"{PETS} -o out.tar", env={"TARPROC_MAX_PLAN": "1000"}, ok=False)
+    assert p.returncode == 2 and "TARPROC_MAX_PLAN" in one_line(p)
+    assert not (tmp_path / "out.tar").exists()
+    sh(f"{PETS} -o out.tar", env={"TARPROC_MAX_PLAN": "10000"})
+
+
+def test_shards_cut_by_tarcreate_are_tarsplits(sh, tmp_path):
+    pets(tmp_path)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    sh(f"{PETS} -s 300 -o 'a/pets-%06d.tar'")
+    sh(f"{PETS} | tarsplit -s 300 -o 'b/pets-%06d.tar'")
+    names = sorted(os.listdir(tmp_path / "a"))
+    assert names == sorted(os.listdir(tmp_path / "b")) and len(names) > 2
+    for name in names:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    sh(f"{PETS} -n 3 -o 'a/n-%03d.tar'")
+    assert [len(samples_of((tmp_path / "a" / f"n-{i:03d}.tar").read_bytes())) for i in range(3)] == [3, 3, 1]
+    # a failure while writing (a file unreadable): the shards closed before it are committed (as
+    # tarsplit's), the one being written is not
+    (tmp_path / "images" / "zz.jpg").symlink_to("/proc/self/mem")
+    (tmp_path / "annotations" / "trimaps" / "zz.png").write_bytes(b"z")
+    p = sh(f"{PETS} -n 1 -o 'a/f-%03d.tar'", ok=False)
+    assert p.returncode == 2 and "zz.jpg: cannot read" in one_line(p)
+    done = sorted(n for n in os.listdir(tmp_path / "a") if n.startswith("f-"))
+    # zz, the last key, would be the eighth; the seventh is closed when the eighth sample comes
+    assert done == [f"f-{i:03d}.tar" for i in range(len(NAMES) - 1)], done
