@@ -2,7 +2,7 @@
 SIZE bytes in two directories (images/NAME.jpg, masks/NAME.png), page cache
 warm, commands timed in turns.
 
-    .venv/bin/python bench/bench_tree.py [-n 10000] [--size 100000] [--repeat 3]
+    .venv/bin/python bench/bench_tree.py [--quick] [-n 10000] [--size 100000] [--repeat 3]
 
 Rows: `tar -cf - DIR | cat` (the reference), `tarcreate --tree DIR | cat`
 (the same files as one stream), the two-tree join of the pets layout, and
@@ -38,7 +38,10 @@ def main():
     ap.add_argument("-n", type=int, default=10000)
     ap.add_argument("--size", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="smoke run: 400 files, one turn")
     a = ap.parse_args()
+    if a.quick:
+        a.n, a.repeat = 400, 1
     use_venv()
     root = os.path.join(DATA, f"tree-{a.n}x{a.size}")
     make_tree(root, a.n, a.size)
@@ -72,6 +75,7 @@ def main():
     ref = res["tar -cf - DIR | cat"]["median"]
     rows = [(name.replace("|", "\\|"), f"{r['median']:.2f}", f"{total / r['median'] / 1e6:.0f}", f"{ref / r['median']:.2f}x",
              f"{r['peak_mb']:.0f}") for name, r in res.items()]
+    print("## bench_tree.py — tarcreate --tree against tar -cf - DIR | cat\n")
     print(f"{a.n} files of {a.size} bytes in two directories ({total / 1e9:.2f} GB), median of {a.repeat}, "
           f"load {os.getloadavg()[0]:.1f}")
     print(table(rows, ["command", "s", "MB/s", "vs tar \\| cat", "peak MB"]))
