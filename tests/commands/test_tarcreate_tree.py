@@ -9,6 +9,7 @@ import tarfile
 
 from conftest import require
 from helpers import one_line, read_tar, run_measured, samples_of
+from test_progress import on_pty, redraws
 from test_urls import s3  # noqa: F401 (the moto server fixture)
 
 NAMES = ["Abyssinian_1", "Abyssinian_10", "Bengal_3", "beagle_1", "yorkshire_terrier_7", "a b", "ab"]
@@ -233,12 +234,14 @@ def test_big_member_is_streamed(sh, tmp_path):
 
 
 def test_progress_on_a_terminal(tmp_path):
-    """--progress draws the byte bar on stderr, cleared at the end."""
+    """On a terminal (a pty of 50 columns) a bar of bytes, each redraw
+    shorter than the width; --no-progress, none."""
     pets(tmp_path)
-    p = subprocess.run(["tarcreate", "--tree", "images", "--progress", "-o", "out.tar"], cwd=tmp_path,
-                       capture_output=True)
-    assert p.returncode == 0 and b"%" in p.stderr and p.stderr.endswith(b"\r\x1b[K")
+    err = on_pty(["tarcreate", "--tree", "images", "-o", "out.tar"], tmp_path, 50)
+    lines = redraws(err)
+    assert lines and all(line.startswith("tarcreate:") and "%" in line and len(line) < 50 for line in lines), err
     assert len(samples_of((tmp_path / "out.tar").read_bytes())) == len(NAMES)
+    assert on_pty(["tarcreate", "--tree", "images", "--no-progress", "-o", "out2.tar"], tmp_path, 50) == b""
 
 
 def _upload(tmp_path, env, dest):
