@@ -147,13 +147,12 @@ class Listing:
     ``trees``, ``skipped`` (a :class:`Skipped`), ``files``, ``bytes`` (the
     sizes listed; ``None`` when a listing gave none)."""
 
-    def __init__(self, trees, rule, max_plan, avoid, skipped, access=True):
+    def __init__(self, trees, rule, max_plan, avoid, skipped):
         self.trees = trees
         self.rule = rule
         self.max_plan = max_plan
         self.avoid = avoid
         self.skipped = skipped
-        self.access = access
         self.entries = []
         self.held = 0
         self.bytes = 0
@@ -191,7 +190,7 @@ class Listing:
             raise BadInput(f"{shown(path)}: refusing the file: {why}")
         if ident is not None and ident in self.avoid:
             raise BadInput(f"{shown(path)}: input file is output file (it is being written)")
-        if self.access and not tree.remote and not os.access(path, os.R_OK):
+        if not tree.remote and not os.access(path, os.R_OK):
             raise BadInput(f"{shown(path)}: file is not readable (permission denied)")
         entry = b"\0".join((_enc(key), _enc(field), b"%d" % index, b"%d" % (size if size is not None else -1),
                             _enc(rel)))
@@ -508,10 +507,11 @@ def _read_local(name, path, avoid):
             os.close(fd)
 
 
-def _fetch(name, url, settings, retries):
+def _fetch(name, url, settings, retries, stopped):
     """A :class:`Part` of an object: its bytes read through the scheme table's
     READ command (resumed where it breaks, ``retries`` times), in memory up
-    to :data:`SMALL_FILE`, else spooled to an unnamed temporary file."""
+    to :data:`SMALL_FILE`, else spooled to an unnamed temporary file;
+    ``None`` once ``stopped`` (an event) is set."""
     import tempfile
 
     from ..core.blob import Blob, SharedFile
@@ -520,8 +520,12 @@ def _fetch(name, url, settings, retries):
     kept = []
     size = 0
     spool = None
+    if stopped.is_set():
+        return None
     try:
         with open_source(url, decompress=False, retries=retries, settings=settings) as f:
+            if stopped.is_set():  # (a stop while its client started, before it was registered)
+                return None
             while True:
                 piece = f.read(1 << 20)
                 if not piece:
@@ -556,8 +560,11 @@ def tree_parts(listing, samples, parallel=1, settings=None, retries=None):
 
     from .resume import RETRIES
 
+    import threading
+
     retries = RETRIES if retries is None else retries
     remote = any(t.remote for t in listing.trees)
+    stopped = threading.Event()
     pool = None
     if remote:
         from concurrent.futures import ThreadPoolExecutor
@@ -572,7 +579,7 @@ def tree_parts(listing, samples, parallel=1, settings=None, retries=None):
             name = f"{sample.key}.{field}"
             path = tree.path(rel)
             if tree.remote:
-                parts.append(pool.submit(_fetch, name, path, settings, retries))
+                parts.append(pool.submit(_fetch, name, path, settings, retries, stopped))
             else:
                 parts.append((name, path))
         return sample.key, parts
@@ -610,7 +617,11 @@ def tree_parts(listing, samples, parallel=1, settings=None, retries=None):
             # a stop (an error, Ctrl-C, the reader gone) does not wait for the fetches under
             # way to end: their clients (input children) are killed, their reads fail at once
             if ahead:
+                from ..runtime.child import when_started
                 from .open import stop_sources
 
-                stop_sources()
+                # the clients running are killed (their reads end at once); one being
+                # started is killed once registered; one not yet started never starts
+                stopped.set()
+                when_started(stop_sources)
             pool.shutdown(wait=True, cancel_futures=True)

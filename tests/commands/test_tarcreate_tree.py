@@ -8,7 +8,7 @@ import subprocess
 import tarfile
 
 from conftest import require
-from helpers import one_line, read_tar, run_measured, samples_of
+from helpers import kill_left, one_line, processes_with, read_tar, run_measured, samples_of, unique_sleep
 from test_progress import on_pty, redraws
 from test_urls import s3  # noqa: F401 (the moto server fixture)
 
@@ -286,6 +286,24 @@ def test_gs_listing_through_the_scheme_table(sh, tmp_path):
     assert samples["ab"] == {"jpg": (tmp_path / "bucket/images/ab.jpg").read_bytes(),
                              "ann.png": (tmp_path / "bucket/annotations/trimaps/ab.png").read_bytes()}
     assert list(samples) == sorted(NAMES, key=str.encode)
+
+
+def test_failed_fetch_stops_the_fetches_under_way(sh, tmp_path):
+    """A failed fetch ends the run at once: the fetches still running
+    (their clients) are killed, not waited for."""
+    (tmp_path / "bucket").mkdir()
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (tmp_path / "bucket" / name).write_bytes(name.encode())
+    sleep = unique_sleep()
+    env = {"TARPROC_LIST_GS": 'for f in bucket/*; do echo "gs://b/${f#bucket/}"; done',
+           "TARPROC_READ_GS": f'case {{url}} in *a.txt) echo no such object >&2; exit 3;; *) {sleep};; esac'}
+    try:
+        p = sh("tarcreate --tree gs://b/ -p 3 -o out.tar", env=env, ok=False, timeout=60)
+        assert p.returncode == 2 and "gs://b/a.txt" in one_line(p) and "no such object" in one_line(p)
+        assert not (tmp_path / "out.tar").exists()
+        assert not processes_with(sleep)
+    finally:
+        kill_left(sleep)
 
 
 def test_non_utf8_names_round_trip(sh, tmp_path):
