@@ -87,6 +87,8 @@ def main_trees(args, prog):
         raise UsageError("give a plan or --tree, not both")
     if args.dir is not None or args.delim is not None or args.plan_format != "auto":
         raise UsageError("-C, -f and --plan-format go with a plan, not with --tree")
+    if (args.max_size is not None or args.max_count is not None) and args.output == "-" and not args.dry_run:
+        raise UsageError("-s and -n write shards: give -o a name pattern, e.g. -o 'pets-%06d.tar'")
     rep = Reporter(prog, args.verbose, args.quiet, args.progress, unit="B")
     trees = [parse_tree(t) for t in args.tree]
     rule = key_rule("path" if args.key == DEFAULT_KEY else args.key)

@@ -324,7 +324,8 @@ def test_usage(sh, tmp_path):
     p = sh("tarcreate --tree d:x", ok=False)
     assert p.returncode == 2 and one_line(p) == "tarcreate: --tree d: No such file or directory"
     for bad in ("--tree d:x/ plan.tsv", "--tree d:x/ -C d:x", "--tree d:x/ --plan-format table",
-                "--tree d:x/ --missing sometimes", "--tree d:x/ -p 0"):
+                "--tree d:x/ --missing sometimes", "--tree d:x/ -p 0", "--tree d:x/ -s 1MB",
+                "-s 1MB -o 'x-%d.tar' plan.tsv"):
         p = sh(f"tarcreate {bad}", ok=False)
         assert p.returncode == 2 and p.stdout == b"", bad
         assert "Traceback" not in p.stderr.decode()
