@@ -63,12 +63,22 @@ def test_pets_base_key_prefix_and_key_order(sh, tmp_path):
 
 
 def test_same_bytes_whatever_the_listing_order(sh, tmp_path):
-    outs = []
-    for seed in (1, 2, 3):
-        d = tmp_path / f"t{seed}"
-        pets(d, order=seed)
-        outs.append(sh(f"cd t{seed} && {PETS}").stdout)
-    assert outs[0] == outs[1] == outs[2]
+    # on tmpfs a directory lists its entries newest first: files made in another order list in another order
+    import shutil
+    import tempfile
+
+    base = tempfile.mkdtemp(dir="/dev/shm")
+    try:
+        outs, listed = [], []
+        for seed in (1, 2, 3):
+            d = os.path.join(base, f"t{seed}")
+            pets(d, order=seed)
+            listed.append(os.listdir(os.path.join(d, "images")))
+            outs.append(sh(f"cd {d} && {PETS}").stdout)
+        assert listed[0] != listed[1] != listed[2]  # the file system's order differs...
+        assert outs[0] == outs[1] == outs[2]  # ...the bytes do not
+    finally:
+        shutil.rmtree(base)
 
 
 def test_path_key_and_regex_key(sh, tmp_path):
