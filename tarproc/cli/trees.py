@@ -119,7 +119,7 @@ def main_trees(args, prog):
         rep.info(f"{checked.samples:,} samples, {checked.files:,} files (dry run: nothing read)")
         return 0
     if not checked.samples:
-        rep.info("the trees make no samples (writing an empty archive)")
+        rep.warn("the trees make no samples (writing an empty archive)")  # (a mistyped prefix, often)
     rep.bar.total = checked.bytes
     done = [0]
 

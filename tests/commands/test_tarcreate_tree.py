@@ -370,3 +370,10 @@ def test_shards_cut_by_tarcreate_are_tarsplits(sh, tmp_path):
     done = sorted(n for n in os.listdir(tmp_path / "a") if n.startswith("f-"))
     # zz, the last key, would be the eighth; the seventh is closed when the eighth sample comes
     assert done == [f"f-{i:03d}.tar" for i in range(len(NAMES) - 1)], done
+
+
+def test_empty_tree_is_an_empty_archive_and_a_warning(sh, tmp_path):
+    (tmp_path / "e").mkdir()
+    p = sh("tarcreate --tree e", stderr_ok=True)
+    assert p.stdout == bytes(1024) and read_tar(p.stdout) == []
+    assert one_line(p) == "tarcreate: warning: the trees make no samples (writing an empty archive)"
