@@ -2,7 +2,7 @@
 
 from typing import Annotated, Optional
 
-from .base import Retries, resume_of
+from .base import output_directory_exists, Retries, resume_of
 from .base import GroupSize, group_size_of
 from .base import MaxBadShards, OnBadShard
 from .base import (replaced, BlobThreshold, TmpDir, Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Verbose, command, nonneg,
@@ -16,8 +16,8 @@ tarsplit -s 100MB -z -o train big.tar          # train-000000.tar.gz, ... (sizes
 tarsplit -n 1000 -o 'train-{shard:06d}.tar' -p 'gsutil cp %s gs://bucket/ && rm %s' data.tar
 tarsplit -n 1000 -o 'gs://bucket/train-%06d.tar' --manifest shards.json data.tar
 tarsplit --shards 8 -o 'rank-{shard:02d}.tar' --index index.json data.tar   # 8 equal shards + index
-tarsplit --fractions 'train=0.8,val=0.1,test=0.1' --seed 1 -o 'out/{split}-%06d.tar' data.tar
-tarsplit --fractions 'train=0.9,val=0.1' -n 500 -o 'fx/{split}-%06d.tar' --index 'fx/{split}.json' data.tar
+mkdir -p out && tarsplit --fractions 'train=0.8,val=0.1,test=0.1' --seed 1 -o 'out/{split}-%06d.tar' data.tar
+mkdir -p fx && tarsplit --fractions 'train=0.9,val=0.1' -n 500 -o 'fx/{split}-%06d.tar' --index 'fx/{split}.json' data.tar
 """
 
 NOTES = """
@@ -40,7 +40,7 @@ def tarsplit_command(
     max_size: Annotated[Optional[str], opt("-s", "--max-size", "--maxsize", metavar="BYTES",
                         help="at most BYTES per shard as written, before compression: 1e9, 100MB, 1GiB; "
                              "0: no limit (default: 1e9)")] = None,
-    output: Annotated[str, opt("-o", "--output", metavar="PREFIX|PATTERN",
+    output: Annotated[str, opt("-o", "--output", metavar="PREFIX|PATTERN", callback=output_directory_exists,
                       help="PREFIX gives PREFIX-000000.tar, PREFIX-000001.tar, ...; a PATTERN with %06d or "
                            "{shard:06d} is used as given; may be a URL (gs://, s3://, pipe:...) "
                            "(default: temp)")] = "temp",
@@ -58,7 +58,7 @@ def tarsplit_command(
                         help="like --post, and the shard is deleted after the command succeeds")] = None,
     command_replaced: replaced("--command", "-C/--post-delete") = None,
     nodelete: Annotated[bool, opt("--nodelete", help="with -C: keep the shard")] = False,
-    manifest: Annotated[Optional[str], opt("--manifest", metavar="FILE",
+    manifest: Annotated[Optional[str], opt("--manifest", metavar="FILE", callback=output_directory_exists,
                         help="write a JSON list of the shards (name, index, samples, bytes) to FILE")] = None,
     shards: Annotated[Optional[int], opt("--shards", metavar="N", parser=positive(),
                       help="exactly N shards whose sample counts differ by at most 1 (total from --total, or "
@@ -73,7 +73,7 @@ def tarsplit_command(
                               "shards")] = None,
     seed: Annotated[int, opt("--seed", metavar="N",
                     help="seed of the --fractions hash (default: 0)")] = 0,
-    index: Annotated[Optional[str], opt("--index", metavar="FILE",
+    index: Annotated[Optional[str], opt("--index", metavar="FILE", callback=output_directory_exists,
                      help="write a tarindex index (JSON, offsets, and for .tar.gz/.tar.zst shards in groups "
                           "their seek record) of the shards written; with --fractions one per split, named with "
                           "{split}: 'idx/{split}.json'")] = None,
