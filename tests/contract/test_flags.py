@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT
 
 COMMANDS = ["tarcat", "tarpcat", "tarsplit", "tarsort", "tarshow", "tar2tsv", "tarfirst", "tarcheck", "tarcreate",
-            "tarproc", "kujob", "tarserve", "lines2tar", "tar2json", "tarmix", "tarindex"]
+            "tarproc", "kujob", "tarserve", "lines2tar", "tar2json", "tarmix", "tarindex", "tarjoin"]
 
 # long option -> (what it means in every command that has it, kind of value:
 # "flag" or "value" or "values" (repeatable)).  The meaning is a sentence
