@@ -78,6 +78,10 @@ def tarsplit_command(
                           "their seek record) of the shards written; with --fractions one per split, named with "
                           "{split}: 'idx/{split}.json'")] = None,
     strict: Strict = False,
+    allow_truncated: Annotated[bool, opt("--allow-truncated",
+                               help="commit the shard holding the end of an input that ended without its "
+                                    "end-of-archive marker (default: that shard is not committed, exit 1: "
+                                    "the input may be a failed command's output)")] = False,
     on_bad_shard: OnBadShard = "fail",
     max_bad_shards: MaxBadShards = None,
     retries: Retries = None,
@@ -177,6 +181,8 @@ def tarsplit_command(
         elif args.fractions:
             mode = {"fractions": args.fractions, "seed": args.seed}
         samples = progress_stage(rep, stats)(read_inputs(args, rep, stats, urls, pass_through=True, raw=True))
+        if not args.allow_truncated:
+            samples = _refuse_truncated(samples, stats, shards)
         kw = {"max_count": max_count, "max_size": max_size, "maxshards": args.maxshards, "inputs": ahead, **mode}
         for shard in split_samples(samples, pattern, start=args.start, compression=compression,
                                    group_size=group_size_of(args), index=bool(args.index), settings=args.settings,
@@ -204,6 +210,27 @@ def tarsplit_command(
     rep.done(stats)
     rep.info(f"{len(shards)} shards, {sum(s.samples for s in shards)} samples, {total_bytes} bytes")
     return 0
+
+
+def _refuse_truncated(samples, stats, shards):
+    """The samples, stopped with an :class:`~tarproc.errors.OutputError`
+    (exit 1) as soon as an input has ended without its end-of-archive
+    marker: the shard being written (its last samples) is then not
+    committed.  `tarproc ... | tarsplit` commits whole-looking shards of a
+    failed upstream otherwise (the reader only warns)."""
+    from ..errors import OutputError
+
+    def refuse():
+        raise OutputError(f"an input ended without its end-of-archive marker (a failed upstream command?): the "
+                          f"shard holding its end is not committed ({len(shards)} shard"
+                          f"{'' if len(shards) == 1 else 's'} before it are); --allow-truncated commits it")
+
+    for sample in samples:
+        if stats.truncated:
+            refuse()
+        yield sample
+    if stats.truncated:
+        refuse()
 
 
 # ---- exact shards, splits and indexes (issue 16)
