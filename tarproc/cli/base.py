@@ -511,8 +511,8 @@ from .guards import Terminated, on_sigterm  # noqa: E402,F401 (Terminated is par
 
 
 #: Spellings of an option a user may try that a command does not have, and
-#: what to use instead: an unknown option says so ("did you mean"), where
-#: click's own hint (close spellings of the command's options) finds nothing.
+#: what to use instead: an unknown option says so ("did you mean"), in place
+#: of click's own hint (close spellings of the command's options).
 SPELLINGS = {
     "tarsort": {"--shuffle": "-S shuffle", "--random": "-S shuffle", "--numeric": "-S int",
                 "--key": "-s/--sortkey FIELD"},
