@@ -2,7 +2,7 @@
 
 from typing import Annotated, Literal, Optional
 
-from .base import Retries, resume_of
+from .base import output_format, Retries, resume_of
 from .base import MaxBadShards, OnBadShard
 from .base import (BlobThreshold, TmpDir, Args, BraceExpand, Count, FileList, Inputs, Strict,
                    command, nonneg, opt, positive, read_inputs, run, Reporter, selection_stages)
@@ -49,8 +49,9 @@ def tar2tsv_command(
     scan: Annotated[int, opt("--scan", metavar="N", parser=positive(),
                     help="without -f, the columns are the fields of the first N samples (default 1000; "
                          "they are held back until then)")] = 1000,
-    format: Annotated[Literal["tsv", "csv", "jsonl"], opt("--format",
-                      help="output format (default tsv)")] = "tsv",
+    format: Annotated[Literal["tsv", "csv", "jsonl", "jsonlines"], opt(
+                      "--format", metavar="tsv|csv|jsonl", callback=output_format("tsv", "csv", "jsonl"),
+                      help="output format: tsv, csv or jsonl (also called jsonlines) (default tsv)")] = "tsv",
     strict: Strict = False,
     on_bad_shard: OnBadShard = "fail",
     max_bad_shards: MaxBadShards = None,
