@@ -66,6 +66,8 @@ MEANINGS = {
     "--group-size": ("compressed outputs: bytes of tar per independently decodable group (0: one stream)", "value"),
     "--index": ("write a tarindex index of what was written", "value"),
     "--shards": ("exactly N shards", "value"),
+    "--max-size": ("cut shards at this many bytes (whole samples)", "value"),
+    "--dry-run": ("say what would be done (commands, samples), do nothing", "flag"),
 }
 
 
