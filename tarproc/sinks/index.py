@@ -22,66 +22,142 @@ written (:func:`written_shard_index`, for ``tarsplit --index``;
     print(index["shardlist"][0]["nsamples"])
 """
 
+import io
 import json
 import os
 import sys
 
-from ..core.indexfile import KIND, pack_offsets  # (the format, shared with the reader)
+from ..core.indexfile import KIND, shard_sidecar  # (the format, shared with the reader)
 from ..errors import BadInput, UsageError
+from ..sources.indexnames import name_for
 from ..sources.resume import RETRIES, STALL_TIMEOUT
 from .scan import ShardIndex, scan_many
 
 
 def sidecar_name(index_path):
-    """The sidecar of ``dir/name.json``: ``dir/name.offsets``."""
+    """The offsets sidecar of ``dir/name.json``: ``dir/name.offsets`` (the
+    per-shard sidecars go in ``dir/name.offsets.d/``, the key table is
+    ``dir/name.keys``)."""
     base = index_path[:-5] if index_path.endswith(".json") else index_path
     return base + ".offsets"
 
 
-def _relative_url(url, index_dir):
-    """Shard URLs are written relative to the index's directory when both are
-    local (as ``wids`` resolves them), otherwise as given."""
-    from ..sources.open import scheme_of
+def keys_name(offsets_path):
+    """The key table beside an offsets sidecar: ``index.offsets`` -> ``index.keys``."""
+    base = offsets_path[:-8] if offsets_path.endswith(".offsets") else offsets_path
+    return base + ".keys"
 
-    if index_dir is None or scheme_of(url) != "file":
-        return url
-    return os.path.relpath(os.path.abspath(url), index_dir)
+
+class _Writer:
+    """The parts of an index as its shards come: each shard's sidecar
+    written (:meth:`shard`, from any thread) and its keys handed to the key
+    table, so no more than one shard's keys per thread are held; then the
+    JSON (:meth:`finish`).  With ``sidecar_path`` ``None``: counts only;
+    with ``keep``: the sidecars are kept in memory, not written."""
+
+    def __init__(self, index_dir, sidecar_path, sidecar, settings=None, keep=False):
+        self.index_dir, self.sidecar_path, self.sidecar, self.settings = index_dir, sidecar_path, sidecar, settings
+        self.kept = {} if keep else None
+        self.keys = None
+        if sidecar_path is not None:
+            from .keytable import KeyTable
+
+            self.keys = KeyTable()
+            self.made_dir = False
+
+    def shard(self, n, info):
+        """Write shard number ``n``'s sidecar (when it has offsets) and
+        return ``info`` without its keys and offsets (``sidecar_bytes`` set)."""
+        if self.sidecar_path is None or not info.has_offsets:
+            return info
+        from ..core.indexfile import key_hashes, pack_shard
+
+        for key in info.keys:
+            if "\n" in key:
+                raise BadInput(f"{info.url}: key {key!r} has a newline: cannot be indexed")
+        starts = info.starts.tobytes() if sys.byteorder == "little" else _le(info.starts)
+        blob = pack_shard(starts, info.keys)
+        if self.kept is not None:
+            self.kept[n] = blob
+        else:
+            self._write(shard_sidecar(self.sidecar_path + ".d", n), blob)
+        self.keys.add(n, key_hashes(info.keys))
+        info.sidecar_bytes = len(blob)
+        info.starts = info.keys = None
+        return info
+
+    def _write(self, path, data):
+        from ..sources.open import scheme_of
+        from .output import open_sink
+
+        if not self.made_dir and scheme_of(path) == "file":
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self.made_dir = True
+        with open_sink(path, compression=None, settings=self.settings) as sink:
+            sink.write(data)
+
+    def close(self):
+        if self.keys is not None:
+            self.keys.close()
+
+    def entries(self, infos, name=None):
+        """The index ``dict`` of ``infos`` (each through :meth:`shard`)."""
+        shardlist = []
+        firsts = []  # the dataset position of each shard's first sample
+        total = samples = 0
+        for n, info in enumerate(infos):
+            info = self.shard(n, info) if info.has_offsets and info.sidecar_bytes is None else info
+            entry = {"url": name_for(info.url, self.index_dir), "nsamples": info.nsamples}
+            if info.filesize is not None:
+                entry["filesize"] = info.filesize
+            entry["compression"] = info.compression
+            entry["offsets"] = bool(info.has_offsets and self.sidecar_path is not None)
+            firsts.append(samples)
+            samples += info.nsamples
+            if entry["offsets"]:
+                entry["end"] = info.end
+                entry["offsets_bytes"] = info.sidecar_bytes
+                total += info.nsamples
+            _add_stamp(entry, info)
+            shardlist.append(entry)
+        index = {"__kind__": KIND, "wids_version": 1}
+        if name:
+            index["name"] = name
+        index["shardlist"] = shardlist
+        self.firsts = firsts
+        if self.sidecar_path is not None and any(e["offsets"] for e in shardlist):  # (also for shards with no samples)
+            index["tarproc_offsets"] = {"format": 2, "dir": self.sidecar + ".d", "samples": total,
+                                        "keys": keys_name(self.sidecar)}
+        return index
+
+    def key_table(self, index):
+        """Write the key table (when ``index`` has offsets); its size goes in the index."""
+        side = index.get("tarproc_offsets")
+        if side is None:
+            self.close()
+            return
+        if self.kept is not None:
+            sink = io.BytesIO()
+            side["keys_bytes"] = self.keys.write(sink, self.firsts)
+            self.kept["keys"] = sink.getvalue()
+            return
+        from .output import open_sink
+
+        with open_sink(keys_name(self.sidecar_path), compression=None, settings=self.settings) as sink:
+            side["keys_bytes"] = self.keys.write(sink, self.firsts)
 
 
 def build_index(infos, index_dir=None, sidecar=None, name=None):
-    """The index ``dict`` (and the sidecar ``bytes``, or ``None``) for a list
-    of :class:`ShardIndex`."""
-    shardlist = []
-    starts_parts = []
-    key_parts = []
-    total = 0
-    for info in infos:
-        entry = {"url": _relative_url(info.url, index_dir), "nsamples": info.nsamples}
-        if info.filesize is not None:
-            entry["filesize"] = info.filesize
-        entry["compression"] = info.compression
-        entry["offsets"] = bool(info.has_offsets and sidecar is not None)
-        if entry["offsets"]:
-            entry["first"] = total
-            entry["end"] = info.end
-            total += info.nsamples
-            starts_parts.append(info.starts.tobytes() if sys.byteorder == "little" else _le(info.starts))
-            for key in info.keys:
-                if "\n" in key:
-                    raise BadInput(f"{info.url}: key {key!r} has a newline: cannot be indexed")
-            key_parts.append("".join(k + "\n" for k in info.keys).encode("utf-8", "surrogateescape"))
-        _add_stamp(entry, info)
-        shardlist.append(entry)
-    index = {"__kind__": KIND, "wids_version": 1}
-    if name:
-        index["name"] = name
-    index["shardlist"] = shardlist
-    blob = None
-    if sidecar is not None and any(e["offsets"] for e in shardlist):  # (also for shards with no samples)
-        keys = b"".join(key_parts)
-        blob = pack_offsets(total, b"".join(starts_parts), keys)
-        index["tarproc_offsets"] = {"file": sidecar, "samples": total, "bytes": len(blob)}
-    return index, blob
+    """The index ``dict`` of a list of :class:`ShardIndex` and its sidecars
+    (a ``dict``: shard number -> its sidecar's bytes, ``"keys"`` -> the key
+    table; empty for counts only), in memory."""
+    writer = _Writer(index_dir, sidecar, sidecar, keep=True)
+    try:
+        index = writer.entries(infos, name)
+        writer.key_table(index)
+    finally:
+        writer.close()
+    return index, writer.kept or {}
 
 
 def _add_stamp(entry, info):
@@ -102,14 +178,13 @@ def _le(arr):
     return swapped.tobytes()
 
 
-def write_index(index, blob, output, sidecar_path=None, more=(), settings=None):
-    """Write the index JSON to ``output`` (a URL, ``-`` for stdout) and the
-    sidecar to ``sidecar_path`` (and each ``(path, bytes)`` of ``more``);
-    each appears only when complete (the sidecars first, so an index never
-    names a sidecar that is missing)."""
+def write_json(index, output, more=(), settings=None):
+    """Write each ``(path, bytes)`` of ``more``, then the index JSON to
+    ``output`` (a URL, ``-`` for stdout); each appears only when complete
+    (the JSON last, so an index never names a sidecar that is missing)."""
     from .output import open_sink
 
-    for path, data in ((sidecar_path, blob),) + tuple(more):
+    for path, data in more:
         if data is not None:
             with open_sink(path, compression=None, settings=settings) as sink:
                 sink.write(data)
@@ -168,10 +243,15 @@ def index_shards(urls, output=None, offsets=True, name=None, stats=None, strict=
         if progress is not None:
             progress(info)
 
-    infos = scan_many(urls, parallel, done, stats=stats, strict=strict, warn=warn, checksum=checksum,
-                      seek_record=sidecar is not None, checkpoint_spacing=checkpoint_spacing, retries=retries,
-                      stall_timeout=stall_timeout, settings=settings)
-    return publish_index(infos, output, name=name, paths=(index_dir, sidecar_path, sidecar), settings=settings)
+    writer = _Writer(index_dir, sidecar_path, sidecar, settings)
+    try:
+        # each shard's sidecar is written by the thread that read it, as soon as it is read
+        infos = scan_many(urls, parallel, done, each=writer.shard, stats=stats, strict=strict, warn=warn,
+                          checksum=checksum, seek_record=sidecar is not None, checkpoint_spacing=checkpoint_spacing,
+                          retries=retries, stall_timeout=stall_timeout, settings=settings)
+        return _publish(writer, infos, output, name, settings)
+    finally:
+        writer.close()
 
 
 def index_paths(output, offsets=True):
@@ -199,10 +279,7 @@ def index_paths(output, offsets=True):
             raise UsageError(f"--offsets {sidecar_path}: names the index itself; the offsets are another file")
     if sidecar_path is not None:
         # named relative to the index (a bare name when they share a directory)
-        if index_dir is not None and scheme_of(sidecar_path) == "file":
-            sidecar = os.path.relpath(os.path.abspath(sidecar_path), index_dir)
-        else:
-            sidecar = sidecar_path
+        sidecar = name_for(sidecar_path, index_dir)
     return index_dir, sidecar_path, sidecar
 
 
@@ -213,25 +290,34 @@ def index_files(output, offsets=True):
     if output in (None, "-"):
         return [offsets] if isinstance(offsets, str) else []
     sidecar_path = index_paths(output, offsets)[1]
-    return [output] + ([sidecar_path, seek_sidecar_name(sidecar_path)] if sidecar_path else [])
+    return [output] + ([sidecar_path, seek_sidecar_name(sidecar_path), keys_name(sidecar_path)] if sidecar_path
+                       else [])
 
 
 def publish_index(infos, output=None, offsets=True, name=None, paths=None, settings=None):
     """The index ``dict`` of the shards :class:`ShardIndex` ``infos``
     describe (in that order), written to ``output`` when given (with its
-    offsets sidecar and, when a compressed shard has a seek record, its
-    seek sidecar, named by :func:`index_paths`; each part appears only when
-    complete, the JSON last).  The one way an index is made, whether the
-    shards were read (:func:`index_shards`) or written
+    per-shard offsets sidecars, its key table and, when a compressed shard
+    has a seek record, its seek sidecar, named by :func:`index_paths`; each
+    part appears only when complete, the JSON last).  The one way an index
+    is made, whether the shards were read (:func:`index_shards`) or written
     (:func:`~tarproc.sinks.split.split_samples`)."""
     index_dir, sidecar_path, sidecar = paths if paths is not None else index_paths(output, offsets)
-    index, blob = build_index(infos, index_dir, sidecar, name)
+    writer = _Writer(index_dir, sidecar_path, sidecar, settings, keep=output is None)
+    try:
+        return _publish(writer, infos, output, name, settings)
+    finally:
+        writer.close()
+
+
+def _publish(writer, infos, output, name, settings):
+    index = writer.entries(infos, name)
     more = ()
-    if sidecar is not None and any(i.seek is not None for i in infos):
-        seek_path = seek_sidecar_name(sidecar_path)
-        more = ((seek_path, attach_seek(index, infos, seek_sidecar_name(sidecar))),)
+    if writer.sidecar is not None and any(i.seek is not None for i in infos):
+        more = ((seek_sidecar_name(writer.sidecar_path), attach_seek(index, infos, seek_sidecar_name(writer.sidecar))),)
+    writer.key_table(index)
     if output is not None:
-        write_index(index, blob, output, sidecar_path, more, settings)
+        write_json(index, output, more, settings)
     return index
 
 
