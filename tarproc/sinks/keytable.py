@@ -29,12 +29,12 @@ _TEMP = [("h", "<u8"), ("s", "<u4"), ("j", "<u4")]  # a key's hash, its shard, i
 class KeyTable:
     """Key hashes of the shards of an index on their way to its key table."""
 
-    def __init__(self, buffer=BUFFER):
+    def __init__(self, buffer=None):
         self.lock = threading.Lock()
         self.parts = []  # arrays waiting, each of _TEMP records
         self.held = 0
         self.count = 0
-        self.buffer = buffer
+        self.buffer = BUFFER if buffer is None else buffer
         self.spill = None  # the directory of spill files, once the buffer was full
 
     def add(self, shard, hashes):
