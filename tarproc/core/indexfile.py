@@ -59,41 +59,52 @@ def pack_shard(starts, keys):
 
 
 class ShardTable:
-    """The offsets and keys of one shard, read from its sidecar's bytes
-    ``buf`` (a ``bytes`` or an ``mmap``): :meth:`span` and :meth:`key` check
-    what they return against the sidecar's own bounds, so a damaged sidecar
-    is a :class:`~tarproc.errors.BadInput` naming ``where``, never an
-    allocation or a read it claims."""
+    """The offsets and keys of one shard, read from its sidecar of ``size``
+    bytes by ``read(start, end)`` (a few bytes at a time: the pages stay in
+    the page cache, shared, not in this process): :meth:`span` and
+    :meth:`key` check what they return against the sidecar's own bounds, so
+    a damaged sidecar is a :class:`~tarproc.errors.BadInput` naming
+    ``where``, never an allocation or a read it claims."""
 
-    __slots__ = ("buf", "where", "count", "starts", "ends", "keys", "key_bytes")
+    __slots__ = ("read", "size", "where", "count", "key_bytes", "owner")
 
-    def __init__(self, buf, count, where):
-        import numpy as np
-
-        self.buf, self.where = buf, where
-        if len(buf) < HEAD.size:
+    def __init__(self, read, size, count, where, owner=None):
+        self.read, self.size, self.where, self.owner = read, size, where, owner  # (owner: what keeps read valid)
+        head = read(0, HEAD.size) if size >= HEAD.size else b""
+        if len(head) != HEAD.size:
             raise BadInput(f"{where}: not a tarproc offsets file for this index (index the shards again)")
-        magic, n, key_bytes = HEAD.unpack_from(buf)
-        if magic != SHARD_MAGIC or n != count or len(buf) != shard_sidecar_size(n, key_bytes):
-            raise BadInput(f"{where}: not this index's offsets file for this shard ({len(buf)} bytes; "
-                           f"index the shards again)")
+        magic, n, key_bytes = HEAD.unpack(head)
+        if magic != SHARD_MAGIC or n != count or size != shard_sidecar_size(n, key_bytes):
+            raise BadInput(f"{where}: not this index's offsets file for this shard ({size} bytes; index the "
+                           f"shards again)")
         self.count, self.key_bytes = n, key_bytes
-        self.starts = np.frombuffer(buf, "<u8", n, HEAD.size)
-        self.ends = np.frombuffer(buf, "<u4", n, HEAD.size + 8 * n)
-        self.keys = memoryview(buf)[len(buf) - key_bytes:]
+
+    def _get(self, a, b):
+        data = self.read(a, b)
+        if len(data) != b - a:
+            raise BadInput(f"{self.where}: offsets file ends at byte {a + len(data)}, before {b}: it changed while "
+                           f"read (index the shards again)")
+        return data
 
     def key(self, j):
-        a = int(self.ends[j - 1]) if j else 0
-        b = int(self.ends[j])
+        at = HEAD.size + 8 * self.count + 4 * (j - 1)
+        a, b = struct.unpack(_TWO_U32, self._get(at, at + 8)) if j else (0, *struct.unpack("<I", self._get(at + 4, at + 8)))
         if not a <= b <= self.key_bytes:
             raise BadInput(f"{self.where}: key {j} runs from byte {a} to {b} of {self.key_bytes}: a damaged index "
                            f"(index the shards again)")
-        return bytes(self.keys[a:b]).decode("utf-8", "surrogateescape")
+        at = self.size - self.key_bytes
+        return bytes(self._get(at + a, at + b)).decode("utf-8", "surrogateescape")
 
     def span(self, j, end):
         """``(start, end)`` of sample ``j`` (``end``: the shard's, for the last)."""
-        start = int(self.starts[j])
-        return start, (int(self.starts[j + 1]) if j + 1 < self.count else end)
+        at = HEAD.size + 8 * j
+        if j + 1 < self.count:
+            return struct.unpack(_TWO_U64, self._get(at, at + 16))
+        return struct.unpack("<Q", self._get(at, at + 8))[0], end
+
+
+_TWO_U32 = "<II"
+_TWO_U64 = "<QQ"
 
 
 def key_hash(key):

@@ -17,8 +17,8 @@ import shutil
 import tempfile
 import threading
 
-#: records held before they are spilled (16 bytes each: 32 MiB)
-BUFFER = 1 << 21
+#: records held before they are spilled (16 bytes each: 16 MiB)
+BUFFER = 1 << 20
 #: the spill files, by the top bits of the hash
 PART_BITS = 10
 PARTS = 1 << PART_BITS
@@ -103,10 +103,11 @@ class KeyTable:
         sink.write(KEYS_HEAD.pack(KEYS_MAGIC, self.count, bits))
         try:
             for rec in self._runs():
+                pos = firsts[rec["s"]] + rec["j"]
+                order = np.lexsort((pos, rec["h"]))  # by hash, then position (a key twice: its first place first)
                 out = np.empty(len(rec), RECORD)
-                out["h"] = rec["h"]
-                out["p"] = firsts[rec["s"]] + rec["j"]
-                out.sort(order=["h", "p"])
+                out["h"], out["p"] = rec["h"][order], pos[order]
+                del pos, order
                 sink.write(out.tobytes())
                 if bits:
                     counts += np.bincount((out["h"] >> np.uint64(64 - bits)).astype(np.int64),

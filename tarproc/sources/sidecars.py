@@ -1,20 +1,23 @@
 """The per-shard sidecars and the key table of an index, read on first use
 (layouts in :mod:`tarproc.core.indexfile` and docs/tarindex.md).
 
-A local sidecar is memory-mapped, so the processes that read one dataset
-(``DataLoader`` workers) share its pages through the page cache, and only
-the pages touched are resident; at most :data:`MAPPED` are mapped at once
-(each holds a descriptor), the least recently used unmapped first.  A
+A local sidecar is read a few bytes at a time with ``pread`` (what one
+sample needs: its start and the next, where its key ends, its key), so the
+processes that read one dataset (``DataLoader`` workers) share its pages in
+the page cache and none of them holds them (a memory map was measured
+instead: the kernel maps a whole large folio of the page cache on a fault,
+up to 2 MiB, resident in every process); at most :data:`OPEN` are held open
+at once (each holds a descriptor), the least recently used closed first.  A
 remote one is fetched whole, with one read bounded by its size in the index
 (and by ``TARPROC_MAX_INDEX``), into a cache of at most :data:`CACHE_BYTES`
 bytes and :data:`CACHE_COUNT` sidecars.  The key table is mapped when
-local, read with two range reads per lookup when remote.
+read the same way: two reads per lookup (the bucket's bounds, then the
+bucket), local or remote (range reads).
 
     tables = ShardSidecars(fetch, settings)
     tables.get("idx/index.offsets.d/000007.offsets", 100000).key(5)
 """
 
-import mmap
 import os
 import threading
 from collections import OrderedDict
@@ -23,30 +26,42 @@ from ..core.indexfile import KEYS_HEAD, KEYS_MAGIC, RECORD, ShardTable, key_hash
 from ..errors import BadInput
 from .open import scheme_of
 
-#: local sidecars mapped at once (a descriptor each)
-MAPPED = 16
+#: local sidecars held open at once (a descriptor each)
+OPEN = 16
 #: remote sidecars kept: bytes, and count
 CACHE_BYTES = 32 << 20
 CACHE_COUNT = 256
 
 
-def map_file(path, size, what):
-    """A read-only map of the local file ``path``, which must have ``size``
-    bytes (else a :class:`~tarproc.errors.BadInput` about ``what``)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as e:
-        from .open import cannot_open
+class LocalFile:
+    """A local file held open for ``pread`` (closed when the last reader
+    lets go of it, so an evicted file another thread reads from stays valid)."""
 
-        raise BadInput(cannot_open(path, e)) from None
-    try:
-        got = os.fstat(fd).st_size
+    __slots__ = ("fd",)
+
+    def __init__(self, path, size, what):
+        try:
+            self.fd = os.open(path, os.O_RDONLY)
+        except OSError as e:
+            from .open import cannot_open
+
+            self.fd = None
+            raise BadInput(cannot_open(path, e)) from None
+        got = os.fstat(self.fd).st_size
         if got != size:
             raise BadInput(f"{path}: {what} has {got} bytes, the index says {size}: not this index's (index the "
                            f"shards again)")
-        return mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else b""
-    finally:
-        os.close(fd)
+
+    def read(self, a, b):
+        return os.pread(self.fd, b - a, a)
+
+    def __del__(self, _close=os.close):
+        if self.fd is not None:
+            try:
+                _close(self.fd)
+            except OSError:
+                pass
+            self.fd = None
 
 
 class ShardSidecars:
@@ -57,49 +72,48 @@ class ShardSidecars:
     def __init__(self, fetch, settings):
         self.fetch, self.settings = fetch, settings
         self.lock = threading.Lock()
-        self.tables = OrderedDict()  # url -> ShardTable, least recently used first
+        self.local = OrderedDict()  # url -> ShardTable, least recently used first
+        self.remote = OrderedDict()
         self.held = 0  # bytes of remote sidecars held
+
+    @property
+    def tables(self):
+        return {**self.local, **self.remote}
 
     def get(self, url, count, size):
         """The table of the sidecar at ``url``, which the index says holds
         ``count`` samples in ``size`` bytes."""
         with self.lock:
-            table = self.tables.get(url)
-            if table is not None:
-                self.tables.move_to_end(url)
-                return table
+            for held in (self.local, self.remote):
+                table = held.get(url)
+                if table is not None:
+                    held.move_to_end(url)
+                    return table
         if size < shard_sidecar_size(count, 0) or size > self.settings.max_index:
             raise BadInput(f"{url}: the index gives its offsets file {size} bytes for {count} samples: a damaged "
                            f"index (or more than TARPROC_MAX_INDEX, {self.settings.max_index})")
-        local = scheme_of(url) == "file"
-        buf = map_file(url, size, "offsets file") if local else self.fetch(url, size)
-        table = ShardTable(buf, count, url)
+        if scheme_of(url) == "file":
+            f = LocalFile(url, size, "offsets file")
+            table = ShardTable(f.read, size, count, url, f)
+            with self.lock:
+                self.local[url] = table
+                while len(self.local) > OPEN:  # (an evicted file another thread reads from closes after that read)
+                    self.local.popitem(last=False)
+            return table
+        buf = self.fetch(url, size)
+        table = ShardTable(lambda a, b: buf[a:b], len(buf), count, url, buf)
         with self.lock:
-            if url not in self.tables:
-                self.tables[url] = table
-                if not local:
-                    self.held += size
-                self._trim()
+            if url not in self.remote:
+                self.remote[url] = table
+                self.held += table.size
+            while len(self.remote) > 1 and (len(self.remote) > CACHE_COUNT or self.held > CACHE_BYTES):
+                self.held -= self.remote.popitem(last=False)[1].size
         return table
-
-    def _trim(self):
-        # (a table evicted while another thread reads it stays alive until that read ends: no close)
-        while len(self.tables) > 1:
-            local = [u for u in self.tables if scheme_of(u) == "file"]
-            remote = len(self.tables) - len(local)
-            if len(local) > MAPPED:
-                drop = local[0]
-            elif remote > CACHE_COUNT or self.held > CACHE_BYTES:
-                drop = next(u for u in self.tables if scheme_of(u) != "file")
-            else:
-                return
-            table = self.tables.pop(drop)
-            if scheme_of(drop) != "file":
-                self.held -= len(table.buf)
 
     def clear(self):
         with self.lock:
-            self.tables.clear()
+            self.local.clear()
+            self.remote.clear()
             self.held = 0
 
 
@@ -111,8 +125,7 @@ class KeyTable:
         import numpy as np
 
         self.url, self.size, self.read_range = url, size, read_range
-        self.local = scheme_of(url) == "file"
-        self.buf = map_file(url, size, "key table") if self.local else None
+        self.file = LocalFile(url, size, "key table") if scheme_of(url) == "file" else None
         head = bytes(self._bytes(0, KEYS_HEAD.size)) if size >= KEYS_HEAD.size else b""
         if len(head) != KEYS_HEAD.size:
             raise BadInput(f"{url}: not a tarproc key table (index the shards again)")
@@ -123,7 +136,11 @@ class KeyTable:
         self.np = np
 
     def _bytes(self, a, b):
-        return memoryview(self.buf)[a:b] if self.local else self.read_range(self.url, a, b)
+        data = self.file.read(a, b) if self.file is not None else self.read_range(self.url, a, b)
+        if len(data) != b - a:
+            raise BadInput(f"{self.url}: key table ends at byte {a + len(data)}, before {b}: it changed while read "
+                           f"(index the shards again)")
+        return data
 
     def find(self, key):
         """The positions (ascending) whose key has the hash of ``key``."""

@@ -173,7 +173,7 @@ def test_a_sidecar_that_claims_huge_counts_or_offsets_is_one_error(tmp_path):
 
 
 def test_mapped_sidecars_and_fetched_ones_stay_within_their_bounds(tmp_path, monkeypatch):
-    """40 local shards read in turn: at most MAPPED sidecars mapped (a
+    """40 local shards read in turn: at most OPEN sidecars open (a
     descriptor each); the same index read as gs:// (a stand-in client
     serving the directory): at most CACHE_COUNT sidecars, CACHE_BYTES bytes."""
     names = _shards(tmp_path, [2] * 40)
@@ -183,10 +183,10 @@ def test_mapped_sidecars_and_fetched_ones_stay_within_their_bounds(tmp_path, mon
     seen = []
     for i in range(len(ds)):
         seen.append(ds[i]["txt"])
-        assert len(ds.index.sidecars.tables) <= sidecars.MAPPED
+        assert len(ds.index.sidecars.tables) <= sidecars.OPEN
     assert seen == [b"%d.%d" % (s, i) for s in range(40) for i in range(2)]
     ds.close()
-    assert len(os.listdir("/proc/self/fd")) <= fds + sidecars.MAPPED
+    assert len(os.listdir("/proc/self/fd")) <= fds + sidecars.OPEN
     monkeypatch.setattr(sidecars, "CACHE_COUNT", 3)
     monkeypatch.setattr(sidecars, "CACHE_BYTES", 400)
     monkeypatch.setenv("TARPROC_READ_GS", f"u={{url}}; cat \"{tmp_path}/${{u#gs://b/}}\"")
