@@ -37,8 +37,10 @@ from ..core.grouping import group
 from ..core.limits import json_loads, shorten
 from ..core.tario import TarReader
 from ..errors import BadInput, TarprocError, UsageError
+from ..core.indexfile import HEAD, KIND, parse_offsets, shard_sidecar
 from .indexnames import resolve_name
 from .open import scheme_of
+from .sidecars import KeyTable, ShardSidecars
 from .shardlist import url_from_data
 
 #: A sample larger than this is refused before it is read (a damaged index
@@ -86,8 +88,6 @@ class _Index:
     """The loaded index: shard URLs, cumulative counts, offsets and keys."""
 
     def __init__(self, source, base, settings):
-        from ..core.indexfile import HEAD, KIND, parse_offsets
-
         where = source if isinstance(source, str) else "index"
         if isinstance(source, str):
             limit = settings.max_index
@@ -170,8 +170,6 @@ class _Index:
 
     def _per_shard(self, side, base, where, settings):
         """An index with a sidecar per shard (read on first use) and a key table."""
-        from .sidecars import ShardSidecars
-
         if not (isinstance(side.get("dir"), str) and isinstance(side.get("keys"), str)
                 and _is_count(side.get("keys_bytes")) and _is_count(side.get("samples"))):
             raise BadInput(f"{where}: \"tarproc_offsets\" is not {{\"format\": 2, \"dir\": ..., \"keys\": ..., "
@@ -197,8 +195,6 @@ class _Index:
 
     def table(self, s):
         """The :class:`~tarproc.core.indexfile.ShardTable` of shard ``s`` (an index with per-shard sidecars)."""
-        from ..core.indexfile import shard_sidecar
-
         shard = self.shards[s]
         return self.sidecars.get(shard_sidecar(self.side_dir, s), shard["nsamples"], shard["offsets_bytes"])
 
@@ -228,8 +224,6 @@ class _Index:
         key table's candidates, each checked against its shard's sidecar)."""
         if self.sidecars is not None:
             if self.key_table is None:
-                from .sidecars import KeyTable
-
                 self.key_table = KeyTable(self.keys_path, self.keys_bytes, read_range)
             found = []
             for pos in self.key_table.find(key):

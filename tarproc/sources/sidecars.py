@@ -18,11 +18,15 @@ bucket), local or remote (range reads).
     tables.get("idx/index.offsets.d/000007.offsets", 100000).key(5)
 """
 
+import bisect
 import os
+import struct
+import sys
 import threading
+from array import array
 from collections import OrderedDict
 
-from ..core.indexfile import KEYS_HEAD, KEYS_MAGIC, RECORD, ShardTable, key_hash, keys_table_size, shard_sidecar_size
+from ..core.indexfile import KEYS_HEAD, KEYS_MAGIC, ShardTable, key_hash, keys_table_size, shard_sidecar_size
 from ..errors import BadInput
 from .open import scheme_of
 
@@ -122,8 +126,6 @@ class KeyTable:
     positions whose key hashes like a key's, for the caller to check."""
 
     def __init__(self, url, size, read_range):
-        import numpy as np
-
         self.url, self.size, self.read_range = url, size, read_range
         self.file = LocalFile(url, size, "key table") if scheme_of(url) == "file" else None
         head = bytes(self._bytes(0, KEYS_HEAD.size)) if size >= KEYS_HEAD.size else b""
@@ -133,7 +135,6 @@ class KeyTable:
         if magic != KEYS_MAGIC or self.bits > 48 or keys_table_size(self.count, self.bits) != size:
             raise BadInput(f"{url}: not this index's key table ({size} bytes; index the shards again)")
         self.dir_at = KEYS_HEAD.size + 16 * self.count
-        self.np = np
 
     def _bytes(self, a, b):
         data = self.file.read(a, b) if self.file is not None else self.read_range(self.url, a, b)
@@ -144,20 +145,20 @@ class KeyTable:
 
     def find(self, key):
         """The positions (ascending) whose key has the hash of ``key``."""
-        np = self.np
         h = key_hash(key)
         bucket = h >> (64 - self.bits) if self.bits else 0
-        lo, hi = (int(x) for x in np.frombuffer(self._bytes(self.dir_at + 8 * bucket, self.dir_at + 8 * bucket + 16),
-                                                "<u8"))
+        lo, hi = struct.unpack("<QQ", self._bytes(self.dir_at + 8 * bucket, self.dir_at + 8 * bucket + 16))
         if not lo <= hi <= self.count or hi - lo > 1 << 24:
             raise BadInput(f"{self.url}: bucket {bucket} runs from record {lo} to {hi} of {self.count}: a damaged key "
                            f"table (index the shards again)")
         start = KEYS_HEAD.size + 16 * lo
-        recs = np.frombuffer(self._bytes(start, start + 16 * (hi - lo)), RECORD)
-        hashes = recs["h"]
-        i = int(np.searchsorted(hashes, np.uint64(h)))
+        records = array("Q", self._bytes(start, start + 16 * (hi - lo)))
+        if sys.byteorder != "little":
+            records.byteswap()
+        hashes = records[0::2]
+        i = bisect.bisect_left(hashes, h)
         out = []
-        while i < len(recs) and int(hashes[i]) == h:
-            out.append(int(recs["p"][i]))
+        while i < len(hashes) and hashes[i] == h:
+            out.append(records[2 * i + 1])
             i += 1
         return out
