@@ -63,6 +63,14 @@ class _Writer:
             from .keytable import KeyTable
 
             self.keys = KeyTable()
+            self.held = False
+            from ..sources.open import scheme_of
+
+            self.final_dir = sidecar_path + ".d"
+            # a local index's sidecars go to a directory of their own until the index is complete, then
+            # replace the previous ones at once: a failed run leaves the previous index whole
+            self.local = scheme_of(sidecar_path) == "file"
+            self.work_dir = f"{self.final_dir}.partial-{os.getpid()}-{id(self):x}" if self.local else self.final_dir
             self.made_dir = False
 
     def shard(self, n, info):
@@ -80,25 +88,51 @@ class _Writer:
         if self.kept is not None:
             self.kept[n] = blob
         else:
-            self._write(shard_sidecar(self.sidecar_path + ".d", n), blob)
+            self._write(shard_sidecar(self.work_dir, n), blob)
         self.keys.add(n, key_hashes(info.keys))
         info.sidecar_bytes = len(blob)
         info.starts = info.keys = None
         return info
 
     def _write(self, path, data):
-        from ..sources.open import scheme_of
         from .output import open_sink
 
-        if not self.made_dir and scheme_of(path) == "file":
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+        if not self.made_dir and self.local:
+            os.makedirs(self.work_dir, exist_ok=True)
             self.made_dir = True
-        with open_sink(path, compression=None, settings=self.settings) as sink:
+        # committed at once (into this run's directory): a command's gate would hold a descriptor per shard
+        with open_sink(path, compression=None, defer=False, settings=self.settings) as sink:
             sink.write(data)
+
+    def commit(self):
+        """The sidecars written in their own directory replace the previous index's."""
+        if self.keys is None or not self.local:
+            return
+        if not self.made_dir:
+            os.makedirs(self.work_dir, exist_ok=True)
+        old = None
+        if os.path.isdir(self.final_dir) and not os.path.islink(self.final_dir):
+            old = f"{self.final_dir}.old-{os.getpid()}-{id(self):x}"
+            os.rename(self.final_dir, old)
+        os.rename(self.work_dir, self.final_dir)
+        self.made_dir = False
+        if old is not None:
+            import shutil
+
+            shutil.rmtree(old, ignore_errors=True)
+
+    def discard(self):
+        if self.local and self.made_dir:  # not committed: what this run wrote goes
+            import shutil
+
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+            self.made_dir = False
 
     def close(self):
         if self.keys is not None:
             self.keys.close()
+            if not self.held:
+                self.discard()
 
     def entries(self, infos, name=None):
         """The index ``dict`` of ``infos`` (each through :meth:`shard`)."""
@@ -143,8 +177,12 @@ class _Writer:
             return
         from .output import open_sink
 
+        from .output import commit_with_outputs
+
         with open_sink(keys_name(self.sidecar_path), compression=None, settings=self.settings) as sink:
             side["keys_bytes"] = self.keys.write(sink, self.firsts)
+        self.held = True  # the directory's fate is the gate's now (or it is committed here)
+        commit_with_outputs(self.commit, self.discard)
 
 
 def build_index(infos, index_dir=None, sidecar=None, name=None):

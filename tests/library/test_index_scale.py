@@ -264,3 +264,28 @@ def test_index_names_are_found_on_stdout_and_through_links_both_ways(sh, tmp_pat
                 os.chdir(old)
     got = _wids_keys(tmp_path, paths)
     assert all(got[p] == want for p in paths), got
+
+
+def test_a_failed_run_leaves_the_previous_index_whole(sh, tmp_path):
+    """Each shard's sidecar is written as its shard is read, into a directory
+    of this run's own that replaces the previous one only when every shard
+    was read: a run that fails on its third shard leaves the previous index
+    and its sidecars as they were, and nothing of its own."""
+    _shards(tmp_path, [4, 5, 6])
+    sh("tarindex -q s0.tar s1.tar s2.tar -o i.json")
+    before = {f: (tmp_path / "i.offsets.d" / f).read_bytes() for f in os.listdir(tmp_path / "i.offsets.d")}
+    good = list(tarproc.IndexedDataset(str(tmp_path / "i.json")))
+    _shards(tmp_path, [7, 8], prefix="new")  # s0 and s1 change; s2 becomes damaged
+    (tmp_path / "s2.tar").write_bytes(b"\xff" * 1024)
+    p = sh("tarindex -q s0.tar s1.tar s2.tar -o i.json", ok=False)
+    assert p.returncode == 2 and b"s2.tar" in p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["i.json", "i.keys", "i.offsets.d", "s0.tar", "s1.tar", "s2.tar"]
+    assert {f: (tmp_path / "i.offsets.d" / f).read_bytes() for f in os.listdir(tmp_path / "i.offsets.d")} == before
+    ds = tarproc.IndexedDataset(str(tmp_path / "i.json"), verify="none")
+    assert [ds.key(i) for i in range(len(ds))] == [s["__key__"] for s in good] and ds.index_of("k2-005") == 14
+    # and a run that succeeds replaces them
+    _shards(tmp_path, [7, 8, 1], prefix="new")
+    sh("tarindex -q s0.tar s1.tar s2.tar -o i.json")
+    ds = tarproc.IndexedDataset(str(tmp_path / "i.json"))
+    assert len(ds) == 16 and ds[15]["__key__"] == "new2-000" and ds.index_of("new1-007") == 14
+    assert sorted(os.listdir(tmp_path / "i.offsets.d")) == ["000000.offsets", "000001.offsets", "000002.offsets"]
