@@ -111,15 +111,18 @@ class _Writer:
         if not self.made_dir:
             os.makedirs(self.work_dir, exist_ok=True)
         old = None
-        if os.path.isdir(self.final_dir) and not os.path.islink(self.final_dir):
+        if os.path.lexists(self.final_dir):  # (a symbolic link is replaced, never written through)
             old = f"{self.final_dir}.old-{os.getpid()}-{id(self):x}"
             os.rename(self.final_dir, old)
         os.rename(self.work_dir, self.final_dir)
         self.made_dir = False
         if old is not None:
-            import shutil
+            if os.path.isdir(old) and not os.path.islink(old):
+                import shutil
 
-            shutil.rmtree(old, ignore_errors=True)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.unlink(old)
 
     def discard(self):
         if self.local and self.made_dir:  # not committed: what this run wrote goes
