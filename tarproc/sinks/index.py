@@ -100,7 +100,7 @@ class _Writer:
         if not self.made_dir and self.local:
             os.makedirs(self.work_dir, exist_ok=True)
             self.made_dir = True
-        # committed at once (into this run's directory): a command's gate would hold a descriptor per shard
+        # committed at once into this run's own directory, which the command's gate commits as one output
         with open_sink(path, compression=None, defer=False, settings=self.settings) as sink:
             sink.write(data)
 

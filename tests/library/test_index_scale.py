@@ -289,3 +289,13 @@ def test_a_failed_run_leaves_the_previous_index_whole(sh, tmp_path):
     ds = tarproc.IndexedDataset(str(tmp_path / "i.json"))
     assert len(ds) == 16 and ds[15]["__key__"] == "new2-000" and ds.index_of("new1-007") == 14
     assert sorted(os.listdir(tmp_path / "i.offsets.d")) == ["000000.offsets", "000001.offsets", "000002.offsets"]
+
+
+def test_many_shards_index_under_a_small_descriptor_limit(sh, tmp_path):
+    """A sidecar per shard, 4 shards read at once: 120 shards index under
+    ``ulimit -n 48`` (no descriptor is held per shard written)."""
+    _shards(tmp_path, [2] * 120)
+    sh("ulimit -n 48 && tarindex -q -p 4 s*.tar -o i.json")
+    ds = tarproc.IndexedDataset(str(tmp_path / "i.json"))
+    assert len(os.listdir(tmp_path / "i.offsets.d")) == 120 and len(ds) == 240
+    assert ds[ds.index_of("k119-001")]["txt"] == b"119.1" and ds.locate(ds.index_of("k7-000"))[1] == 0
