@@ -88,7 +88,10 @@ class ShardTable:
 
     def key(self, j):
         at = HEAD.size + 8 * self.count + 4 * (j - 1)
-        a, b = struct.unpack(_TWO_U32, self._get(at, at + 8)) if j else (0, *struct.unpack("<I", self._get(at + 4, at + 8)))
+        if j:
+            a, b = struct.unpack(_TWO_U32, self._get(at, at + 8))
+        else:
+            a, b = 0, struct.unpack("<I", self._get(at + 4, at + 8))[0]
         if not a <= b <= self.key_bytes:
             raise BadInput(f"{self.where}: key {j} runs from byte {a} to {b} of {self.key_bytes}: a damaged index "
                            f"(index the shards again)")

@@ -80,6 +80,8 @@ class _Writer:
             return info
         from ..core.indexfile import key_hashes, pack_shard
 
+        if info.nsamples >= 1 << 32:  # (the key table numbers a shard's samples in 32 bits)
+            raise BadInput(f"{info.url}: {info.nsamples} samples in one shard: more than an index holds (2**32 - 1)")
         for key in info.keys:
             if "\n" in key:
                 raise BadInput(f"{info.url}: key {key!r} has a newline: cannot be indexed")
