@@ -252,7 +252,11 @@ def main():
     ap.add_argument("--shards", type=int, default=10_000)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--picks", type=int, default=20_000)
+    ap.add_argument("--quick", action="store_true", help="200 shards, 1M keys for the choice, 10 shards written")
     a = ap.parse_args()
+    if a.quick:
+        a.shards, a.picks = 200, 2000
+    print("## bench_index_scale: an index of a billion samples\n")
     d = tempfile.mkdtemp(prefix="bench-index-scale-", dir=a.dir)
     try:
         t = time.perf_counter()
@@ -260,10 +264,10 @@ def main():
         made = time.perf_counter() - t
         du = subprocess.run(["du", "-sh", d], capture_output=True, text=True).stdout.split()[0]
         load = os.getloadavg()[0]
-        print(f"index of {a.shards} shards x {PER} samples ({a.shards * PER:,}), made in {made:.1f} s, {du} on disk; "
+        print(f"- index of {a.shards} shards x {PER} samples ({a.shards * PER:,}), made in {made:.1f} s, {du} on disk; "
               f"JSON {mb(os.path.getsize(os.path.join(d, 'index.json')))}; load {load:.1f} on {os.cpu_count()} cores")
         one = json.loads(probe(d, 1, a.picks, queries[:200]).communicate()[0])
-        print(f"one process: import {one['import'] * 1e3:.0f} ms, open + len {one['open_len'] * 1e3:.0f} ms, "
+        print(f"- one process: import {one['import'] * 1e3:.0f} ms, open + len {one['open_len'] * 1e3:.0f} ms, "
               f"ds[i] resolve {one['resolve_us']:.1f} us (random, {a.picks}), index_of {one['index_of_us']:.1f} us "
               f"(200 keys; the first {one['first_index_of'] * 1e3:.1f} ms), RSS {mb(one['rss'])} (peak {mb(one['hwm'])}), PSS {mb(one['pss'])}")
         barrier = os.path.join(d, "ready")
@@ -271,23 +275,24 @@ def main():
         outs = [json.loads(p.communicate()[0]) for p in procs]
         rss = [o["rss"] for o in outs]
         pss = [o["pss"] for o in outs]
-        print(f"8 processes at once: RSS each {mb(min(rss))}-{mb(max(rss))} (sum {mb(sum(rss))}), PSS each "
+        print(f"- 8 processes at once: RSS each {mb(min(rss))}-{mb(max(rss))} (sum {mb(sum(rss))}), PSS each "
               f"{mb(min(pss))}-{mb(max(pss))} (sum {mb(sum(pss))}); resolve {statistics.median(o['resolve_us'] for o in outs):.1f} "
               f"us, index_of {statistics.median(o['index_of_us'] for o in outs):.1f} us (medians of the 8)")
     finally:
         shutil.rmtree(d, ignore_errors=True)
-    c = choice()
-    print(f"index_of choice at {c['n']:,} keys: key table (hash+position) build {c['hash_build']:.1f} s (hashing "
+    c = choice(1_000_000 if a.quick else 10_000_000)
+    print(f"- index_of choice at {c['n']:,} keys: key table (hash+position) build {c['hash_build']:.1f} s (hashing "
           f"{c['hashing']:.1f} s), {mb(c['hash_bytes'])}, lookup {c['hash_us']:.1f} us, 2 reads; sorted keys (bytes, "
           f"ends, positions) build {c['sorted_build']:.1f} s, {mb(c['sorted_bytes'])}, lookup {c['sorted_us']:.1f} us, "
           f"{c['probes']:.0f} probes")
     d = tempfile.mkdtemp(prefix="bench-index-writer-", dir=a.dir)
     try:
-        p = subprocess.run([sys.executable, "-c", WRITER, os.path.dirname(HERE), d, "100", str(PER)],
+        shards = 10 if a.quick else 100
+        p = subprocess.run([sys.executable, "-c", WRITER, os.path.dirname(HERE), d, str(shards), str(PER)],
                            capture_output=True, text=True, check=True)
         secs, peak = p.stdout.split()
-        print(f"writer: 100 shards x {PER} samples (10,000,000), 2 threads: {float(secs):.1f} s, peak RSS "
-              f"{mb(int(peak))} (the keys alone: {mb(10_000_000 * 16)})")
+        print(f"- writer: {shards} shards x {PER} samples ({shards * PER:,}), 2 threads: {float(secs):.1f} s, peak "
+              f"RSS {mb(int(peak))} (the keys alone: {mb(shards * PER * 16)})")
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
