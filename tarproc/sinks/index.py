@@ -56,8 +56,12 @@ class _Writer:
     with ``keep``: the sidecars are kept in memory, not written."""
 
     def __init__(self, index_dir, sidecar_path, sidecar, settings=None, keep=False):
+        import threading
+
         self.index_dir, self.sidecar_path, self.sidecar, self.settings = index_dir, sidecar_path, sidecar, settings
         self.kept = {} if keep else None
+        self.lock = threading.Lock()
+        self.spool = None  # the seek records of compressed shards, waiting in a temporary file
         self.keys = None
         if sidecar_path is not None:
             from .keytable import KeyTable
@@ -94,6 +98,18 @@ class _Writer:
         self.keys.add(n, key_hashes(info.keys))
         info.sidecar_bytes = len(blob)
         info.starts = info.keys = None
+        if info.seek is not None and self.kept is None:  # (up to 32 KiB a checkpoint: not held either)
+            from ..sources.seekable import record_kind
+
+            with self.lock:
+                if self.spool is None:
+                    import tempfile
+
+                    self.spool = tempfile.TemporaryFile(prefix="tarindex-seek-")
+                at = self.spool.seek(0, 2)
+                self.spool.write(info.seek)
+                self.spool.flush()
+            info.seek = _Spooled(record_kind(info.seek), self.spool, at, len(info.seek))
         return info
 
     def _write(self, path, data):
@@ -134,6 +150,9 @@ class _Writer:
             self.made_dir = False
 
     def close(self):
+        if self.spool is not None:
+            self.spool.close()
+            self.spool = None
         if self.keys is not None:
             self.keys.close()
             if not self.held:
@@ -221,16 +240,36 @@ def _le(arr):
     return swapped.tobytes()
 
 
+class _Spooled:
+    """A seek record waiting in the writer's spool file."""
+
+    __slots__ = ("kind", "spool", "at", "length")
+
+    def __init__(self, kind, spool, at, length):
+        self.kind, self.spool, self.at, self.length = kind, spool, at, length
+
+    def __len__(self):
+        return self.length
+
+    def read(self):
+        data = os.pread(self.spool.fileno(), self.length, self.at)
+        if len(data) != self.length:
+            raise BadInput(f"the seek records' temporary file ends before byte {self.at + self.length}")
+        return data
+
+
 def write_json(index, output, more=(), settings=None):
-    """Write each ``(path, bytes)`` of ``more``, then the index JSON to
-    ``output`` (a URL, ``-`` for stdout); each appears only when complete
-    (the JSON last, so an index never names a sidecar that is missing)."""
+    """Write each ``(path, parts)`` of ``more`` (``bytes``, each a ``bytes``
+    or a spooled record), then the index JSON to ``output`` (a URL, ``-``
+    for stdout); each appears only when complete (the JSON last, so an
+    index never names a sidecar that is missing)."""
     from .output import open_sink
 
     for path, data in more:
         if data is not None:
             with open_sink(path, compression=None, settings=settings) as sink:
-                sink.write(data)
+                for part in [data] if isinstance(data, bytes) else data:
+                    sink.write(part if isinstance(part, bytes) else part.read())
     with open_sink(output, compression=None, settings=settings) as sink:
         sink.write((json.dumps(index, indent=1, ensure_ascii=False) + "\n").encode("utf-8", "surrogateescape"))
 
@@ -375,10 +414,11 @@ def seek_sidecar_name(offsets_path):
 
 
 def attach_seek(index, infos, seek_name):
-    """The seek sidecar's bytes for the compressed shards of ``infos`` that
-    have a seek record; their entries in ``index`` get ``"seek": {"kind",
-    "at", "bytes"}`` and the index ``"tarproc_seek": {"file", "bytes"}``
-    (layout in docs/tarindex.md)."""
+    """The parts of the seek sidecar (``bytes``, or records waiting in the
+    writer's spool file, in shard order) for the compressed shards of
+    ``infos`` that have a seek record; their entries in ``index`` get
+    ``"seek": {"kind", "at", "bytes"}`` and the index ``"tarproc_seek":
+    {"file", "bytes"}`` (layout in docs/tarindex.md)."""
     from ..sources.seekable import SEEK_MAGIC, record_kind
 
     parts = [SEEK_MAGIC]
@@ -386,11 +426,12 @@ def attach_seek(index, infos, seek_name):
     for entry, info in zip(index["shardlist"], infos):
         if info.seek is None or not entry.get("offsets"):
             continue
-        entry["seek"] = {"kind": record_kind(info.seek), "at": at, "bytes": len(info.seek)}
+        kind = info.seek.kind if isinstance(info.seek, _Spooled) else record_kind(info.seek)
+        entry["seek"] = {"kind": kind, "at": at, "bytes": len(info.seek)}
         parts.append(info.seek)
         at += len(info.seek)
     index["tarproc_seek"] = {"file": seek_name, "bytes": at}
-    return b"".join(parts)
+    return parts
 
 
 def written_shard_index(url, nsamples, sink, starts=None, keys=None, end=None, tar_bytes=None):
