@@ -9,21 +9,25 @@ from .base import (output_directory_exists, Args, BraceExpand, FileList, Inputs,
                    opt, positive, run, Reporter)
 
 EXAMPLES = """
-tarindex 'shard-{0000..0146}.tar' -o index.json      # index.json + index.offsets
+tarindex 'shard-{0000..0146}.tar' -o index.json      # index.json + index.offsets.d/ + index.keys
 tarindex -T shards.txt -o data/index.json --name imagenet-train
 tarindex 'https://host/data/shard-{0000..0009}.tar' -o index.json -p 8   # 8 shards at once
 tarindex 'shard-{0000..0146}.tar.gz' -o index.json   # + index.seek: one group (or checkpoint span) per sample
 tarcat big.tar.xz -o big.tar.zst && tarindex big.tar.zst -o index.json   # xz: rewrite in zstd frames first
 tarindex --checksum 'shard-*.tar' -o index.json && tarcheck --index index.json
-tarindex shard-*.tar > counts.json                  # stdout: counts only
+tarindex shard-*.tar > counts.json                  # stdout: counts only, shards by absolute path
 python3 -c 'import tarproc; ds = tarproc.IndexedDataset("index.json"); print(len(ds), ds[7]["__key__"])'
+python3 -c 'import tarproc; ds = tarproc.IndexedDataset("index.json"); print(ds.index_of(ds.key(7)))'
 """
 
 NOTES = """
 The JSON is a wids index ("__kind__": "wids-shard-index-v1", a shardlist of url/nsamples);
-shard URLs are written relative to the index's directory when both are local.
-The byte range and key of every sample go to a sidecar (INDEX.offsets: 8 bytes +
-the key per sample). For .tar.gz and .tar.zst shards the ranges are in the decoded
+a local shard is named relative to the index's directory when that name finds it
+both through and around symbolic links, else by its absolute real path (always on
+stdout). The byte range and key of every sample go to a sidecar per shard
+(INDEX.offsets.d/NNNNNN.offsets: 12 bytes + the key per sample, written as each
+shard is read), and a table of key hashes for IndexedDataset.index_of (INDEX.keys:
+16 bytes per sample). For .tar.gz and .tar.zst shards the ranges are in the decoded
 tar, and INDEX.seek says where decoding restarts: the groups tarproc writes
 (--group-size), zstd frames, full-flush points (pigz --independent), or, for gzip
 compressed as one stream (gzip, GNU tar -z), checkpoints every --checkpoint-spacing
@@ -47,7 +51,8 @@ def tarindex_command(
                       help="the index JSON (default: stdout, counts only: offsets need a file beside the "
                            "index)")] = "-",
     offsets: Annotated[Optional[str], opt("--offsets", metavar="FILE", callback=output_directory_exists,
-                       help="where the offsets sidecar goes (default: the index's name with .offsets for "
+                       help="where the offsets go: the per-shard sidecars in FILE.d/, the key table "
+                            "in FILE with .keys for .offsets (default: the index's name with .offsets for "
                             ".json)")] = None,
     no_offsets: Annotated[bool, opt("--no-offsets", help="counts only, no sidecar")] = False,
     checkpoint_spacing: Annotated[Optional[str], opt("--checkpoint-spacing", metavar="SIZE",

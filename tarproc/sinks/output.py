@@ -166,6 +166,25 @@ class CommitGate:
             self.pending.pop().abort()
 
 
+class _Action:
+    __slots__ = ("commit", "abort")
+
+    def __init__(self, commit, abort):
+        self.commit, self.abort = commit, abort
+
+
+def commit_with_outputs(commit, abort):
+    """Run ``commit()`` when the outputs closed so far are committed: at
+    once, or, inside a :class:`CommitGate`, in its turn among them (then
+    ``abort()`` when the gate discards them instead).  For an output that is
+    not one file (tarindex's directory of per-shard sidecars)."""
+    gate = _gate.get()
+    if gate is None:
+        commit()
+    else:
+        gate.pending.append(_Action(commit, abort))
+
+
 _OPEN = None  # the sinks with a temporary file or a writer process (weak), aborted at exit if still open
 
 

@@ -43,7 +43,8 @@ class ShardIndex:
     and ``sha256`` (hex, or ``None``) when :func:`~tarproc.sinks.scan.scan_one`
     made it."""
 
-    __slots__ = ("url", "nsamples", "compression", "filesize", "starts", "end", "keys", "seek", "stamp", "sha256")
+    __slots__ = ("url", "nsamples", "compression", "filesize", "starts", "end", "keys", "seek", "stamp", "sha256",
+                 "sidecar_bytes")
 
     def __init__(self, url):
         self.seek = None  # a compressed shard's seek record (sources/seekable.py), when it has random access
@@ -56,10 +57,11 @@ class ShardIndex:
         self.keys = None
         self.stamp = None
         self.sha256 = None
+        self.sidecar_bytes = None  # the size of its sidecar, once written (its starts and keys then dropped)
 
     @property
     def has_offsets(self):
-        return self.starts is not None
+        return self.starts is not None or self.sidecar_bytes is not None
 
 
 class _Counting:
@@ -336,16 +338,21 @@ def scan_one(url, stats=None, strict=False, warn=None, checksum=False, seek=True
     return info
 
 
-def scan_many(urls, parallel=1, progress=None, **options):
+def scan_many(urls, parallel=1, progress=None, each=None, **options):
     """:func:`scan_one` for each URL, ``parallel`` at a time, in threads
     (the reads and the hashing release the GIL; the header parsing of one
     shard does not, see docs/tarindex.md): a list in the order of ``urls``.
-    ``progress(info)`` is called in that order too.  The first error (in
-    that order) is raised."""
+    ``each(n, info)``, called in the thread that read shard number ``n``,
+    gives what is kept of it (its sidecar written, its keys dropped).
+    ``progress(info)`` is called in the order of ``urls``.  The first error
+    (in that order) is raised."""
+    if each is None:
+        def each(n, info):
+            return info
     if parallel <= 1 or len(urls) <= 1:
         out = []
-        for url in urls:
-            out.append(scan_one(url, **options))
+        for n, url in enumerate(urls):
+            out.append(each(n, scan_one(url, **options)))
             if progress is not None:
                 progress(out[-1])
         return out
@@ -354,12 +361,12 @@ def scan_many(urls, parallel=1, progress=None, **options):
     total = options.pop("stats", None)
     out = []
 
-    def one(url):
+    def one(n, url):
         stats = Stats()  # one per shard: counts are not added up from two threads at once
-        return scan_one(url, stats=stats, **options), stats
+        return each(n, scan_one(url, stats=stats, **options)), stats
 
     with ThreadPoolExecutor(min(parallel, len(urls)), thread_name_prefix="tarindex") as pool:
-        futures = [pool.submit(one, url) for url in urls]
+        futures = [pool.submit(one, n, url) for n, url in enumerate(urls)]
         try:
             for f in futures:
                 info, stats = f.result()

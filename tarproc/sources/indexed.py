@@ -37,7 +37,10 @@ from ..core.grouping import group
 from ..core.limits import json_loads, shorten
 from ..core.tario import TarReader
 from ..errors import BadInput, TarprocError, UsageError
+from ..core.indexfile import HEAD, KIND, parse_offsets, shard_sidecar
+from .indexnames import resolve_name
 from .open import scheme_of
+from .sidecars import KeyTable, ShardSidecars
 from .shardlist import url_from_data
 
 #: A sample larger than this is refused before it is read (a damaged index
@@ -45,19 +48,8 @@ from .shardlist import url_from_data
 MAX_SAMPLE = 1 << 34
 
 
-def _resolve(url, base):
-    """``url`` relative to the directory ``base`` (a local dir or a URL prefix)."""
-    if base is None or scheme_of(url) not in ("file",) or url.startswith("/"):
-        return url
-    if scheme_of(base) == "file":
-        return os.path.normpath(os.path.join(base, url))
-    # a URL: dot segments resolved here (RFC 3986), so __source__ is the URL
-    # read (curl would squash them; s3 and gs would take them as a key)
-    import posixpath
-
-    head, sep, path = base.partition("://")
-    host, _, path = path.partition("/")
-    return head + sep + host + posixpath.normpath(posixpath.join("/" + path, url))
+# the one rule of names in an index, which the writer follows too
+_resolve = resolve_name
 
 
 def _base_of(location):
@@ -96,8 +88,6 @@ class _Index:
     """The loaded index: shard URLs, cumulative counts, offsets and keys."""
 
     def __init__(self, source, base, settings):
-        from ..core.indexfile import HEAD, KIND, parse_offsets
-
         where = source if isinstance(source, str) else "index"
         if isinstance(source, str):
             limit = settings.max_index
@@ -128,11 +118,16 @@ class _Index:
             raise BadInput(f"{where}: the shards have {self.cum[-1]} samples: more samples than a dataset can "
                            f"hold ({sys.maxsize}): a damaged index")
         self.starts = self.keyblob = self.keyends = None
+        self.sidecars = self.side_dir = self.keys_path = self.key_table = self.by_key = None
         side = desc.get("tarproc_offsets")
-        if side is not None and not (isinstance(side, dict) and isinstance(side.get("file"), str)
-                                     and _is_count(side.get("bytes")) and _is_count(side.get("samples"))):
-            raise BadInput(f"{where}: \"tarproc_offsets\" is not {{\"file\": ..., \"samples\": N, \"bytes\": N}}")
-        if not side:
+        if isinstance(side, dict) and side.get("format") == 2:  # per-shard sidecars and a key table
+            self._per_shard(side, base, where, settings)
+            side = None
+        elif side is not None and not (isinstance(side, dict) and isinstance(side.get("file"), str)
+                                       and _is_count(side.get("bytes")) and _is_count(side.get("samples"))):
+            raise BadInput(f"{where}: \"tarproc_offsets\" is not {{\"file\": ..., \"samples\": N, \"bytes\": N}} "
+                           f"nor {{\"format\": 2, \"dir\": ..., \"keys\": ..., \"keys_bytes\": N}}")
+        if not side and self.sidecars is None:
             for n, shard in enumerate(self.shards):
                 if shard.get("offsets"):
                     raise BadInput(f"{where}: shard entry {n} has offsets but the index names no offsets file "
@@ -173,9 +168,78 @@ class _Index:
                                        and sk["at"] + sk["bytes"] <= seek["bytes"]):
                 raise BadInput(f"{where}: shard entry {n} has a bad \"seek\" entry: a damaged index")
 
+    def _per_shard(self, side, base, where, settings):
+        """An index with a sidecar per shard (read on first use) and a key table."""
+        if not (isinstance(side.get("dir"), str) and isinstance(side.get("keys"), str)
+                and _is_count(side.get("keys_bytes")) and _is_count(side.get("samples"))):
+            raise BadInput(f"{where}: \"tarproc_offsets\" is not {{\"format\": 2, \"dir\": ..., \"keys\": ..., "
+                           f"\"keys_bytes\": N, \"samples\": N}}")
+        self.side_dir, self.keys_path = _resolve(side["dir"], base), _resolve(side["keys"], base)
+        self.keys_bytes = side["keys_bytes"]
+        for path in (self.side_dir, self.keys_path):
+            if scheme_of(path) not in _SIDECAR_SCHEMES:
+                raise BadInput(f"{where}: the offsets file {shorten(path)!r} is not a path or URL "
+                               f"(a {scheme_of(path)}: source): a damaged or hostile index")
+        total = 0
+        for n, shard in enumerate(self.shards):
+            if shard.get("offsets"):
+                if not (_is_count(shard.get("end")) and _is_count(shard.get("offsets_bytes"))):
+                    raise BadInput(f"{where}: shard entry {n} has bad offset fields")
+                total += shard["nsamples"]
+        if total != side["samples"]:
+            raise BadInput(f"{where}: the shards with offsets have {total} samples, \"tarproc_offsets\" says "
+                           f"{side['samples']}: a damaged index")
+        self.sidecars = ShardSidecars(lambda url, size: _read_all(
+            url, size, f"offsets file has more than the {size} bytes the index says: not this index's offsets "
+                       f"(index the shards again)", settings), settings)
+
+    def table(self, s):
+        """The :class:`~tarproc.core.indexfile.ShardTable` of shard ``s`` (an index with per-shard sidecars)."""
+        shard = self.shards[s]
+        return self.sidecars.get(shard_sidecar(self.side_dir, s), shard["nsamples"], shard["offsets_bytes"])
+
+    def sample(self, s, j):
+        """``(start, end, key)`` of sample ``j`` of shard ``s``, from the index only."""
+        shard = self.shards[s]
+        if self.sidecars is not None:
+            table = self.table(s)
+            start, end = table.span(j, shard["end"])
+            return start, end, table.key(j)
+        g = shard["first"] + j
+        start = int(self.starts[g])
+        end = int(self.starts[g + 1]) if j + 1 < shard["nsamples"] else shard["end"]
+        return start, end, self.key(g)
+
+    def key_at(self, s, j):
+        if self.sidecars is not None:
+            return self.table(s).key(j)
+        return self.key(self.shards[s]["first"] + j)
+
     def key(self, pos):
         start = int(self.keyends[pos - 1]) + 1 if pos else 0
         return bytes(self.keyblob[start:int(self.keyends[pos])]).decode("utf-8", "surrogateescape")
+
+    def find(self, key, read_range):
+        """The dataset positions whose index key is ``key``, ascending (the
+        key table's candidates, each checked against its shard's sidecar)."""
+        if self.sidecars is not None:
+            if self.key_table is None:
+                self.key_table = KeyTable(self.keys_path, self.keys_bytes, read_range)
+            found = []
+            for pos in self.key_table.find(key):
+                if pos < self.cum[-1]:
+                    s = bisect.bisect_right(self.cum, pos) - 1
+                    if self.shards[s].get("offsets") and self.key_at(s, pos - self.cum[s]) == key:
+                        found.append(pos)
+            return found
+        if self.by_key is None:  # an older index: its keys are all in memory already
+            by_key = {}
+            for s, shard in enumerate(self.shards):
+                if shard.get("offsets"):
+                    for j in range(shard["nsamples"]):
+                        by_key.setdefault(self.key_at(s, j), []).append(self.cum[s] + j)
+            self.by_key = by_key
+        return self.by_key.get(key, [])
 
 
 def _after_fork_in_child():
@@ -183,6 +247,8 @@ def _after_fork_in_child():
     thread (loading the index, opening a shard) that the child does not have."""
     for ds in list(_LIVE):
         ds._lock = threading.Lock()
+        if ds._index is not None and ds._index.sidecars is not None:
+            ds._index.sidecars.lock = threading.Lock()
         for f in ds._fds.values():
             f.users = 0  # the reads that used them were the parent's threads'
 
@@ -342,7 +408,24 @@ class IndexedDataset:
         shard = idx.shards[s]
         if not shard.get("offsets"):
             raise BadInput(f"{idx.urls[s]}: the index has only a sample count for this shard (no keys)")
-        return idx.key(shard["first"] + pos - idx.cum[s])
+        return idx.key_at(s, pos - idx.cum[s])
+
+    def index_of(self, key):
+        """The position of the sample whose key is ``key`` in this dataset
+        (the first, if the index has it twice), from the index only: the key
+        table's bucket for its hash, then its shard's sidecar (no key is
+        loaded beyond those).  ``KeyError`` when no sample has it."""
+        if not isinstance(key, str):
+            raise TypeError(f"index_of: a key is a str, not {type(key).__name__}")
+        idx = self.index
+        for pos in idx.find(key, lambda url, a, b: self._range(url, a, b, None)):
+            if self._positions is None:
+                return pos
+            try:
+                return self._positions.index(pos)
+            except ValueError:
+                continue
+        raise KeyError(key)
 
     # ------------------------------------------------------------ many samples at once
 
@@ -474,10 +557,7 @@ class IndexedDataset:
                                f"`tarcat IN -o OUT.tar.zst` rewrites it in frames))")
             raise BadInput(f"{url}: shard is indexed without offsets (a counts-only or wids index): no offsets for "
                            f"random access (index it with `tarindex SHARDS -o INDEX.json`, which writes them)")
-        g = shard["first"] + j
-        start = int(idx.starts[g])
-        end = int(idx.starts[g + 1]) if j + 1 < shard["nsamples"] else shard["end"]
-        key = idx.key(g)
+        start, end, key = idx.sample(s, j)
         limit = self._settings.max_sample
         if not 0 <= start < end or end - start > limit:
             raise BadInput(f"{url}: sample {j} ({key!r}): the index gives bytes {start}-{end}: a damaged index")

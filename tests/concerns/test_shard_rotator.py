@@ -141,8 +141,11 @@ def _index_like_tarindex(index_path, urls, single_group_gzip=False):
     for e in theirs["shardlist"]:
         for stamp in ("mtime_ns", "etag", "last_modified"):
             e.pop(stamp, None)
-    theirs["tarproc_offsets"]["file"] = os.path.basename(base) + ".offsets"
-    assert open(base + ".offsets", "rb").read() == open(base + ".tarindex.offsets", "rb").read()
+    from test_index import sidecars
+
+    theirs["tarproc_offsets"]["dir"] = os.path.basename(base) + ".offsets.d"
+    theirs["tarproc_offsets"]["keys"] = os.path.basename(base) + ".keys"
+    assert sidecars(base) == sidecars(base + ".tarindex") != {}
     if single_group_gzip:
         assert {e["seek"]["kind"] for e in theirs["shardlist"]} == {"checkpoints"}
         assert {e["seek"]["kind"] for e in mine["shardlist"]} == {"groups"}
@@ -249,7 +252,8 @@ def test_remote_output_index_names_the_urls_and_reads_back_from_the_uploaded_cop
         e["url"] = "bucket/" + e["url"].rsplit("/", 1)[-1]
     with open(tmp_path / "local.json", "w") as f:
         json.dump(index, f)
-    shutil.copy(tmp_path / "i.offsets", tmp_path / "local.offsets")
+    shutil.copytree(tmp_path / "i.offsets.d", tmp_path / "local.offsets.d")
+    shutil.copy(tmp_path / "i.keys", tmp_path / "local.keys")
     ds = tarproc.IndexedDataset(str(tmp_path / "local.json"))
     expected = _samples(open(inputs["tarproc"], "rb").read())
     assert [(s["__key__"], {k: v for k, v in s.items() if not k.startswith("__")}) for s in ds] == expected

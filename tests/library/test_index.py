@@ -10,6 +10,7 @@ import copy
 import http.server
 import io
 import json
+import struct
 import os
 import pickle
 import random
@@ -58,6 +59,24 @@ def make_two_shards(d, na=40, nb=25):
     (d / "b.tar").write_bytes(buf.getvalue())
 
 
+def sidecars(base):
+    """The sidecars of the index ``BASE.json`` (its per-shard offsets files
+    and its key table): ``{name: bytes}``, to compare two indexes' sidecars."""
+    base = str(base)
+    d = base + ".offsets.d"
+    out = {f: open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d))} if os.path.isdir(d) else {}
+    if os.path.exists(base + ".keys"):
+        out["keys"] = open(base + ".keys", "rb").read()
+    return out
+
+
+def sidecar_starts(base, n=0):
+    """The start offsets in shard ``n``'s sidecar of the index ``BASE.json``."""
+    side = open(f"{base}.offsets.d/{n:06d}.offsets", "rb").read()
+    count = struct.unpack_from("<16sQQ", side)[1]
+    return list(struct.unpack_from(f"<{count}Q", side, 32))
+
+
 @pytest.fixture
 def shards(tmp_path):
     d = tmp_path / "data"
@@ -82,11 +101,25 @@ def test_tarindex_writes_a_wids_index_with_offsets(sh, shards, tmp_path):
     assert [e["nsamples"] for e in index["shardlist"]] == [40, 25, 40]
     assert entries["a.tar"]["offsets"] and entries["a.tar"]["filesize"] == (shards / "a.tar").stat().st_size
     assert entries["c.tar.xz"]["offsets"] is False and entries["c.tar.xz"]["compression"] == "xz"
-    side = shards / "index.offsets"
-    assert index["tarproc_offsets"] == {"file": "index.offsets", "samples": 65, "bytes": side.stat().st_size}
-    # 32-byte head, 8 bytes per sample, then the keys one per line
-    keys = side.read_bytes()[32 + 8 * 65:].decode().splitlines()
+    keytable = shards / "index.keys"
+    assert index["tarproc_offsets"] == {"format": 2, "dir": "index.offsets.d", "samples": 65, "keys": "index.keys",
+                                        "keys_bytes": keytable.stat().st_size}
+    # one sidecar per shard with offsets: 32-byte head, 8 bytes per sample, the end of each key (uint32,
+    # padded to 8 bytes), the keys
+    assert sorted(os.listdir(shards / "index.offsets.d")) == ["000000.offsets", "000001.offsets"]
+    keys = []
+    for n, count in ((0, 40), (1, 25)):
+        side = (shards / "index.offsets.d" / f"{n:06d}.offsets").read_bytes()
+        assert entries[["a.tar", "b.tar"][n]]["offsets_bytes"] == len(side)
+        magic, got, nkeys = struct.unpack_from("<16sQQ", side)
+        assert (magic, got, len(side)) == (b"TARPROC-OFFSETS2", count, 32 + 12 * count + 4 * (count % 2) + nkeys)
+        ends = struct.unpack_from(f"<{count}I", side, 32 + 8 * count)
+        blob = side[-nkeys:]
+        keys += [blob[a:b].decode() for a, b in zip((0,) + ends, ends)]
     assert keys[:2] == ["00000", "00001"] and keys[40].startswith("dir/ü") and len(keys) == 65
+    # the key table: a 32-byte head (16 bytes, the count, the bits), 16 bytes a key, one bucket of 256
+    head = struct.unpack_from("<16sQQ", keytable.read_bytes())
+    assert head == (b"TARPROC-KEYS0001", 65, 0) and keytable.stat().st_size == 32 + 16 * 65 + 16
 
 
 def test_tarindex_verbose_says_what_it_did(sh, shards):
@@ -275,9 +308,9 @@ def test_changed_shard_or_wrong_index_is_one_clear_error(shards, tmp_path):
     # a sidecar that belongs to another index
     (shards / "a.tar").write_bytes(good)
     tarproc.index_shards([str(shards / "b.tar")], str(tmp_path / "other.json"))
-    os.replace(tmp_path / "other.offsets", shards / "index.offsets")
-    with pytest.raises(tarproc.BadInput, match="index.offsets: offsets file has .* not this index"):
-        len(tarproc.IndexedDataset(str(shards / "index.json")))
+    os.replace(tmp_path / "other.offsets.d" / "000000.offsets", shards / "index.offsets.d" / "000000.offsets")
+    with pytest.raises(tarproc.BadInput, match="000000.offsets: offsets file has .* not this index"):
+        tarproc.IndexedDataset(str(shards / "index.json"))[0]
     # a compressed shard: counts only, and says so
     tarproc.index_shards([str(shards / "c.tar.xz")], str(shards / "xz.json"))
     ds = tarproc.IndexedDataset(str(shards / "xz.json"))
@@ -579,16 +612,24 @@ def test_index_naming_a_pipe_sidecar_runs_nothing(indexed):
     tmp_path, good = indexed
     desc = copy.deepcopy(good)
     marker = tmp_path / "ran"
-    desc["tarproc_offsets"]["file"] = f"pipe:touch {marker}; cat {tmp_path / 'index.offsets'}"
-    with pytest.raises(tarproc.BadInput, match="hostile.json: the offsets file .*pipe:.* not a path or URL"):
-        _open(tmp_path, desc)
-    assert not marker.exists()
+    for field, name in (("dir", "index.offsets.d"), ("keys", "index.keys")):
+        desc = copy.deepcopy(good)
+        desc["tarproc_offsets"][field] = f"pipe:touch {marker}; cat {tmp_path / name}"
+        with pytest.raises(tarproc.BadInput, match="hostile.json: the offsets file .*pipe:.* not a path or URL"):
+            _open(tmp_path, desc)
+        assert not marker.exists()
 
 
 @pytest.mark.parametrize("change, message", [
     (lambda d: d.__setitem__("tarproc_offsets", "index.offsets"), "tarproc_offsets"),
     (lambda d: d.__setitem__("tarproc_offsets", [1]), "tarproc_offsets"),
-    (lambda d: d["tarproc_offsets"].__setitem__("file", 3), "tarproc_offsets"),
+    (lambda d: d["tarproc_offsets"].__setitem__("dir", 3), "tarproc_offsets"),
+    (lambda d: d["tarproc_offsets"].__setitem__("keys_bytes", -1), "tarproc_offsets"),
+    (lambda d: d["tarproc_offsets"].__setitem__("samples", 21), "the shards with offsets have 20 samples"),
+    (lambda d: d["shardlist"][0].pop("offsets_bytes"), "shard entry 0 has bad offset fields"),
+    (lambda d: d["shardlist"][0].__setitem__("offsets_bytes", 10 ** 15), "offsets file 10{15} bytes .*MAX_INDEX"),
+    (lambda d: d["shardlist"][0].__setitem__("offsets_bytes", 400),
+     "000000.offsets: offsets file has 332 bytes, the index says 400"),
     (lambda d: d.pop("tarproc_offsets"), "shard entry 0 has offsets but the index names no offsets file"),
     (lambda d: d["shardlist"][0].__setitem__("filesize", "x"), "shard entry 0 has a bad filesize"),
     (lambda d: d["shardlist"][0].__setitem__("nsamples", True), r"shard entry 0 is not"),
@@ -635,12 +676,17 @@ def test_oversized_index_and_sidecar_are_refused_before_reading_them_whole(index
     with pytest.raises(tarproc.BadInput, match="big.json: the index is larger than 4096 bytes.*TARPROC_MAX_INDEX"):
         len(tarproc.IndexedDataset(str(big)))
     monkeypatch.delenv("TARPROC_MAX_INDEX")
-    with open(tmp_path / "index.offsets", "ab") as f:
-        f.truncate(1 << 30)  # sparse: 1 GiB that takes no disk
+    for name in ("index.offsets.d/000000.offsets", "index.keys"):
+        with open(tmp_path / name, "ab") as f:
+            f.truncate(1 << 30)  # sparse: 1 GiB that takes no disk
     for _ in range(2):  # the first time may import modules (their reads count too)
         before = _rchar()
-        with pytest.raises(tarproc.BadInput, match="index.offsets: offsets file has more than"):
-            len(tarproc.IndexedDataset(str(tmp_path / "index.json")))
+        ds = tarproc.IndexedDataset(str(tmp_path / "index.json"))
+        assert len(ds) == 20
+        with pytest.raises(tarproc.BadInput, match="000000.offsets: offsets file has 1073741824 bytes, the index"):
+            ds[3]
+        with pytest.raises(tarproc.BadInput, match="index.keys: key table has 1073741824 bytes, the index"):
+            ds.index_of("003")
     assert _rchar() - before < 16 << 20  # not the 1 GiB
 
 

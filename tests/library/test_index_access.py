@@ -423,9 +423,13 @@ def test_parallel_index_is_the_index_of_one_at_a_time(sh, tmp_path):
     sh(f"tarindex {names} -o par.json -p 4 --checksum")
     one = json.loads((tmp_path / "one.json").read_text())
     par = json.loads((tmp_path / "par.json").read_text())
-    assert one["tarproc_offsets"].pop("file") == "one.offsets" and par["tarproc_offsets"].pop("file") == "par.offsets"
+    from test_index import sidecars
+
+    for index, name in ((one, "one"), (par, "par")):
+        assert (index["tarproc_offsets"].pop("dir"), index["tarproc_offsets"].pop("keys")) == (f"{name}.offsets.d",
+                                                                                                f"{name}.keys")
     assert one == par and len(one["shardlist"]) == len(shards)
-    assert (tmp_path / "one.offsets").read_bytes() == (tmp_path / "par.offsets").read_bytes()
+    assert sidecars(tmp_path / "one") == sidecars(tmp_path / "par") != {}
     # and a shard that cannot be read is the one error, whatever runs at once
     shutil.copy(tmp_path / names.split()[0], tmp_path / "bad.tar")
     with open(tmp_path / "bad.tar", "r+b") as f:
