@@ -12,6 +12,7 @@ tsv2tar -C images/ -k '%06d' plan.csv > dataset.tar
 tarcreate files.txt -o dataset.tar.gz         # lines: 000001.jpg img/a.jpg
 printf '0.txt text:hello\\n0.jpg file:a.jpg\\n' | tarcreate - > one.tar
 tarcreate plan.txt -o out.tar                 # 0.png pipe:convert a.tif png:-
+tarcreate train.parquet -o train.tar          # a row per sample: __key__, binary and text columns
 """
 
 NOTES = """\
@@ -22,6 +23,10 @@ Empty cells are left out.  The fields of a sample are written in sorted order.
 Line plans (as the Go port's create): 'TARPATH SOURCE' per line, SOURCE is
 text:TEXT, file:PATH, pipe:CMD or a path; members are written in plan order;
 '#' lines and blank lines are ignored.
+Parquet tables (a name ending in .parquet or a file starting with PAR1; needs
+pyarrow: pip install 'tarproc[parquet]'): a row per sample, a column per field
+(binary as is, strings as UTF-8, numbers as text, lists and structs as JSON,
+'@name' columns of paths or URLs fetched; null: no field), read in batches.
 Every referenced file is checked before anything is written: a missing one is
 an error naming the plan line, and no output is made.  Member names that are
 absolute or contain '..' are refused.
@@ -43,7 +48,7 @@ def tarcreate_command(
     key: Annotated[str, opt("-k", "--key", metavar="FORMAT",
                    help="keys of table rows without a __key__ column: '{index:06d}', '%06d', '{record:09d}' "
                         "(default {index:09d})")] = "{index:09d}",
-    plan_format: Annotated[Literal["auto", "table", "lines"], opt(
+    plan_format: Annotated[Literal["auto", "table", "lines", "parquet"], opt(
         "--plan-format", help="the plan's format (default: detected)")] = "auto",
     verbose: Annotated[bool, opt("-v", "--verbose", help="one line per member on stderr")] = False,
     quiet: Annotated[bool, opt("-q", "--quiet", help="no warnings")] = False,
@@ -60,6 +65,8 @@ def main(args, prog="tarcreate"):
     from .base import note_terminal
 
     note_terminal(prog, [args.plan], "the plan")
+    if args.plan_format == "parquet" or (args.plan_format == "auto" and _is_parquet(args.plan)):
+        return parquet_main(args, rep)
     if args.plan != "-":
         from .guards import refuse_overwriting_inputs, refuse_reading_stdout
 
@@ -73,6 +80,43 @@ def main(args, prog="tarcreate"):
                    on_item=(lambda item, size: rep.info(f"{item.name} ({size} bytes) from {item.where}"))
                    if args.verbose else None)
     rep.info(f"{n} members written")
+    return 0
+
+
+def _is_parquet(plan):
+    import sys
+
+    from ..sources.parquet import looks_parquet
+
+    if plan != "-":
+        return looks_parquet(plan)
+    try:
+        return looks_parquet(plan, sys.stdin.buffer.peek(4)[:4])
+    except (OSError, ValueError):
+        return False
+
+
+def parquet_main(args, rep):
+    """A Parquet table to samples (sources/parquet.py, sinks/parquet.py)."""
+    import os
+
+    from ..sinks.parquet import table_to_tar
+    from ..sources.parquet import ParquetTable
+    from .guards import refuse_overwriting_inputs, refuse_reading_stdout
+
+    if args.plan != "-":
+        refuse_reading_stdout([args.plan])
+        refuse_overwriting_inputs([args.output], [args.plan], "the table")
+    if args.dir is not None and not os.path.isdir(args.dir):
+        from ..errors import UsageError
+
+        raise UsageError(f"-C {args.dir}: not a directory")
+    table = ParquetTable(args.plan, args.key, args.dir, warn=rep.warn, settings=args.settings)
+    try:
+        n = table_to_tar(table, args.output, group_size_of(args), args.settings)
+    finally:
+        table.close()
+    rep.info(f"{n} samples written")
     return 0
 
 
