@@ -90,6 +90,8 @@ def _is_parquet(plan):
 
     if plan != "-":
         return looks_parquet(plan)
+    if sys.stdin.isatty():  # a plan typed in: never Parquet, and a peek would take its first Ctrl-D
+        return False
     try:
         return looks_parquet(plan, sys.stdin.buffer.peek(4)[:4])
     except (OSError, ValueError):
