@@ -300,7 +300,7 @@ def _converter(pa, typ, col, table):
         if t.is_binary(typ) or t.is_large_binary(typ):
             return lambda arr, row: _utf8(_views(arr, row), col, table, row)
         if t.is_integer(typ) and col.field is None:
-            return lambda arr, row: _views(arr.cast(pa.string()), row)
+            return lambda arr, row: [None if v is None else str(v).encode("ascii") for v in arr.to_pylist()]
         what = "the keys" if col.field is None else "paths or URLs"
         raise BadInput(f"{table}: column {quote(col.name)} is {typ}: {what} must be strings")
     if t.is_string(typ) or t.is_large_string(typ) or t.is_binary(typ) or t.is_large_binary(typ):
@@ -313,13 +313,17 @@ def _converter(pa, typ, col, table):
             and typ.field("bytes").type in (pa.binary(), pa.large_binary())
             and typ.field("path").type in (pa.string(), pa.large_string())):
         return _media(pa, col, table)
-    if t.is_integer(typ) or t.is_floating(typ) or t.is_boolean(typ) or t.is_decimal(typ) or t.is_temporal(typ):
+    if t.is_integer(typ) or t.is_boolean(typ) or t.is_decimal(typ) or t.is_temporal(typ) or typ == pa.float64():
+        # Python's text (repr of a float is its shortest form, as Arrow writes it; dates in ISO 8601)
         def as_text(arr, row):
             try:
+                values = arr.to_pylist()
+            except (pa.ArrowException, ValueError):  # (nanoseconds Python cannot hold: Arrow's text)
                 return _views(arr.cast(pa.string()), row)
-            except (pa.ArrowException, ValueError):  # a type Arrow does not cast to text: Python's text
-                return [None if v is None else _text(v).encode("utf-8") for v in arr.to_pylist()]
+            return [None if v is None else _text(v).encode("utf-8") for v in values]
         return as_text
+    if t.is_floating(typ):  # float32, float16: Arrow's shortest text of the narrower number
+        return lambda arr, row: _views(arr.cast(pa.string()), row)
     if t.is_nested(typ):
         from ..core.limits import json_dumps
 
@@ -338,15 +342,12 @@ def _converter(pa, typ, col, table):
 def _views(arr, row=0):
     """The cells of a binary or string array as memoryviews of its data
     buffer (``None`` for nulls), without copying."""
-    import numpy as np
-
     n = len(arr)
     if n == 0:
         return []
     validity, offsets, data = arr.buffers()[:3]
-    large = arr.type.id in (_large_ids())
-    offs = np.frombuffer(offsets, dtype=np.int64 if large else np.int32, count=n + 1,
-                         offset=arr.offset * (8 if large else 4)).tolist()
+    large = arr.type in _LARGE
+    offs = memoryview(offsets).cast("q" if large else "i")[arr.offset:arr.offset + n + 1].tolist()
     mv = memoryview(data) if data is not None else memoryview(b"")
     if arr.null_count:
         nulls = arr.is_null().to_pylist()
@@ -354,15 +355,21 @@ def _views(arr, row=0):
     return [mv[offs[i]:offs[i + 1]] for i in range(n)]
 
 
-_LARGE = []
+class _Large:
+    """Arrow's types with 64-bit offsets (made when first asked: pyarrow is
+    imported only where a table is read)."""
+
+    types = None
+
+    def __contains__(self, typ):
+        if _Large.types is None:
+            import pyarrow as pa
+
+            _Large.types = (pa.large_binary(), pa.large_string())
+        return typ in _Large.types
 
 
-def _large_ids():
-    if not _LARGE:
-        import pyarrow as pa
-
-        _LARGE.extend((pa.large_binary().id, pa.large_string().id))
-    return _LARGE
+_LARGE = _Large()
 
 
 def _fixed_views(arr, row=0):
@@ -403,8 +410,14 @@ class _PathCell(str):
 
 
 def _text(value):
+    """A cell's text: ``true``/``false``, a float's shortest form (``0.1``,
+    ``1e+20``, ``nan``, ``inf``), ISO 8601 for dates and times."""
     import datetime
 
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
     if isinstance(value, (datetime.date, datetime.time, datetime.datetime)):
         return value.isoformat()
     return str(value)
