@@ -202,6 +202,11 @@ class TableWriter:
                 row.append(None)
                 continue
             field, value = found
+            if isinstance(value, str) and kind != "binary":  # the key as a column of its own
+                row.append(value)
+                size += len(value)
+                self.found.add(c.name)
+                continue
             if kind == "text" or not isinstance(value, (bytes, bytearray, memoryview, Blob)):
                 if kind != "text":
                     raise BadSample(key, f"column {quote(c.name)}: a value inside JSON where the first samples "

@@ -331,3 +331,23 @@ def test_without_pyarrow_the_commands_say_how_to_install_it(sh, tmp_path):
         assert p.returncode == 2 and "pip install 'tarproc[parquet]'" in line, line
     # the other formats need no pyarrow
     assert sh("tar2tsv in.tar", env=env).stdout == b"__key__\ttxt\na\tx\n"
+
+
+def test_key_and_json_columns_blobs_empty_input_and_a_closed_pipe(sh, tmp_path):
+    (tmp_path / "rnd.bin").write_bytes(os.urandom(3 << 20))
+    (tmp_path / "plan.txt").write_text('a.cls text:1\na.json text:{"label": 5, "b": [1]}\n'
+                                       "b.bin rnd.bin\nb.cls text:2\n")
+    sh("tarcreate plan.txt -o in.tar")
+    sh("tar2tsv --format parquet -f '__key__ cls lab=json.label b=json.b' in.tar -o o.parquet")
+    assert pq.read_table(tmp_path / "o.parquet").to_pylist() == [
+        {"__key__": "a", "cls": "1", "lab": "5", "b": "[1]"}, {"__key__": "b", "cls": "2", "lab": None, "b": None}]
+    # a field spooled as a blob (past --blob-threshold) is a cell like any other; back to the same bytes
+    sh("tar2tsv --format parquet --blob-threshold 1MiB in.tar -o all.parquet")
+    assert sh("tarcreate all.parquet | cmp - in.tar").returncode == 0
+    # no samples: a table of no rows, and back an empty tar
+    sh("tarcreate --plan-format lines /dev/null -o empty.tar && tar2tsv --format parquet empty.tar -o e.parquet")
+    assert pq.read_table(tmp_path / "e.parquet").num_rows == 0
+    assert sh("tarcreate e.parquet").stdout == bytes(1024)
+    # a reader that closes early ends the command quietly
+    p = sh("tar2tsv --format parquet in.tar | head -c 100 | wc -c; echo ${PIPESTATUS[0]}")
+    assert p.stdout.split() == [b"100", b"141"] and p.stderr == b""
