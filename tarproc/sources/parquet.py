@@ -174,7 +174,11 @@ class ParquetTable:
         """Rows per batch for row group ``group``: about :data:`BATCH_BYTES`
         of uncompressed cells."""
         rg = self.meta.row_group(group)
-        per_row = max(1, rg.total_byte_size // max(1, rg.num_rows))
+        # the largest of what the footer declares (decoded pages are allocated at their declared sizes)
+        declared = max(rg.total_byte_size, sum(max(rg.column(i).total_uncompressed_size,
+                                                   rg.column(i).total_compressed_size)
+                                               for i in range(rg.num_columns)))
+        per_row = max(1, declared // max(1, rg.num_rows))
         return max(1, min(BATCH_ROWS, BATCH_BYTES // per_row))
 
     def __iter__(self):
