@@ -33,7 +33,7 @@ Parquet (needs pyarrow: pip install 'tarproc[parquet]'): a row per sample;
 the fields themselves, not sizes: a column is a string when all its values in
 the first row group are text by the rule above (UTF-8 all through), else
 binary (--binary keeps columns binary); a missing field is null; written in
-row groups of at most 10,000 rows or 64 MiB.
+row groups of at most 10,000 rows or 32 MiB.
 Exit status: 0 ok, 2 bad usage or unreadable input."""
 
 

@@ -25,7 +25,7 @@ from ..sources.parquet import need_pyarrow
 
 #: Rows and bytes of cells of one row group written.
 GROUP_ROWS = 10_000
-GROUP_BYTES = 64 << 20
+GROUP_BYTES = 32 << 20
 #: Largest cell in an Arrow ``binary``/``string`` array (32-bit offsets).
 MAX_CELL = (1 << 31) - 1
 
@@ -222,7 +222,7 @@ class TableWriter:
             data = bytes(value)  # (a spooled blob's bytes: one cell, within MAX_CELL)
             if kind == "string":
                 try:
-                    data = data.decode("utf-8")
+                    data.decode("utf-8")  # (checked; the bytes go to the column as they are)
                 except UnicodeDecodeError:
                     raise BadSample(key, f"field {quote(field)} is not UTF-8 text, but its column is a string "
                                          f"column (fixed from the first samples): keep it binary with --binary "
@@ -240,7 +240,7 @@ class TableWriter:
             return
         pa = self.pa
         cols = list(zip(*self.rows))
-        arrays = [pa.array(list(col), type=f.type) for col, f in zip(cols, self.schema)]
+        arrays = [_array(pa, col, f.type) for col, f in zip(cols, self.schema)]
         self.writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema), row_group_size=len(self.rows))
         self.written += len(self.rows)
         self.rows = []
@@ -269,6 +269,32 @@ class TableWriter:
         else:
             self.abort()
         return False
+
+
+def _array(pa, values, typ):
+    """An Arrow ``binary``/``string`` array of ``values`` (``bytes``,
+    ``str`` or ``None``) made from its buffers: the cells joined once, no
+    builder growing and copying."""
+    from array import array
+
+    parts = []
+    offsets = array("i", [0])
+    pos = nulls = 0
+    for v in values:
+        if v is None:
+            nulls += 1
+        else:
+            if type(v) is str:
+                v = v.encode("utf-8")
+            parts.append(v)
+            pos += len(v)
+            if pos > MAX_CELL:  # (past 32-bit offsets: Arrow's builder makes chunks)
+                return pa.array([v.decode("utf-8") if type(v) is bytes and typ == pa.string() else v
+                                 for v in values], type=typ)
+        offsets.append(pos)
+    validity = pa.array([v is not None for v in values], pa.bool_()).buffers()[1] if nulls else None
+    return pa.Array.from_buffers(typ, len(values), [validity, pa.py_buffer(offsets), pa.py_buffer(b"".join(parts))],
+                                 null_count=nulls)
 
 
 def _lookup(sample, column, settings):
