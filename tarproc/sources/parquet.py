@@ -207,39 +207,43 @@ class ParquetTable:
                                    f"{_arrow_text(e)}") from None
                 if batch is None:
                     nrows = self.meta.row_group(group).num_rows
-                    values, keys = [], [None] * nrows
+                    values = []
                 else:
                     nrows = batch.num_rows
                     values = [conv(batch.column(c.name), row) for c, conv in zip(cols, convs)]
-                    keys = keyconv(batch.column(self.key.name), row) if keyconv else [None] * nrows
-                for r in range(nrows):
-                    where = f"{self.name}: row {row}"
-                    key = keys[r]
-                    if self.key is None:
-                        key = format_key(self.key_format, row)
-                    elif key is None:
-                        raise BadInput(f"{where}: the __key__ is null")
-                    else:
-                        key = bytes(key).decode("utf-8")  # (checked UTF-8: a string or a number's text)
-                    why = bad_key(key)
-                    if why:
-                        raise BadInput(f"{where}: {why}")
-                    if key == last_key:
-                        raise BadInput(f"{where}: key {quote(key)} is the key of the row before: read back, the "
-                                       f"two rows would be one sample (make the keys unique)")
+                if keyconv is None:
+                    keys = [format_key(self.key_format, i) for i in range(row, row + nrows)]
+                else:
+                    keys = keyconv(batch.column(self.key.name), row)
+                cells = zip(*values) if values else ((),) * nrows
+                for key, cells in zip(keys, cells):
+                    if (type(key) is not str or not key or key == last_key or key[0] == "/" or ".." in key
+                            or not key.isprintable() or len(key) > 4096 or key[-1] == "/"
+                            or "." in key[key.rfind("/") + 1:]):
+                        self._refuse_key(row, key, last_key)  # (the common key passes the line above)
                     last_key = key
                     sample = {"__key__": key}
-                    for c, vals in zip(cols, values):
-                        v = vals[r]
-                        if v is None:
-                            continue
-                        if type(v) is _PathCell:  # a media struct with a path and no bytes
-                            v = self._fetch(where, c, str(v))
-                        elif c.fetch:
-                            v = self._fetch(where, c, bytes(v).decode("utf-8"))
-                        sample[c.field] = v
+                    for c, v in zip(cols, cells):
+                        if v is not None:
+                            if c.fetch or type(v) is _PathCell:  # a path or URL; a media struct's path
+                                v = self._fetch(f"{self.name}: row {row}", c, str(v) if type(v) is _PathCell
+                                                else bytes(v).decode("utf-8"))
+                            sample[c.field] = v
                     row += 1
                     yield sample
+
+    def _refuse_key(self, row, key, last_key):
+        """Raise the error of a key that is not a sample's (or pass a good one
+        the quick test sent here)."""
+        where = f"{self.name}: row {row}"
+        if key is None:
+            raise BadInput(f"{where}: the __key__ is null")
+        why = bad_key(key)
+        if why:
+            raise BadInput(f"{where}: {why}")
+        if key == last_key:
+            raise BadInput(f"{where}: key {quote(key)} is the key of the row before: read back, the "
+                           f"two rows would be one sample (make the keys unique)")
 
     def _fetch(self, where, col, value):
         from .create import PlanItem, item_bytes
@@ -298,15 +302,21 @@ def _converter(pa, typ, col, table):
     if t.is_dictionary(typ):
         inner = _converter(pa, typ.value_type, col, table)
         return lambda arr, row: inner(arr.dictionary_decode(), row)
-    if col.field is None or col.fetch:  # the key, or paths: text
+    if col.field is None:  # the key: str
+        if t.is_string(typ) or t.is_large_string(typ):
+            return lambda arr, row: arr.to_pylist()
+        if t.is_binary(typ) or t.is_large_binary(typ):
+            return lambda arr, row: [None if v is None else bytes(v).decode("utf-8")
+                                     for v in _utf8(_views(arr, row), col, table, row)]
+        if t.is_integer(typ):
+            return lambda arr, row: [None if v is None else str(v) for v in arr.to_pylist()]
+        raise BadInput(f"{table}: column {quote(col.name)} is {typ}: the keys must be strings or integers")
+    if col.fetch:  # paths or URLs: text
         if t.is_string(typ) or t.is_large_string(typ):
             return _views
         if t.is_binary(typ) or t.is_large_binary(typ):
             return lambda arr, row: _utf8(_views(arr, row), col, table, row)
-        if t.is_integer(typ) and col.field is None:
-            return lambda arr, row: [None if v is None else str(v).encode("ascii") for v in arr.to_pylist()]
-        what = "the keys" if col.field is None else "paths or URLs"
-        raise BadInput(f"{table}: column {quote(col.name)} is {typ}: {what} must be strings")
+        raise BadInput(f"{table}: column {quote(col.name)} is {typ}: paths or URLs must be strings")
     if t.is_string(typ) or t.is_large_string(typ) or t.is_binary(typ) or t.is_large_binary(typ):
         return _views
     if t.is_fixed_size_binary(typ):
