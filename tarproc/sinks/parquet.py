@@ -58,6 +58,8 @@ def table_to_tar(table, output="-", group_size=None, settings=None, stats=None):
             for f in fields:
                 v = sample.get(f)
                 if v is not None:
+                    if type(v) is memoryview and len(v) <= 8192:
+                        v = v.tobytes()  # a small member goes out in one write with its header
                     write(key + f, v)
             n += 1
         tar.close()
