@@ -109,10 +109,12 @@ def parquet_main(args, rep):
     if args.plan != "-":
         refuse_reading_stdout([args.plan])
         refuse_overwriting_inputs([args.output], [args.plan], "the table")
-    if args.dir is not None and not os.path.isdir(args.dir):
-        from ..errors import UsageError
+    from ..errors import UsageError
 
+    if args.dir is not None and not os.path.isdir(args.dir):
         raise UsageError(f"-C {args.dir}: not a directory")
+    if args.delim is not None:
+        raise UsageError("-f/--delim is for TSV/CSV plans, not a Parquet table")
     table = ParquetTable(args.plan, args.key, args.dir, warn=rep.warn, settings=args.settings)
     try:
         n = table_to_tar(table, args.output, group_size_of(args), args.settings)

@@ -60,6 +60,19 @@ def test_columns_become_fields_by_type(sh, tmp_path):
     assert sh("tarcreate t.parquet").stdout == data
 
 
+def test_grouped_compressed_output_is_indexed(sh, tmp_path):
+    """A .tar.gz output is cut into groups of whole samples (the general
+    writer), which tarindex and IndexedDataset read one by one."""
+    write_table(tmp_path / "t.parquet", {"__key__": [f"k{i}" for i in range(5)], "bin": [os.urandom(700_000)] * 5})
+    sh("tarcreate t.parquet -o plain.tar && tarcreate t.parquet --group-size 1MiB -o g.tar.gz")
+    assert sh("gzip -dc g.tar.gz | cmp - plain.tar").returncode == 0
+    sh("tarindex g.tar.gz -o g.json")
+    code = "import tarproc; ds = tarproc.IndexedDataset('g.json'); print(len(ds), ds[3]['__key__'])"
+    assert sh(f'python -c "{code}"').stdout.split() == [b"5", b"k3"]
+    p = sh("tarcreate -f , t.parquet", ok=False)
+    assert p.returncode == 2 and "--delim" in one_line(p)
+
+
 def test_keys_from_the_key_format_and_stdin(sh, tmp_path):
     write_table(tmp_path / "t.parquet", {"txt": ["x", "y"]})
     assert list(samples_of(sh("tarcreate -k '%06d' t.parquet").stdout)) == ["000000", "000001"]
@@ -221,6 +234,13 @@ def test_row_groups_and_a_text_output(sh, tmp_path):
     meta = pq.ParquetFile(tmp_path / "out.parquet").metadata
     assert meta.num_row_groups == 2 and meta.num_rows == 10_050
     assert sh("tarcreate out.parquet | cmp - in.tar").returncode == 0
+    # a cell past the row group's bytes (32 MiB; spooled as a blob on the way) is a row group of its own
+    (tmp_path / "huge.bin").write_bytes(os.urandom(33 << 20))
+    (tmp_path / "p3.txt").write_text("a.txt text:x\nb.bin huge.bin\nc.txt text:y\n")
+    sh("tarcreate p3.txt -o huge.tar && tar2tsv --format parquet huge.tar -o huge.parquet")
+    meta = pq.ParquetFile(tmp_path / "huge.parquet").metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [1, 1, 1]
+    assert sh("tarcreate huge.parquet | cmp - huge.tar").returncode == 0
     # -o for the text formats too
     sh("tar2tsv -c 2 in.tar -o out.tsv")
     assert (tmp_path / "out.tsv").read_text() == "__key__\tcls\nk00000\t0\nk00001\t1\n"
