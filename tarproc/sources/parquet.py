@@ -10,7 +10,7 @@ times as the text Arrow casts them to (``3``, ``0.5``, ``true``,
 ``2024-01-31``), lists, structs and maps as JSON (bytes inside them as
 base64 text); a struct of ``bytes`` and ``path`` (how Hugging Face stores an
 ``Image`` or ``Audio``) gives its bytes (or, when they are null, the file at
-its path).  A null cell is no field.  Columns named like metadata
+its path under the base directory, relative and without ``..``).  A null cell is no field.  Columns named like metadata
 (``__index_level_0__``) are left out, with a warning.  Binary and string
 cells reach the writer as views of Arrow's buffers (no copy); batches are
 sized from each row group's bytes per row, so memory follows the batch, not
@@ -225,9 +225,10 @@ class ParquetTable:
                     sample = {"__key__": key}
                     for c, v in zip(cols, cells):
                         if v is not None:
-                            if c.fetch or type(v) is _PathCell:  # a path or URL; a media struct's path
-                                v = self._fetch(f"{self.name}: row {row}", c, str(v) if type(v) is _PathCell
-                                                else bytes(v).decode("utf-8"))
+                            if type(v) is _PathCell:  # a media struct's path (no bytes)
+                                v = self._fetch_media(f"{self.name}: row {row}", c, str(v))
+                            elif c.fetch:  # a path or URL
+                                v = self._fetch(f"{self.name}: row {row}", c, bytes(v).decode("utf-8"))
                             sample[c.field] = v
                     row += 1
                     yield sample
@@ -256,6 +257,18 @@ class ParquetTable:
         if not os.path.isfile(path):
             raise BadInput(f"{where}: column {quote(col.name)}: {quote(path)} is not a file")
         return item_bytes(PlanItem(f"{where}, column {col.name}", col.field, "file", path))
+
+    def _fetch_media(self, where, col, path):
+        """The file a media struct without bytes names: only under ``-C DIR``
+        (a table from elsewhere must not pick files of this machine to put in a
+        shard), relative, without ``..``."""
+        if self.basedir is None:
+            raise BadInput(f"{where}: column {quote(col.name)} has no bytes, only the path {quote(path)}: give "
+                           f"-C DIR to read such paths under DIR")
+        if os.path.isabs(path) or ".." in path.split("/") or path.startswith(URL_PREFIXES):
+            raise BadInput(f"{where}: column {quote(col.name)}: the path {quote(path)} is not a relative path "
+                           f"under -C {self.basedir}")
+        return self._fetch(where, col, path)
 
     def _fetch_url(self, where, col, url):
         import tempfile

@@ -116,9 +116,17 @@ def test_hugging_face_image_structs(sh, tmp_path):
     write_table(tmp_path / "t.parquet", {
         "image": pa.array([{"bytes": jpg, "path": "x.jpg"}, {"bytes": None, "path": "disk.jpg"}, None], image),
         "label": [1, 2, 3]})
-    got = samples_of(sh("tarcreate t.parquet").stdout)
+    got = samples_of(sh("tarcreate -C . t.parquet").stdout)
     assert got == {"000000000": {"image": jpg, "label": b"1"}, "000000001": {"image": b"from disk", "label": b"2"},
                    "000000002": {"label": b"3"}}
+    # a path is read only under -C, relative, without '..' (the table does not pick this machine's files)
+    p = sh("tarcreate t.parquet -o out.tar", ok=False)
+    assert p.returncode == 2 and "-C DIR" in one_line(p) and "row 1" in one_line(p)
+    for path in ("/etc/passwd", "../disk.jpg"):
+        write_table(tmp_path / "t.parquet", {"image": pa.array([{"bytes": None, "path": path}], image)})
+        p = sh("tarcreate -C . t.parquet -o out.tar", ok=False)
+        assert p.returncode == 2 and path in one_line(p)
+    assert not (tmp_path / "out.tar").exists()
 
 
 def test_nested_binary_is_base64_in_json(sh, tmp_path):
