@@ -159,6 +159,10 @@ class TableWriter:
             raise UsageError(f"--binary {bad}: the column holds values inside JSON, which are text")
         self.kinds = kinds
         pa = self.pa
+        for c in self.columns:
+            if not _utf8(c.name):
+                raise BadInput(f"field {quote(c.name)}: its name is not UTF-8, which a Parquet column name must be "
+                               f"(name the column: -f 'NAME=FIELD', or leave the field out with -f)")
         fields = ([pa.field("__key__", pa.string(), nullable=False)] if self.key else []) + [
             pa.field(c.name, pa.binary() if k == "binary" else pa.string()) for c, k in zip(self.columns, kinds)]
         self.schema = pa.schema(fields)
@@ -196,6 +200,9 @@ class TableWriter:
                     self.warn(f"sample {key!r}: field{'s' * (len(new) > 1)} {', '.join(sorted(new))} not in the "
                               f"columns (taken from the first {self.scan} samples; use -f or --scan)")
                 self.told += 1
+        if self.key and not _utf8(key):
+            raise BadSample(key, "the key is not UTF-8, which a Parquet string column must be (rename the samples, "
+                                 "e.g. with tarcat --rekey)")
         row = [key] if self.key else []
         size = 0
         for c, kind in zip(self.columns, self.kinds):
@@ -271,6 +278,14 @@ class TableWriter:
         else:
             self.abort()
         return False
+
+
+def _utf8(text):
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # (a name or key kept byte for byte: surrogate escapes)
+        return False
+    return True
 
 
 def _array(pa, values, typ):

@@ -5,6 +5,7 @@ outputs landing on inputs, pyarrow missing."""
 
 import datetime
 import decimal
+import io
 import json
 import os
 import subprocess
@@ -379,3 +380,19 @@ def test_key_and_json_columns_blobs_empty_input_and_a_closed_pipe(sh, tmp_path):
     # a reader that closes early ends the command quietly
     p = sh("tar2tsv --format parquet in.tar | head -c 100 | wc -c; echo ${PIPESTATUS[0]}")
     assert p.stdout.split() == [b"100", b"141"] and p.stderr == b""
+
+
+def test_names_that_are_not_utf8_cannot_be_columns_or_keys(sh, tmp_path):
+    """Names kept byte for byte (not UTF-8) have no Parquet string form:
+    one line each, nothing written."""
+    with tarfile.open(tmp_path / "nu.tar", "w", format=tarfile.GNU_FORMAT, encoding="utf-8",
+                      errors="surrogateescape") as tf:
+        for name in ("a\udce9.txt", "b.t\udce9xt"):
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tf.addfile(info, io.BytesIO(b"x"))
+    for opts, expect in (("", "column name"), ("-f txt", "key is not UTF-8")):
+        p = sh(f"tar2tsv --format parquet {opts} nu.tar -o out.parquet", ok=False)
+        line = one_line(p)
+        assert p.returncode == 2 and expect in line, line
+        assert not (tmp_path / "out.parquet").exists()
