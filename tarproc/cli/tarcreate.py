@@ -1,10 +1,11 @@
 """tarcreate (also tsv2tar): build a tar shard from a plan."""
 
-from typing import Annotated, Literal, Optional
+from typing import Annotated, List, Literal, Optional
 
 import typer
 
-from .base import OUTPUT_HELP, Args, GroupSize, group_size_of, command, opt, run, Reporter
+from .base import (OUTPUT_HELP, Args, GroupSize, ProgressFlag, group_size_of, command, opt, positive, run,
+                   Reporter)
 
 EXAMPLES = """
 tarcreate plan.tsv -o dataset.tar             # columns: __key__  @jpg  cls
@@ -12,6 +13,7 @@ tsv2tar -C images/ -k '%06d' plan.csv > dataset.tar
 tarcreate files.txt -o dataset.tar.gz         # lines: 000001.jpg img/a.jpg
 printf '0.txt text:hello\\n0.jpg file:a.jpg\\n' | tarcreate - > one.tar
 tarcreate plan.txt -o out.tar                 # 0.png pipe:convert a.tif png:-
+tarcreate --tree images/ --tree annotations/trimaps/:trimap --key base --require jpg,trimap.png -o pets.tar
 tarcreate train.parquet -o train.tar          # a row per sample: __key__, binary and text columns
 """
 
@@ -30,11 +32,19 @@ pyarrow: pip install 'tarproc[parquet]'): a row per sample, a column per field
 Every referenced file is checked before anything is written: a missing one is
 an error naming the plan line, and no output is made.  Member names that are
 absolute or contain '..' are refused.
+Trees (--tree DIR[:PREFIX], s3://BUCKET/PREFIX/, gs://...): every file is a
+field of the sample its --key rule names (path: directories and the name up to
+its first dot, below the tree's root; base: the name up to its first dot; or a
+regex with a group 'key'), PREFIX.FIELD for a DIR:PREFIX tree; samples in key
+order (as tarsort), checked whole before anything is written.  Hidden files,
+files without an extension, links to directories and special files are left
+out with a warning; links to files are followed; see docs/tarcreate.md.
 Exit status: 0 ok, 1 a pipe: command failed (nothing written), 2 bad plan,
 missing file or bad usage."""
 
 
-@command("Create a tar file from a plan (a TSV/CSV table or TARPATH SOURCE lines).", EXAMPLES, NOTES)
+@command("Create a tar file from a plan (a TSV/CSV table, a Parquet table or TARPATH SOURCE lines) or from "
+         "trees of files (--tree).", EXAMPLES, NOTES)
 def tarcreate_command(
     plan: Annotated[str, typer.Argument(metavar="[PLAN]", show_default=False,
                     help="the plan file ('-' or nothing: stdin)")] = "-",
@@ -47,9 +57,29 @@ def tarcreate_command(
                           "the first line)")] = None,
     key: Annotated[str, opt("-k", "--key", metavar="FORMAT",
                    help="keys of table rows without a __key__ column: '{index:06d}', '%06d', '{record:09d}' "
-                        "(default {index:09d})")] = "{index:09d}",
+                        "(default {index:09d}); with --tree, the key rule: path, base or a regex with a group "
+                        "'key' (default path)")] = "{index:09d}",
     plan_format: Annotated[Literal["auto", "table", "lines", "parquet"], opt(
         "--plan-format", help="the plan's format (default: detected)")] = "auto",
+    tree: Annotated[Optional[List[str]], opt("--tree", metavar="DIR[:PREFIX]",
+                    help="make samples of the files below DIR (or an s3:// or gs:// prefix), keyed by --key; "
+                         "DIR:PREFIX names its fields PREFIX.FIELD; repeat to join trees")] = None,
+    require: Annotated[Optional[str], opt("--require", metavar="FIELDS",
+                       help="with --tree: fields every sample must have, 'jpg,trimap.png'")] = None,
+    missing: Annotated[Literal["stop", "skip", "keep"], opt(
+        "--missing", metavar="stop|skip|keep",
+        help="with --require, a sample missing a field: stop (exit 2, nothing written), skip (leave it out, "
+             "warn) or keep (default: stop)")] = "stop",
+    dry_run: Annotated[bool, opt("--dry-run", help="with --tree: list the samples as a table plan (__key__, "
+                                                   "@FIELD paths) on stdout; no file is read")] = False,
+    parallel: Annotated[int, opt("-p", "--parallel", metavar="N", parser=positive(),
+                        help="with a bucket --tree: objects fetched at once (default: 4)")] = 4,
+    max_size: Annotated[Optional[str], opt("-s", "--max-size", metavar="BYTES",
+                        help="with --tree: write shards of at most BYTES (100MB, 1GiB) named by -o "
+                             "'pets-%06d.tar', as tarsplit -s does")] = None,
+    max_count: Annotated[Optional[int], opt("-n", "--max-count", metavar="N", parser=positive(),
+                         help="with --tree: write shards of at most N samples named by -o, as tarsplit -n")] = None,
+    progress: ProgressFlag = None,
     verbose: Annotated[bool, opt("-v", "--verbose", help="one line per member on stderr")] = False,
     quiet: Annotated[bool, opt("-q", "--quiet", help="no warnings")] = False,
 ):
@@ -58,6 +88,14 @@ def tarcreate_command(
 
 
 def main(args, prog="tarcreate"):
+    if args.tree:
+        from .trees import main_trees
+
+        return main_trees(args, prog)
+    if args.require or args.dry_run or args.missing != "stop" or args.max_size or args.max_count:
+        from ..errors import UsageError
+
+        raise UsageError("--require, --missing, --dry-run, -s and -n go with --tree")
     from ..sinks.plan import write_plan
     from ..sources.create import read_plan
 
