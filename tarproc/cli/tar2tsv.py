@@ -152,6 +152,7 @@ def main(args, prog="tar2tsv"):
             out.flush()
     out.flush()
     if args.output != "-":
+        out.done = True
         out.close()  # (committed when the command succeeds)
     if args.fields:
         check.missing([c.name for i, c in enumerate(columns) if i not in found])
@@ -169,9 +170,15 @@ def _text_output(args):
     sink = open_sink(args.output, compression=None, settings=args.settings)
 
     class Closing(io.TextIOWrapper):
+        done = False  # set when every row is written: a close before (an error, the end of the interpreter) discards
+
         def close(self):
-            self.flush()
-            sink.close()
+            if self.done:
+                self.flush()
+                sink.close()
+            else:
+                sink.abort()
+            super().close()
 
     return Closing(_Writable(sink), encoding="utf-8", errors="surrogateescape", newline="\n")
 
@@ -199,6 +206,9 @@ class _Writable:
 
     def flush(self):
         pass
+
+    def close(self):
+        self.closed = True
 
 
 def parquet_main(args, rep, stats, columns, samples, check):

@@ -253,6 +253,12 @@ def test_row_groups_and_a_text_output(sh, tmp_path):
     # -o for the text formats too
     sh("tar2tsv -c 2 in.tar -o out.tsv")
     assert (tmp_path / "out.tsv").read_text() == "__key__\tcls\nk00000\t0\nk00001\t1\n"
+    # committed only on success: a damaged input leaves no table, text or Parquet
+    sh("head -c 100000 in.tar > cut.tar")
+    for fmt, out in (("tsv", "cut.tsv"), ("parquet", "cut.parquet")):
+        p = sh(f"tar2tsv --format {fmt} cut.tar -o {out}", ok=False)
+        assert p.returncode == 2 and "cut.tar" in one_line(p)
+        assert not (tmp_path / out).exists()
 
 
 # ------------------------------------------------------------ hostile tables
