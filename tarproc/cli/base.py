@@ -113,6 +113,51 @@ def replaced(old, new, flag=False):
                      opt(old, hidden=True, callback=refuse, help=f"replaced by {new}")]
 
 
+def output_directory_exists(value):
+    """Callback of every option that names an output file (``-o``,
+    ``--offsets``, ``--manifest``, ``--index``, ``--grid``, ``--failed-keys``):
+    the directory it names must exist; no command makes one (a typo would
+    put files at the root).  Only the directories a shard-name pattern's
+    placeholders make below it are created (tarsplit).  One usage line,
+    exit 2, before any input is read (docs/commit.md)."""
+    if not value or value == "-":
+        return value
+    from ..runtime.schemes import scheme_of
+
+    if scheme_of(value) != "file" or value.endswith("/"):
+        return value  # (a name of a directory is refused as such when the output is opened)
+    from ..sinks.split import pattern_root
+
+    d = pattern_root(value)  # (a plain name: its directory)
+    if not os.path.isdir(d):
+        import shlex
+
+        raise typer.BadParameter(f"directory {d} does not exist (commands make no output directory: "
+                                 f"mkdir -p {shlex.quote(d)})")
+    return value
+
+
+#: Names of the same output format accepted by every command that writes it
+#: (tar2tsv ``--format jsonl``, tar2json ``-f jsonlines``): name -> the one it means.
+FORMAT_ALIASES = {"jsonl": "jsonlines", "jsonlines": "jsonlines"}
+
+
+def output_format(*names):
+    """Callback of a ``--format`` option whose own names are ``names``: an
+    alias in :data:`FORMAT_ALIASES` becomes the name of those it means."""
+
+    def parse(value):
+        if value in names or value is None:
+            return value
+        meant = FORMAT_ALIASES.get(value)
+        for name in names:
+            if meant is not None and FORMAT_ALIASES.get(name) == meant:
+                return name
+        return value
+
+    return parse
+
+
 INPUTS_HELP = ("input shards: paths, '-', pipe:CMD, http(s)://, gs://, s3://; brace patterns like "
                "shard-{0000..0146}.tar are expanded (default: stdin)")
 OUTPUT_HELP = ("output URL; compression from the name (.tgz .tar.gz .tar.bz2 .tar.xz .tar.zst; others such as "
@@ -125,7 +170,7 @@ FileList = Annotated[Optional[str], opt("-T", "--filelist", metavar="FILE",
                                         help="read input URLs from FILE, one per line ('-' for stdin)")]
 BraceExpand = Annotated[bool, opt("-b", "--braceexpand", hidden=True,
                                   help="accepted for compatibility (patterns are always expanded)")]
-Output = Annotated[str, opt("-o", "--output", metavar="URL", help=OUTPUT_HELP)]
+Output = Annotated[str, opt("-o", "--output", metavar="URL", help=OUTPUT_HELP, callback=output_directory_exists)]
 Count = Annotated[Optional[int], opt("-c", "--count", metavar="N", parser=nonneg(),
                                      help="stop after N samples (and stop reading)")]
 Skip = Annotated[int, opt("-s", "--skip", metavar="N", parser=nonneg(), help="skip the first N samples")]
@@ -201,6 +246,17 @@ def current_prog():
     ctx = get_current_context(silent=True)
     name = ctx.find_root().info_name if ctx is not None else None
     return name or "tarproc"
+
+
+def given(name):
+    """Whether the option of parameter ``name`` was given on the command
+    line (not its default): for options that mean something only beside
+    another."""
+    from typer._click.core import ParameterSource
+    from typer._click.globals import get_current_context
+
+    ctx = get_current_context(silent=True)
+    return ctx is not None and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
 
 
 def _run_extra():
@@ -291,15 +347,20 @@ def _clock(seconds):
 
 def terminal_columns():
     """The width of the terminal stderr is on ($COLUMNS when set; 80 when
-    it cannot be told), asked at every redraw so a resize is followed."""
+    it cannot be told), asked at every redraw so a resize is followed.  A
+    width of 0 is unknown, not narrow (``script`` without a size, some CI
+    consoles): $COLUMNS or 80."""
     try:
-        return max(10, int(os.environ["COLUMNS"]))
+        columns = int(os.environ["COLUMNS"])
+        if columns > 0:
+            return max(10, columns)
     except (KeyError, ValueError):
         pass
     try:
-        return max(10, os.get_terminal_size(sys.stderr.fileno()).columns)
+        columns = os.get_terminal_size(sys.stderr.fileno()).columns
     except (OSError, ValueError, AttributeError):
-        return 80
+        columns = 0
+    return max(10, columns) if columns > 0 else 80
 
 
 def draw_line(line):
@@ -417,14 +478,16 @@ class Reporter:
             done = self.position if self.position is not None else stats.read
         self.bar.update(done)
 
-    def done(self, stats, force=False):
+    def done(self, stats, force=False, summary=None):
         """End of the command: the progress line cleared, the bad shards'
         summary if the input did not end (``-c N``; it may raise
-        :class:`~tarproc.errors.TooManyBadShards`), the summary with ``-v``."""
+        :class:`~tarproc.errors.TooManyBadShards`), the summary with ``-v``
+        (``summary``: what the command did, in its words, instead of the
+        counts of samples read and written)."""
         self.bar.clear()
         end_bad_shards(self.bad_shards, self)  # (no "N of M shards": not all were read)
         if self.verbose or force:
-            print(f"{self.prog}: {_clip(stats.summary())}", file=sys.stderr, flush=True)
+            print(f"{self.prog}: {_clip(summary or stats.summary())}", file=sys.stderr, flush=True)
 
 
 def progress_stage(reporter, stats):
@@ -447,6 +510,17 @@ def progress_stage(reporter, stats):
 from .guards import Terminated, on_sigterm  # noqa: E402,F401 (Terminated is part of this module's API)
 
 
+#: Spellings of an option a user may try that a command does not have, and
+#: what to use instead: an unknown option says so ("did you mean"), in place
+#: of click's own hint (close spellings of the command's options).
+SPELLINGS = {
+    "tarsort": {"--shuffle": "-S shuffle", "--random": "-S shuffle", "--numeric": "-S int",
+                "--key": "-s/--sortkey FIELD"},
+    "tarsplit": {"--shuffle": "tarsort -S shuffle before tarsplit"},
+    "tarproc": {"--shuffle": "tarsort -S shuffle (or tarcat --shuffle N) before tarproc"},
+}
+
+
 def _usage_error(prog, e):
     """A click usage error as two lines: the usage, and what was wrong."""
     ctx = getattr(e, "ctx", None)
@@ -454,6 +528,9 @@ def _usage_error(prog, e):
     if usage:
         print(usage.splitlines()[0], file=sys.stderr)
     message = e.format_message() if hasattr(e, "format_message") else str(e)
+    hint = SPELLINGS.get(prog, {}).get(getattr(e, "option_name", None))
+    if hint:
+        message = f"No such option: {e.option_name} (did you mean {hint}?)"
     print(f"{prog}: error: {_clip(message)}", file=sys.stderr)
 
 

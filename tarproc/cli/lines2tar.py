@@ -4,7 +4,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from .base import GroupSize, group_size_of
+from .base import output_directory_exists, GroupSize, group_size_of
 from .base import OUTPUT_HELP, Args, command, opt, replaced, run, Reporter
 
 EXAMPLES = """
@@ -38,7 +38,7 @@ def lines2tar_command(
                               "tab)")] = "\t",
     keyformat: Annotated[str, opt("--keyformat", metavar="FORMAT",
                          help="key from the line index (default '{:09d}')")] = "{:09d}",
-    output: Annotated[str, opt("-o", "--output", metavar="URL", help=OUTPUT_HELP)] = "-",
+    output: Annotated[str, opt("-o", "--output", metavar="URL", help=OUTPUT_HELP, callback=output_directory_exists)] = "-",
     group_size: GroupSize = None,
     verbose: Annotated[bool, opt("-v", "--verbose", help="a summary on stderr")] = False,
     quiet: Annotated[bool, opt("-q", "--quiet", help="no warnings")] = False,

@@ -2,7 +2,7 @@
 
 from typing import Annotated, Literal, Optional
 
-from .base import Retries, resume_of
+from .base import output_format, Retries, resume_of
 from .base import MaxBadShards, OnBadShard
 from .base import (Args, BraceExpand, Count, FileList, Inputs, Strict, command, opt, read_inputs, replaced, run,
                    Reporter, selection_stages)
@@ -39,8 +39,9 @@ def tar2json_command(
     available: Annotated[bool, opt("-a", "--available",
                          help="list the field names seen in the first 100 samples, one per line, and "
                               "exit")] = False,
-    format: Annotated[Literal["yaml", "json", "jsonlines"], opt("-f", "--format",
-                      help="yaml, json or jsonlines (default yaml)")] = "yaml",
+    format: Annotated[Literal["yaml", "json", "jsonlines", "jsonl"], opt(
+                      "-f", "--format", metavar="yaml|json|jsonlines", callback=output_format("yaml", "json", "jsonlines"),
+                      help="yaml, json or jsonlines (also called jsonl) (default yaml)")] = "yaml",
     count: Count = None,
     skip: Annotated[int, opt("--skip", metavar="N", help="skip the first N samples")] = 0,
     hash: Annotated[bool, opt("--hash", help="binary fields as their sha256 instead of their size")] = False,

@@ -2,7 +2,7 @@
 
 from typing import Annotated, Literal, Optional
 
-from .base import Retries, resume_of
+from .base import output_format, Retries, resume_of
 from .base import MaxBadShards, OnBadShard
 from .base import (BlobThreshold, TmpDir, Args, BraceExpand, Count, FileList, Inputs, Strict,
                    command, nonneg, opt, positive, read_inputs, run, Reporter, selection_stages)
@@ -55,8 +55,10 @@ def tar2tsv_command(
     scan: Annotated[int, opt("--scan", metavar="N", parser=positive(),
                     help="without -f, the columns are the fields of the first N samples (default 1000; "
                          "they are held back until then)")] = 1000,
-    format: Annotated[Literal["tsv", "csv", "jsonl", "parquet"], opt("--format",
-                      help="output format (default tsv)")] = "tsv",
+    format: Annotated[Literal["tsv", "csv", "jsonl", "jsonlines", "parquet"], opt(
+                      "--format", metavar="tsv|csv|jsonl|parquet",
+                      callback=output_format("tsv", "csv", "jsonl", "parquet"),
+                      help="output format: tsv, csv, jsonl (also called jsonlines) or parquet (default tsv)")] = "tsv",
     output: Annotated[str, opt("-o", "--output", metavar="URL",
                       help="output URL, written only when the command succeeds (default: stdout)")] = "-",
     binary: Annotated[Optional[str], opt("--binary", metavar="COLUMNS",

@@ -4,8 +4,8 @@ from typing import Annotated, List, Literal, Optional
 
 import typer
 
-from .base import (OUTPUT_HELP, Args, GroupSize, ProgressFlag, group_size_of, command, opt, positive, run,
-                   Reporter)
+from .base import (output_directory_exists, OUTPUT_HELP, Args, GroupSize, ProgressFlag, group_size_of, command, opt,
+                   positive, run, Reporter)
 
 EXAMPLES = """
 tarcreate plan.tsv -o dataset.tar             # columns: __key__  @jpg  cls
@@ -48,7 +48,7 @@ missing file or bad usage."""
 def tarcreate_command(
     plan: Annotated[str, typer.Argument(metavar="[PLAN]", show_default=False,
                     help="the plan file ('-' or nothing: stdin)")] = "-",
-    output: Annotated[str, opt("-o", "--output", metavar="URL", help=OUTPUT_HELP)] = "-",
+    output: Annotated[str, opt("-o", "--output", metavar="URL", help=OUTPUT_HELP, callback=output_directory_exists)] = "-",
     group_size: GroupSize = None,
     dir: Annotated[Optional[str], opt("-C", "--dir", metavar="DIR",
                    help="relative paths in the plan (and pipe: commands) are taken from DIR")] = None,

@@ -2,7 +2,7 @@
 
 from typing import Annotated, Optional
 
-from .base import Retries, resume_of
+from .base import output_directory_exists, Retries, resume_of
 from .base import MaxBadShards, OnBadShard, bad_shards_of, end_bad_shards
 from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, FileList, Inputs, Strict, command,
                    nonneg, open_inputs, opt, positive, run, Reporter)
@@ -37,7 +37,7 @@ def tarfirst_command(
     nth: Annotated[int, opt("-n", "--nth", metavar="N", parser=positive(),
                    help="take the N-th match (default 1)")] = 1,
     skip: Annotated[int, opt("-s", "--skip", metavar="N", parser=nonneg(), help="skip the first N samples")] = 0,
-    output: Annotated[str, opt("-o", "--output", metavar="FILE",
+    output: Annotated[str, opt("-o", "--output", metavar="FILE", callback=output_directory_exists,
                       help="write to FILE (appears complete or not at all) instead of stdout")] = "-",
     strict: Strict = False,
     on_bad_shard: OnBadShard = "fail",

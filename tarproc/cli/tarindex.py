@@ -5,7 +5,7 @@ tarproc.IndexedDataset)."""
 from typing import Annotated, Optional
 
 from .guards import refuse_overwriting_inputs
-from .base import (Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Retries, Verbose, command, open_inputs, resume_of,
+from .base import (output_directory_exists, Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Retries, Verbose, command, open_inputs, resume_of,
                    opt, positive, run, Reporter)
 
 EXAMPLES = """
@@ -43,10 +43,10 @@ exit status: 0 ok, 1 the index could not be written, 2 bad usage or unreadable i
 def tarindex_command(
     inputs: Inputs = None,
     filelist: FileList = None,
-    output: Annotated[str, opt("-o", "--output", metavar="URL",
+    output: Annotated[str, opt("-o", "--output", metavar="URL", callback=output_directory_exists,
                       help="the index JSON (default: stdout, counts only: offsets need a file beside the "
                            "index)")] = "-",
-    offsets: Annotated[Optional[str], opt("--offsets", metavar="FILE",
+    offsets: Annotated[Optional[str], opt("--offsets", metavar="FILE", callback=output_directory_exists,
                        help="where the offsets sidecar goes (default: the index's name with .offsets for "
                             ".json)")] = None,
     no_offsets: Annotated[bool, opt("--no-offsets", help="counts only, no sidecar")] = False,
@@ -109,8 +109,13 @@ def tarindex_command(
     index_shards(urls, args.output, offsets=offsets, name=args.name, stats=stats, strict=args.strict,
                  warn=rep.warn, progress=progress, checkpoint_spacing=spacing, parallel=args.parallel,
                  checksum=args.checksum, settings=args.settings, **resume_of(args))
-    rep.done(stats)
-    rep.info(f"{done[0]} shards, {done[1]} samples")
+    # what it did: not "samples read 2000, written 0" (an index writes no samples)
+    text = f"indexed {done[0]} shard{'' if done[0] == 1 else 's'}, {done[1]} samples"
+    text += f" into {'stdout' if args.output == '-' else args.output}"
+    if stats.members_skipped:
+        why = ", ".join(f"{n} {reason}" for reason, n in sorted(stats.reasons.items()))
+        text += f"; members skipped {stats.members_skipped} ({why})"
+    rep.done(stats, summary=text)
     return 0
 
 

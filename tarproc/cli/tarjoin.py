@@ -4,7 +4,7 @@ from typing import Annotated, List, Literal, Optional
 
 import typer
 
-from .base import (Args, BlobThreshold, BraceExpand, ProgressFlag, Quiet, StartMethod, Strict, Verbose, command,
+from .base import (output_directory_exists, Args, BlobThreshold, BraceExpand, ProgressFlag, Quiet, StartMethod, Strict, Verbose, command,
                    opt, parse_size, positive, progress_stage, read_inputs, refuse_terminal, run, Reporter,
                    spooler_of)
 
@@ -46,7 +46,7 @@ def tarjoin_command(
         metavar="[URL]...", show_default=False,
         help="the inputs A, B, ...: each a shard set, as a path, '-', pipe:CMD, http(s)://, gs://, s3:// or "
              "a brace pattern like 'b-{0000..0146}.tar' (default: stdin)")] = None,
-    output: Annotated[str, opt("-o", "--output", metavar="URL",
+    output: Annotated[str, opt("-o", "--output", metavar="URL", callback=output_directory_exists,
                       help="output URL (default: stdout); a brace pattern naming one output per shard of "
                            "each input joins shard by shard")] = "-",
     table: Annotated[Optional[List[str]], opt("--table", metavar="FILE",

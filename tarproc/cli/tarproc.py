@@ -4,7 +4,7 @@ from typing import Annotated, List, Literal, Optional
 
 import typer
 
-from .base import Retries, resume_of
+from .base import given, output_directory_exists, Retries, resume_of
 from .base import GroupSize, group_size_of
 from .base import MaxBadShards, OnBadShard, seconds
 from .base import (replaced, BlobThreshold, TmpDir, spooler_of, Args, FileList, Output, ProgressFlag, Quiet, StartMethod, Strict, Verbose, command, nonneg, open_inputs, opt,
@@ -105,7 +105,7 @@ def tarproc_command(
     keys: Annotated[Optional[str], opt("--keys", metavar="FILE",
                     help="process only the samples whose keys are listed in FILE, one per line (e.g. the "
                          "list of failed keys of an earlier run)")] = None,
-    failed_keys: Annotated[Optional[str], opt("--failed-keys", metavar="FILE",
+    failed_keys: Annotated[Optional[str], opt("--failed-keys", metavar="FILE", callback=output_directory_exists,
                            help="write the keys of the samples that failed to FILE, one per line (written "
                                 "when all the input was processed, exit 0 or 1; rerun them with --keys FILE)")] = None,
     on_bad_shard: OnBadShard = "fail",
@@ -140,9 +140,14 @@ def main(args, prog="tarproc"):
     if args.map is not None:
         for flag, bad in (("-S", args.subdirs), ("-m", args.multi),
                           ("--add-log", args.add_log is not None), ("--keepdir", args.keepdir),
-                          ("--per-command", args.per_command != 1)):
+                          ("--per-command", args.per_command != 1), ("--interpreter", given("interpreter")),
+                          ("-b/--base", given("base")), ("-w/--working-dir", given("workdir"))):
             if bad:
                 raise UsageError(f"{flag} applies to commands, not to --map")
+    else:  # (one option, one meaning: these mean nothing without --map)
+        for flag, name in (("--batch", "batch"), ("--start-method", "start_method"), ("--map-blobs", "map_blobs")):
+            if given(name):
+                raise UsageError(f"{flag} applies to --map, not to commands ({'-c' if args.command else '-s'})")
     parallel = args.parallel or default_parallel()
     rep = Reporter(prog, args.verbose, args.quiet, args.progress)
     if args.map is None:

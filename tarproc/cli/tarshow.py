@@ -2,7 +2,7 @@
 
 from typing import Annotated, Literal, Optional
 
-from .base import MaxBadShards, OnBadShard
+from .base import output_directory_exists, MaxBadShards, OnBadShard
 from .base import (BlobThreshold, TmpDir, spooler_of, Args, BraceExpand, Count, FileList, Inputs, Skip,
                    Slice, Strict, Retries, command, opt, positive, read_inputs, run, Reporter, selection_stages)
 from .fieldcheck import FieldCheck
@@ -40,7 +40,7 @@ def tarshow_command(
     fields: Annotated[Optional[str], opt("-f", "--field", "--fields", metavar="SPEC",
                       help="show only these fields, in this order: 'jpg cls'; 'jpg;png' shows the first "
                            "present")] = None,
-    grid: Annotated[Optional[str], opt("--grid", metavar="FILE.png",
+    grid: Annotated[Optional[str], opt("--grid", metavar="FILE.png", callback=output_directory_exists,
                     help="write a contact sheet of the first -c images (default 25) with their keys, instead "
                          "of the text report")] = None,
     columns: Annotated[Optional[int], opt("--columns", metavar="N", parser=positive(),

@@ -2,7 +2,7 @@
 
 from typing import Annotated, Optional
 
-from .base import Retries, resume_of
+from .base import output_directory_exists, Retries, resume_of
 from .base import GroupSize, group_size_of
 from .base import MaxBadShards, OnBadShard
 from .base import (replaced, BlobThreshold, TmpDir, Args, BraceExpand, FileList, Inputs, ProgressFlag, Quiet, Strict, Verbose, command, nonneg,
@@ -16,8 +16,8 @@ tarsplit -s 100MB -z -o train big.tar          # train-000000.tar.gz, ... (sizes
 tarsplit -n 1000 -o 'train-{shard:06d}.tar' -p 'gsutil cp %s gs://bucket/ && rm %s' data.tar
 tarsplit -n 1000 -o 'gs://bucket/train-%06d.tar' --manifest shards.json data.tar
 tarsplit --shards 8 -o 'rank-{shard:02d}.tar' --index index.json data.tar   # 8 equal shards + index
-tarsplit --fractions 'train=0.8,val=0.1,test=0.1' --seed 1 -o 'out/{split}-%06d.tar' data.tar
-tarsplit --fractions 'train=0.9,val=0.1' -n 500 -o 'fx/{split}-%06d.tar' --index 'fx/{split}.json' data.tar
+mkdir -p out && tarsplit --fractions 'train=0.8,val=0.1,test=0.1' --seed 1 -o 'out/{split}-%06d.tar' data.tar
+mkdir -p fx && tarsplit --fractions 'train=0.9,val=0.1' -n 500 -o 'fx/{split}-%06d.tar' --index 'fx/{split}.json' data.tar
 """
 
 NOTES = """
@@ -40,7 +40,7 @@ def tarsplit_command(
     max_size: Annotated[Optional[str], opt("-s", "--max-size", "--maxsize", metavar="BYTES",
                         help="at most BYTES per shard as written, before compression: 1e9, 100MB, 1GiB; "
                              "0: no limit (default: 1e9)")] = None,
-    output: Annotated[str, opt("-o", "--output", metavar="PREFIX|PATTERN",
+    output: Annotated[str, opt("-o", "--output", metavar="PREFIX|PATTERN", callback=output_directory_exists,
                       help="PREFIX gives PREFIX-000000.tar, PREFIX-000001.tar, ...; a PATTERN with %06d or "
                            "{shard:06d} is used as given; may be a URL (gs://, s3://, pipe:...) "
                            "(default: temp)")] = "temp",
@@ -58,7 +58,7 @@ def tarsplit_command(
                         help="like --post, and the shard is deleted after the command succeeds")] = None,
     command_replaced: replaced("--command", "-C/--post-delete") = None,
     nodelete: Annotated[bool, opt("--nodelete", help="with -C: keep the shard")] = False,
-    manifest: Annotated[Optional[str], opt("--manifest", metavar="FILE",
+    manifest: Annotated[Optional[str], opt("--manifest", metavar="FILE", callback=output_directory_exists,
                         help="write a JSON list of the shards (name, index, samples, bytes) to FILE")] = None,
     shards: Annotated[Optional[int], opt("--shards", metavar="N", parser=positive(),
                       help="exactly N shards whose sample counts differ by at most 1 (total from --total, or "
@@ -73,11 +73,15 @@ def tarsplit_command(
                               "shards")] = None,
     seed: Annotated[int, opt("--seed", metavar="N",
                     help="seed of the --fractions hash (default: 0)")] = 0,
-    index: Annotated[Optional[str], opt("--index", metavar="FILE",
+    index: Annotated[Optional[str], opt("--index", metavar="FILE", callback=output_directory_exists,
                      help="write a tarindex index (JSON, offsets, and for .tar.gz/.tar.zst shards in groups "
                           "their seek record) of the shards written; with --fractions one per split, named with "
                           "{split}: 'idx/{split}.json'")] = None,
     strict: Strict = False,
+    allow_truncated: Annotated[bool, opt("--allow-truncated",
+                               help="commit the shard holding the end of an input that ended without its "
+                                    "end-of-archive marker (default: that shard is not committed, exit 1: "
+                                    "the input may be a failed command's output)")] = False,
     on_bad_shard: OnBadShard = "fail",
     max_bad_shards: MaxBadShards = None,
     retries: Retries = None,
@@ -177,6 +181,8 @@ def tarsplit_command(
         elif args.fractions:
             mode = {"fractions": args.fractions, "seed": args.seed}
         samples = progress_stage(rep, stats)(read_inputs(args, rep, stats, urls, pass_through=True, raw=True))
+        if not args.allow_truncated:
+            samples = _refuse_truncated(samples, stats, shards)
         kw = {"max_count": max_count, "max_size": max_size, "maxshards": args.maxshards, "inputs": ahead, **mode}
         for shard in split_samples(samples, pattern, start=args.start, compression=compression,
                                    group_size=group_size_of(args), index=bool(args.index), settings=args.settings,
@@ -204,6 +210,27 @@ def tarsplit_command(
     rep.done(stats)
     rep.info(f"{len(shards)} shards, {sum(s.samples for s in shards)} samples, {total_bytes} bytes")
     return 0
+
+
+def _refuse_truncated(samples, stats, shards):
+    """The samples, stopped with an :class:`~tarproc.errors.OutputError`
+    (exit 1) as soon as an input has ended without its end-of-archive
+    marker: the shard being written (its last samples) is then not
+    committed.  `tarproc ... | tarsplit` commits whole-looking shards of a
+    failed upstream otherwise (the reader only warns)."""
+    from ..errors import OutputError
+
+    def refuse():
+        raise OutputError(f"an input ended without its end-of-archive marker (a failed upstream command?): the "
+                          f"shard holding its end is not committed ({len(shards)} shard"
+                          f"{'' if len(shards) == 1 else 's'} before it are); --allow-truncated commits it")
+
+    for sample in samples:
+        if stats.truncated:
+            refuse()
+        yield sample
+    if stats.truncated:
+        refuse()
 
 
 # ---- exact shards, splits and indexes (issue 16)

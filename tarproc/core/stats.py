@@ -2,15 +2,17 @@
 
 class Stats:
     """Counts of what a command did: samples read, written, skipped, failed,
-    and members skipped by reason."""
+    members skipped by reason, inputs tried, and inputs that ended without
+    their end-of-archive marker (``truncated``)."""
 
-    __slots__ = ("read", "written", "skipped", "failed", "members_skipped", "reasons", "inputs")
+    __slots__ = ("read", "written", "skipped", "failed", "members_skipped", "reasons", "inputs", "truncated")
 
     def __init__(self):
         self.read = self.written = self.skipped = self.failed = 0
         self.members_skipped = 0
         self.reasons = {}
         self.inputs = 0
+        self.truncated = 0
 
     def skip_member(self, reason):
         self.members_skipped += 1

@@ -448,7 +448,9 @@ class TarReader:
                     self._fail(pending_at, "input ends after a long-name or pax header, before its member")
                 if not zero_seen and offset > 0:
                     self.truncated = True
-                    return self._stop(offset, "input ends without the end-of-archive marker (cut off?)")
+                    return self._stop(offset, "input ends without the end-of-archive marker (cut off, or its "
+                                              "writer failed? --strict makes this an error; in a pipeline, "
+                                              "set -o pipefail)")
                 self.offset = offset
                 return
             if buf == ZERO_BLOCK:

@@ -106,9 +106,11 @@ class ShardNames:
     pattern is checked once, when this is made (``start``: the first number
     it will fill): its placeholders' widths are bounded, it has a shard
     number, and no two of a range of probed numbers get the same name
-    (:class:`UsageError` otherwise)."""
+    (:class:`UsageError` otherwise).  ``root``: the directory the user's
+    pattern spells out (:func:`pattern_root`; given when ``pattern`` has
+    ``{split}`` filled in already)."""
 
-    def __init__(self, pattern, start=0):
+    def __init__(self, pattern, start=0, root=None):
         check_widths(pattern, "bad shard name pattern")
         name = _fill(pattern, start)
         if name == pattern.replace("%%", "%") and ("%" in pattern or "{" in pattern):
@@ -121,6 +123,7 @@ class ShardNames:
                                  f"name {other!r} (use e.g. out-%06d.tar)")
             seen[other] = i
         self.pattern = pattern
+        self.root = root if root is not None else pattern_root(pattern)
 
     def __call__(self, index):
         return _fill(self.pattern, index)
@@ -140,28 +143,29 @@ def pattern_root(pattern):
     return os.path.dirname(pattern[:cut]) or "."
 
 
-def make_shard_dir(name, pattern):
+def make_shard_dir(name, pattern, root=None):
     """Create the directories of the local shard ``name`` that its
-    ``pattern`` names: the literal root (what the user wrote) and, below it,
-    the directories the placeholders make.  A shard whose directory would
-    be outside the root (a ``..`` component, a symbolic link below the root
-    leading out of it) is refused: nothing is created outside the output's
-    own tree."""
+    ``pattern``'s placeholders make below its literal root (what the user
+    wrote, which must exist: a missing one is refused, as for every output).
+    A shard whose directory would be outside the root (a ``..`` component,
+    a symbolic link below the root leading out of it) is refused: nothing is
+    created outside the output's own tree."""
     from ..errors import OutputError
     from ..sources.open import scheme_of
 
     d = os.path.dirname(name)
     if not d or scheme_of(name) != "file" or os.path.isdir(d) and not os.path.islink(d):
         return
-    root = pattern_root(pattern)
+    root = root if root is not None else pattern_root(pattern)
     rel = os.path.relpath(d, root) if root != "." else os.path.normpath(d)
     parts = [] if rel == "." else rel.split(os.sep)
     if ".." in parts or os.path.isabs(rel) or (root == "." and os.path.isabs(d)):
         if not os.path.isdir(d):
             raise OutputError(f"{name}: the shard's directory is outside {root}/, the directory the pattern names")
         return  # an existing directory the user named: nothing to create
+    if not os.path.isdir(root):
+        raise OutputError(f"{name}: directory {root} does not exist (no command makes the directory of its output)")
     try:
-        os.makedirs(root, exist_ok=True)
         real_root = os.path.realpath(root)
         cur = root
         for part in parts:
@@ -445,7 +449,7 @@ class ShardRotator:
         name = self.names(self.next_index)
         if self.guard is not None:
             self.guard(name)
-        make_shard_dir(name, self.names.pattern)
+        make_shard_dir(name, self.names.pattern, self.names.root)
         self.sink = open_sink(name, self.compression, defer=False, group_size=self.group_size, settings=self.settings)  # each shard commits when closed
         self.writer = SampleWriter(self.sink, self.stats, **self.header_defaults)
         self.shard = Shard(name, self.next_index, split=self.split)
@@ -599,6 +603,7 @@ def split_fractions(samples, pattern, fractions, seed=0, max_count=None, max_siz
         pat = pattern.replace("{split}", name)
         if "%" not in pat and "{" not in pat:
             pat = shard_pattern(pat)
-        rots[name] = ShardRotator(ShardNames(pat), 0, None, max_count, max_size, split=name, **options)
+        rots[name] = ShardRotator(ShardNames(pat, root=pattern_root(pattern)), 0, None, max_count, max_size,
+                                  split=name, **options)
     _check_limits(max_count, max_size)
     yield from rotate(samples, list(rots.values()), lambda sample: rots[split_of(sample.get("__key__"), fr, seed)])

@@ -60,10 +60,13 @@ class BadShard:
         self.url, self.offset, self.message, self.read, self.kept = url, offset, message, read, kept
 
     def line(self):
-        what = "kept" if self.kept else "dropped"
         n = self.read
-        return (f"bad shard skipped: {self.message} ({n} sample{'' if n == 1 else 's'} read from it, "
-                f"{what})")
+        samples = f"{n} sample{'' if n == 1 else 's'}"
+        if not n:
+            return f"bad shard skipped: {self.message} (no sample read from it)"
+        if self.kept:
+            return f"bad shard cut short: {self.message} (the {samples} read before the damage kept, the rest skipped)"
+        return f"bad shard skipped: {self.message} ({samples} read from it dropped)"
 
     def __repr__(self):
         return f"BadShard({self.url!r}, offset={self.offset}, read={self.read}, kept={self.kept})"
@@ -142,7 +145,8 @@ class BadShards:
         more = " ..." if self.count > len(self.shards) else ""
         allowed = "" if self.max_bad is None else f", {self.max_bad} allowed by --max-bad-shards"
         plural = "" if (inputs or self.count) == 1 else "s"
-        return (f"{self.count}{of} shard{plural} bad and skipped (samples read from "
+        what = "cut short" if self.policy == "partial" else "skipped"
+        return (f"{self.count}{of} shard{plural} bad and {what} (samples read from "
                 f"them: {self.dropped} dropped, {self.kept} kept{allowed}): {names}{more}")
 
     def check(self, inputs=None):

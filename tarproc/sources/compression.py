@@ -8,7 +8,8 @@ keep a core busy, as with ``tar -xzf``):
   decodes with :mod:`zlib`, :mod:`bz2` or :mod:`lzma` (they release the GIL
   while they work) into a bounded queue of chunks of at most 1 MiB; from a
   file of 1 MiB or more, the same decoder runs as a program of its own
-  (:mod:`tarproc.sources.unzip`, see :data:`FILE_PROGRAMS`);
+  (:mod:`tarproc.sources.unzip`, see :data:`FILE_PROGRAMS`), unless it is
+  gzip that barely compresses (:data:`PROGRAM_MIN_RATIO`);
 * zstd (and any codec given a program in :data:`PROGRAMS`): the program
   decodes and we read its output through a pipe.  A plain file is handed to
   it as its stdin; any other input (a pipe, a download) is fed to it by a
@@ -103,6 +104,15 @@ FILE_PROGRAMS = {
 }
 #: Smaller compressed files are decoded in a thread (no process to start).
 FILE_PROGRAM_FROM = 1 << 20
+#: A gzip file whose first :data:`PROBE_BYTES` decode to less than this many
+#: times their size (JPEGs, PNGs, anything already compressed: tar headers
+#: alone make the ratio) is decoded in the thread too: inflating stored or
+#: incompressible blocks costs next to nothing, so a program saves no CPU and
+#: adds its start and a pipe hop per file (15 gzipped shards of JPEGs,
+#: ``bench/bench_core.py --gzip``: 2.14x ``tar -xzOf``'s time with a program
+#: per shard, 0.80-0.92x in the thread; bench/RESULTS.md).
+PROGRAM_MIN_RATIO = 1.5
+PROBE_BYTES = 256 << 10
 #: Words in a decoder's message that say its input ended too early.
 _TRUNCATED_WORDS = ("unexpected end", "premature end", "incomplete", "truncated", "missing trailer")
 
@@ -453,6 +463,23 @@ def _decided(head):
     return True
 
 
+def _gzip_ratio(prefix):
+    """Decoded bytes per compressed byte of the start of a gzip file
+    (``prefix``: its first bytes; at most :data:`PROBE_BYTES` decoded, so
+    a bomb costs nothing here); ``inf`` when they do not decode (the
+    decoder says what is wrong)."""
+    import zlib
+
+    data = prefix[:PROBE_BYTES]
+    d = zlib.decompressobj(31)
+    try:
+        out = d.decompress(data, PROBE_BYTES)
+    except zlib.error:
+        return float("inf")
+    used = len(data) - len(d.unconsumed_tail) - len(d.unused_data)
+    return len(out) / used if used > 0 else float("inf")
+
+
 def wrap_compression(raw, url, programs=None, settings=None):
     """``(stream, codec)``: ``raw`` (a :class:`~tarproc.sources.raw.FdReader`) buffered and,
     when its first bytes say so, decoded.  ``programs`` replaces
@@ -473,7 +500,8 @@ def wrap_compression(raw, url, programs=None, settings=None):
     if settings is not None:
         source.ratio = {"max_ratio": settings.max_ratio, "ratio_floor": settings.ratio_floor}
     candidates = (PROGRAMS if programs is None else programs).get(codec, ())
-    if programs is None and not raw.pollable and raw.proc is None and _file_size(raw.fd) >= FILE_PROGRAM_FROM:
+    if programs is None and not raw.pollable and raw.proc is None and _file_size(raw.fd) >= FILE_PROGRAM_FROM \
+            and (codec != "gzip" or _gzip_ratio(prefix) >= PROGRAM_MIN_RATIO):
         candidates += FILE_PROGRAMS.get(codec, ())
     for argv in candidates:
         if argv == ("python",):

@@ -29,7 +29,10 @@ A read is resumed up to ``retries`` times in a row; a resumed request that
 brought at least :data:`PROGRESS` bytes starts the count again (a long
 download over a flaky link may break many times, each time after
 progress).  Before each, it waits :data:`FIRST_WAIT` seconds, doubling with
-each break in a row, at most :data:`MAX_WAIT`.
+each break in a row, at most :data:`MAX_WAIT`.  What no retry mends fails
+at once, in one line: a server never reached before any byte was read
+(connection refused, unknown host: :data:`CURL_UNREACHED`), an HTTP 4xx
+other than 408 and 429, access denied.
 
 The commands are those of the scheme table (:mod:`tarproc.runtime.schemes`:
 its ``STAT`` and ``RESUME`` actions, replaceable with ``TARPROC_STAT_<SCHEME>``
@@ -62,6 +65,10 @@ META_BYTES = 64 << 10
 #: empty reply, send/receive failure, HTTP/2 stream errors, SSL read error);
 #: with a status from the server, 22 is judged by that status.
 CURL_BREAKS = frozenset({7, 16, 18, 28, 35, 52, 55, 56, 92})
+#: curl exit statuses that mean the server was never reached (no proxy or host
+#: by that name, connection refused): before any byte was read, no retry mends
+#: them (a server that goes away mid-read, 7 again, is retried).
+CURL_UNREACHED = frozenset({5, 6, 7})
 
 
 def check_settings(retries, stall_timeout):
@@ -169,6 +176,10 @@ class _Http:
             return "break"
         raise Fatal(None)
 
+    def unreached(self, rc, tail):
+        """Whether a request that ended with status ``rc`` never reached the server."""
+        return rc in CURL_UNREACHED
+
 
 class _S3:
     """The aws CLI: ``s3api head-object`` for the identity, then every read
@@ -214,6 +225,9 @@ class _S3:
             raise Fatal(None)
         return "break"
 
+    def unreached(self, rc, tail):
+        return "Could not connect to the endpoint URL" in tail
+
 
 class _Gs:
     """gsutil: ``stat`` for the size and generation; every read names that
@@ -258,6 +272,9 @@ class _Gs:
         if any(w in tail for w in ("AccessDenied", "403", "401")):
             raise Fatal(None)
         return "break"
+
+    def unreached(self, rc, tail):
+        return False
 
 
 def _content_range(value):
@@ -512,6 +529,9 @@ class Resuming(io.RawIOBase):
             return
         if self.aborted:
             return
+        if self.offset == 0 and self.plan.unreached(rc, tail):
+            # nothing read yet and the server not reached (refused, unknown host): at once, one line
+            raise BadInput(f"{self.url}: {self.plan.what} failed with exit status {rc}{tail}")
         try:
             self.plan.judge(rc, tail, attempt.headers)
         except Changed as e:
@@ -542,6 +562,9 @@ class Resuming(io.RawIOBase):
             if cannot:
                 raise BadInput(f"{self.url}: the read broke {where} ({why}); cannot resume: {cannot}")
         if self.breaks > self.retries:
+            if self.offset == 0:  # nothing read: the request failed, there was nothing to resume
+                tries = f"{self.retries} retr{'ies' if self.retries != 1 else 'y'}"
+                raise BadInput(f"{self.url}: {why}; gave up after {tries}")
             tries = f"{self.retries} resume{'s' if self.retries != 1 else ''}"
             raise BadInput(f"{self.url}: the read broke {where} ({why}); gave up after {tries}")
         if self.stall is not None:

@@ -77,5 +77,6 @@ def _shard(url, stats, strict, warn, stall, spooler, raw, retries=RETRIES, stall
         reader = TarReader(stream, name, strict=strict, warn=warn, spooler=spooler,
                            sparse_holes=settings.sparse_holes if settings is not None else None)
         yield from fast_group(reader, name, stats, raw)
+        stats.truncated += reader.truncated  # (ended without its end-of-archive marker: warned)
     finally:
         stream.close()

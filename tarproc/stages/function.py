@@ -4,7 +4,8 @@
 persistent worker processes (forked), each fed over its own pipe.  Samples
 travel in batches pickled once by the C pickler; the function receives a
 sample dict and returns a sample, a list of samples or ``None`` (drop).  A
-returned sample without ``__key__`` gets the input's key; ``str`` values are
+returned sample without ``__key__`` gets the input's key (one with a
+``__key__`` that is not a writable key fails); ``str`` values are
 encoded as UTF-8.  The function can be given as a callable or as
 ``"module:function"`` / ``"path/to/file.py:function"``.
 
@@ -23,7 +24,7 @@ import threading
 
 from ..errors import SampleFailed, UsageError
 from ..core.blob import Blob
-from ..core.rules import bad_field_name, is_meta
+from ..core.rules import bad_field_name, bad_key, is_meta
 from ..runtime.engine import Result, check_mode, default_parallel, handler, stderr_report
 
 
@@ -93,6 +94,12 @@ def _normalize(result, sample):
             clean[field] = value
         if "__key__" not in clean:
             clean["__key__"] = sample.get("__key__")
+        else:  # said here, as this input sample's failure, not by the writer about a key of no sample
+            key = clean["__key__"]
+            why = f"not a str but {type(key).__name__}" if not isinstance(key, str) else bad_key(key)
+            if why:
+                raise TypeError(f"function returned __key__ {clean['__key__']!r} ({why}; leave __key__ out "
+                                f"to keep the input's)")
         out.append(clean)
     return out
 

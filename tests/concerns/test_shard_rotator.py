@@ -120,7 +120,7 @@ MODES = [
     ("count+size brace start", "-n 5 -s 12000 --start 3 -o 'out/s-{shard:04d}.tar'", "out/s-*.tar",
      ("size", 12000)),
     ("exact", "--shards 4 -o 'out/s-%d.tar'", "out/s-*.tar", ("exact", 4)),
-    ("gzip, prefix in a new directory", "-z -n 9 -o out/sub/s", "out/sub/s-*.tar.gz", ("count", 9)),
+    ("gzip, prefix in a subdirectory", "-z -n 9 -o out/sub/s", "out/sub/s-*.tar.gz", ("count", 9)),
     ("zstd frames", "-n 7 -o 'out/s-%02d.tar.zst' --group-size 8000", "out/s-*.tar.zst", ("count", 7)),
     ("gzip groups by size", "-s 30000 -o 'out/s-%02d.tar.gz' --group-size 5000", "out/s-*.tar.gz",
      ("size", 30000)),
@@ -167,7 +167,7 @@ def test_every_mode_cuts_its_shards_and_indexes_them_as_tarindex_does(sh, tmp_pa
     for writer in writers:
         path = inputs[writer]
         shutil.rmtree(tmp_path / "out", ignore_errors=True)
-        sh(f"tarsplit -q {options} --index out/i.json {path}")
+        sh(f"mkdir -p {os.path.dirname(shard_glob)} && tarsplit -q {options} --index out/i.json {path}")
         files = _shard_files(tmp_path, shard_glob)
         decoded = [_decoded(f) for f in files]
         shards = [_samples(d) for d in decoded]
@@ -218,7 +218,8 @@ def _split_of(key, fractions, seed):
 
 
 def test_fractions_write_one_index_per_split_with_compressed_shards(sh, tmp_path, inputs):
-    sh(f"tarsplit -q --fractions 'train=0.6,val=0.3,test=0.1' --seed 4 -n 6 -o 'out/{{split}}/p-%02d.tar.zst' "
+    sh(f"mkdir out && tarsplit -q --fractions 'train=0.6,val=0.3,test=0.1' --seed 4 -n 6 "
+       f"-o 'out/{{split}}/p-%02d.tar.zst' "
        f"--group-size 6000 --index 'out/{{split}}.json' --manifest out/m.json {inputs['gnu']}")
     expected = _samples(open(inputs["tarproc"], "rb").read())
     fractions = [("train", 0.6), ("val", 0.3), ("test", 0.1)]
@@ -258,7 +259,8 @@ def test_remote_output_index_names_the_urls_and_reads_back_from_the_uploaded_cop
 def test_counts_only_where_the_writer_has_no_groups(sh, tmp_path, inputs):
     """One-stream gzip (--group-size 0) and xz shards: their index has the
     counts (as tarindex has for xz), and a one-line warning says so."""
-    p = sh(f"tarsplit -n 20 -o 'out/x-%d.tar.xz' --index out/x.json {inputs['tarproc']}", stderr_ok=True)
+    p = sh(f"mkdir out && tarsplit -n 20 -o 'out/x-%d.tar.xz' --index out/x.json {inputs['tarproc']}",
+           stderr_ok=True)
     err = p.stderr.decode().strip().splitlines()
     assert len(err) == 1 and "sample counts only" in err[0], err
     index = json.load(open(tmp_path / "out" / "x.json"))

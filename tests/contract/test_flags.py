@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT
 
 COMMANDS = ["tarcat", "tarpcat", "tarsplit", "tarsort", "tarshow", "tar2tsv", "tarfirst", "tarcheck", "tarcreate",
-            "tarproc", "kujob", "tarserve", "lines2tar", "tar2json", "tarmix", "tarindex"]
+            "tarproc", "kujob", "tarserve", "lines2tar", "tar2json", "tarmix", "tarindex", "tarjoin"]
 
 # long option -> (what it means in every command that has it, kind of value:
 # "flag" or "value" or "values" (repeatable)).  The meaning is a sentence
@@ -228,3 +228,32 @@ def test_readme_short_flag_table_is_what_the_commands_do():
                     assert short_of.get((name, flag)) == long, f"README: {name} {flag} is {long}?"
                     checked += 1
     assert checked >= 25
+
+
+def test_one_format_name_in_every_command(sh):
+    # issue 40: `tar2tsv --format jsonl` but `tar2json -f jsonl` was refused (it said jsonlines)
+    sh("seq 1 3 | lines2tar > in.tar")
+    want = sh("tar2json -f jsonlines in.tar").stdout
+    assert want.count(b"\n") == 3 and sh("tar2json -f jsonl in.tar").stdout == want
+    tsv = sh("tar2tsv --format jsonl in.tar").stdout
+    assert tsv.count(b"\n") == 3 and sh("tar2tsv --format jsonlines in.tar").stdout == tsv
+
+
+@pytest.mark.parametrize("argv,hint", [("tarsort --shuffle", "-S shuffle"), ("tarsort --random", "-S shuffle"),
+                                       ("tarsplit --shuffle", "tarsort -S shuffle")])
+def test_an_unknown_option_a_user_may_try_says_what_to_use(sh, argv, hint):
+    p = sh(f"seq 1 2 | lines2tar | {argv}", ok=False)
+    err = p.stderr.decode().splitlines()
+    assert p.returncode == 2 and len(err) == 2 and f"(did you mean {hint}" in err[1], err
+
+
+@pytest.mark.parametrize("argv,why", [("--batch 8 -c true", "--batch applies to --map"),
+                                      ("--start-method spawn -c true", "--start-method applies to --map"),
+                                      ("--map-blobs blob -c true", "--map-blobs applies to --map"),
+                                      ("--map m.py:f -b x", "-b/--base applies to commands"),
+                                      ("--map m.py:f --interpreter sh", "--interpreter applies to commands")])
+def test_tarproc_options_of_one_mode_are_refused_in_the_other(sh, argv, why):
+    sh("printf 'def f(s):\\n    return s\\n' > m.py")
+    p = sh(f"tarproc {argv} 'pipe:touch read; seq 1 2 | lines2tar'", ok=False)
+    err = p.stderr.decode().splitlines()
+    assert p.returncode == 2 and len(err) == 1 and err[0].startswith(f"tarproc: {why}"), err

@@ -80,3 +80,13 @@ def test_kujob_progress_fits_a_narrow_terminal(tmp_path):
     lines = redraws(err)
     assert lines and all(line.startswith("kujob:") for line in lines), err
     assert all(len(line) < 50 for line in lines), [len(x) for x in lines]
+
+
+def test_a_terminal_of_0_columns_is_of_unknown_width_not_narrow(shard):
+    # issue 40: `script` without a size (some CI consoles) reports 0 columns; the line was cut to 9 characters
+    for env in ({}, {"COLUMNS": "0"}):
+        lines = redraws(on_pty(["tarcat", "--progress", "in.tar", "-o", "/dev/null"], shard, 0, env))
+        assert lines and all(len(line) < 80 for line in lines), lines
+        assert any(len(line) > 40 and "MB" in line for line in lines), lines
+    lines = redraws(on_pty(["tarcat", "--progress", "in.tar", "-o", "/dev/null"], shard, 0, {"COLUMNS": "45"}))
+    assert lines and all(len(line) < 45 for line in lines), lines

@@ -302,3 +302,25 @@ def test_multi_stream_compressed_input(sh, tmp_path, codec):
     (tmp_path / "in").write_bytes(z)
     p = sh("tarcat < in")
     assert members_of(p.stdout) == members_of(data)
+
+
+def test_a_gzip_file_of_incompressible_data_is_decoded_in_the_thread(cwd, monkeypatch):
+    """JPEG shards gzipped (issue 40, README's gzip row): inflating what
+    does not compress costs next to nothing, so no decoder program is
+    started for it (its start and pipe hop were the cost); a file that
+    compresses keeps the program."""
+    noise = tar_bytes([(f"k{i}.jpg", random.Random(i).randbytes(50_000)) for i in range(40)])
+    text = tar_bytes([(f"k{i}.txt", b"the same words again " * 2500) for i in range(40)])
+    (cwd / "noise.tar.gz").write_bytes(gzip.compress(noise, mtime=0))
+    (cwd / "text.tar.gz").write_bytes(gzip.compress(text, mtime=0))
+    assert os.path.getsize(cwd / "noise.tar.gz") >= C.FILE_PROGRAM_FROM
+    p = subprocess.run(["tarcat", "noise.tar.gz"], cwd=cwd, capture_output=True, timeout=60)
+    assert p.returncode == 0 and read_tar(p.stdout) == read_tar(noise)
+    monkeypatch.setattr(C, "FILE_PROGRAM_FROM", 0)  # (the text is small once compressed)
+    for name, data, kind in (("noise.tar.gz", noise, "_ThreadDecompressed"),
+                             ("text.tar.gz", text, "_ProgramDecompressed")):
+        stream = open_source(name)
+        try:
+            assert type(stream.raw).__name__ == kind and read_all(stream) == data, name
+        finally:
+            stream.close()

@@ -89,6 +89,14 @@ def test_tarindex_writes_a_wids_index_with_offsets(sh, shards, tmp_path):
     assert keys[:2] == ["00000", "00001"] and keys[40].startswith("dir/ü") and len(keys) == 65
 
 
+def test_tarindex_verbose_says_what_it_did(sh, shards):
+    # issue 40: `tarindex -v` said "samples read 2000, written 0" (an index writes no samples)
+    p = sh("tarindex -v 'data/{a,b}.tar' -o data/index.json", stderr_ok=True)
+    err = p.stderr.decode().splitlines()
+    assert err[-1].startswith("tarindex: indexed 2 shards, 65 samples into data/index.json; members skipped 1 ("), err
+    assert not any("written" in line for line in err), err
+
+
 WIDS_READ = r"""
 import json, sys
 import torch

@@ -292,6 +292,31 @@ def test_a_503_then_the_object(sh, tmp_path, web):
     assert len(store.log) == 2
 
 
+def test_a_server_never_reached_fails_at_once_in_one_line(sh, tmp_path, web):
+    # issue 40: `tarcat http://127.0.0.1:PORT/x.tar` with nothing listening waited 16 s, then spoke of resumes
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    log = tmp_path / "requests.log"
+    counted = {"TARPROC_RESUME_HTTP": f"echo {{url}} >> {log}; "
+                                      "exec curl -gsSfL -D /dev/fd/{headers} {from}{if_match}{if_unmodified}{url}"}
+    for url, status in ((f"http://127.0.0.1:{port}/x.tar", 7), ("http://nonexistent.invalid/x.tar", 6)):
+        p = sh(f"tarcat {url}", env=counted, ok=False)
+        err = p.stderr.decode()
+        assert p.returncode == 2 and err.count("\n") == 1 and f"exit status {status}" in err, err
+        assert "resume" not in err and "gave up" not in err, err
+        assert log.read_text().splitlines() == [url], log.read_text()
+        log.unlink()
+    # a failure that is transient (5xx) is retried; with nothing read, it speaks of retries, not resumes
+    store, base = web
+    store.put("/a.tar", make_shard(seed=9, n=1))
+    store.faults["/a.tar"] = [{"status": 503}] * 3
+    p = sh(f"tarcat --retries 2 {base}/a.tar", ok=False)
+    err = p.stderr.decode()
+    assert p.returncode == 2 and err.count("\n") == 1 and "gave up after 2 retries" in err, err
+    assert "resume" not in err and "byte 0" not in err and len(store.log) == 3, err
+
+
 def test_bad_retry_settings_are_usage_errors(sh):
     for cmd in ("tarcat --retries -1 x.tar", "TARPROC_RETRIES=many tarcat x.tar",
                 "TARPROC_STALL_TIMEOUT=soon tarcat x.tar"):

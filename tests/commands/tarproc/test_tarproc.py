@@ -534,3 +534,19 @@ def test_readme_gm_mogrify_form_resizes_and_the_note_is_true(sh, tmp_path):
     # the issue-tracker form, as the README's note says: nothing fits 256x256, sizes change oddly
     assert out_sizes("gm mogrify -size 256x256 *.jpg -resize 256x256") == [(640, 480), (384, 288)]
     assert "320x240 images came out 640x480, 1024x768 ones 384x288" in " ".join(readme.split())
+
+
+def test_a_map_function_returning_a_bad_key_fails_that_sample_naming_it(sh, tmp_path):
+    # issue 40: "sample: sample has no __key__" (exit 2) named no input sample
+    (tmp_path / "in.tar").write_bytes(shard(3))
+    (tmp_path / "m.py").write_text("def nokey(s):\n    return dict(s, __key__=None)\n"
+                                   "def dotted(s):\n    return dict(s, __key__='a.b')\n"
+                                   "def dropped(s):\n    return {'txt': s['txt']}\n")
+    for fn, why in (("nokey", "__key__ None (not a str"), ("dotted", "__key__ 'a.b' (key 'a.b' has a dot")):
+        p = sh(f"tarproc --map m.py:{fn} -p 1 in.tar -o out.tar", ok=False)
+        err = p.stderr.decode()
+        assert p.returncode == 1 and "sample 's000': function" in err and why in err, err
+        assert "has no __key__" not in err and not (tmp_path / "out.tar").exists()
+    # a sample without __key__ keeps the input's
+    assert [n for n, _ in read_tar(sh("tarproc --map m.py:dropped -p 1 in.tar").stdout)] == [
+        "s000.txt", "s001.txt", "s002.txt"]

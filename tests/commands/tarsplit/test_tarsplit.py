@@ -443,3 +443,25 @@ def test_tarsplit_prefix_keeps_its_ending_and_compression(tmp_path):
     for d in ("gz", "z"):
         assert (tmp_path / d / "part-000000.tar.gz").read_bytes()[:2] == b"\x1f\x8b"
         assert [n for n, _ in members(tmp_path / d / "part-000002.tar.gz")] == ["s0004.cls", "s0004.txt"]
+
+
+def test_a_failed_upstream_leaves_its_last_shard_uncommitted(sh, tmp_path):
+    # issue 40: `tarproc ... | tarsplit -n 50 -o p` committed every shard and exited 0 when tarproc failed
+    sh("seq 1 120 | lines2tar > in.tar")
+    fail = "tarproc -c 'test $(cat sample.__key__) != 000000119' in.tar"  # the last sample fails
+    p = sh(f"{fail} | tarsplit -n 50 -o p; echo ${{PIPESTATUS[1]}} > rc", ok=False)
+    err = p.stderr.decode().splitlines()
+    mine = [line for line in err if line.startswith("tarsplit: ")]  # (tarproc's lines interleave)
+    assert (tmp_path / "rc").read_text() == "1\n", err  # tarsplit's own status
+    assert "not committed (2 shards before it are); --allow-truncated" in mine[-1], err
+    assert any("--strict makes this an error; in a pipeline, set -o pipefail" in line for line in err), err
+    assert sorted(f.name for f in tmp_path.iterdir() if f.name.startswith("p-")) == ["p-000000.tar", "p-000001.tar"]
+    assert [len(read_tar((tmp_path / f"p-00000{i}.tar").read_bytes())) for i in (0, 1)] == [50, 50]
+    sh("rm p-*")
+    p = sh(f"{fail} | tarsplit -n 50 -o p --allow-truncated", ok=False)
+    assert p.returncode == 1  # (tarproc's status: pipefail)
+    assert len(read_tar((tmp_path / "p-000002.tar").read_bytes())) == 19
+    # an input that ends with its marker commits every shard, the one holding its end too
+    p = sh("tarsplit -n 50 -o q in.tar")
+    assert sorted(f.name for f in tmp_path.iterdir() if f.name.startswith("q-")) == [
+        "q-000000.tar", "q-000001.tar", "q-000002.tar"]
