@@ -87,6 +87,8 @@ def plan_columns(names, table, warn=None):
     seen = {}
     for i, name in enumerate(names):
         if name == "__key__":
+            if key is not None:
+                raise BadInput(f"{table}: two __key__ columns")
             key = Column(i, name, None, False)
             continue
         fetch = name.startswith("@")

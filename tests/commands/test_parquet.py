@@ -332,6 +332,11 @@ def test_hostile_column_names(sh, tmp_path):
         line = one_line(p)
         assert p.returncode == 2 and expect in line, line
         assert not (tmp_path / "out.tar").exists()
+    # two __key__ columns (a table may repeat a name)
+    pq.write_table(pa.Table.from_arrays([pa.array(["a"]), pa.array(["b"])], names=["__key__", "__key__"]),
+                   str(tmp_path / "c.parquet"))
+    p = sh("tarcreate c.parquet", ok=False)
+    assert p.returncode == 2 and "two __key__ columns" in one_line(p)
     # a type with no field form
     write_table(tmp_path / "c.parquet", {"@img": [1]})
     p = sh("tarcreate c.parquet", ok=False)
