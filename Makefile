@@ -25,7 +25,7 @@ install: $(VENV)/.installed
 
 $(VENV)/.test-deps: $(VENV)/.installed setup.cfg
 	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]' --config-settings editable_mode=compat 2>&1 | grep -v '^WARNING: Location' || true
-	$(PY) -c 'import pytest, hypothesis, webdataset, moto'
+	$(PY) -c 'import pytest, hypothesis, webdataset, moto, pyarrow, duckdb, datasets'  # (pyarrow: the extra tarproc[parquet])
 	touch $@
 
 # Install the system tools the tests need, from Debian's packages, when missing.

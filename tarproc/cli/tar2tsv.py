@@ -14,6 +14,7 @@ tar2tsv -f 'cls json.label jpg;png' data.tar  # a value inside JSON; image size 
 tar2tsv -f jpg --hash --nokey --noheader data.tar | sort | uniq -d   # duplicate images
 tar2tsv -c 100 --format csv data.tar > first100.csv
 tar2tsv --format jsonl -f 'label=json.label' 'shard-{0000..0009}.tar' | head
+tar2tsv --format parquet 'shard-{0000..0009}.tar' -o train.parquet   # a row per sample, images as binary
 """
 
 NOTES = """\
@@ -28,6 +29,11 @@ Without -f the columns are every field of the first 1000 samples (--scan N),
 held back until the header can be written; a field first seen later is named
 once on stderr (use -f to choose columns and stream at once).  JSON lines
 without -f: each object has its own sample's fields.
+Parquet (needs pyarrow: pip install 'tarproc[parquet]'): a row per sample;
+the fields themselves, not sizes: a column is a string when all its values in
+the first row group are text by the rule above (UTF-8 all through), else
+binary (--binary keeps columns binary); a missing field is null; written in
+row groups of at most 10,000 rows or 32 MiB.
 Exit status: 0 ok, 2 bad usage or unreadable input."""
 
 
@@ -49,9 +55,15 @@ def tar2tsv_command(
     scan: Annotated[int, opt("--scan", metavar="N", parser=positive(),
                     help="without -f, the columns are the fields of the first N samples (default 1000; "
                          "they are held back until then)")] = 1000,
-    format: Annotated[Literal["tsv", "csv", "jsonl", "jsonlines"], opt(
-                      "--format", metavar="tsv|csv|jsonl", callback=output_format("tsv", "csv", "jsonl"),
-                      help="output format: tsv, csv or jsonl (also called jsonlines) (default tsv)")] = "tsv",
+    format: Annotated[Literal["tsv", "csv", "jsonl", "jsonlines", "parquet"], opt(
+                      "--format", metavar="tsv|csv|jsonl|parquet",
+                      callback=output_format("tsv", "csv", "jsonl", "parquet"),
+                      help="output format: tsv, csv, jsonl (also called jsonlines) or parquet (default tsv)")] = "tsv",
+    output: Annotated[str, opt("-o", "--output", metavar="URL",
+                      help="output URL, written only when the command succeeds (default: stdout)")] = "-",
+    binary: Annotated[Optional[str], opt("--binary", metavar="COLUMNS",
+                      help="with --format parquet: these columns are binary whatever they hold ('txt json'; "
+                           "'*': all)")] = None,
     strict: Strict = False,
     on_bad_shard: OnBadShard = "fail",
     max_bad_shards: MaxBadShards = None,
@@ -103,6 +115,18 @@ def main(args, prog="tar2tsv"):
     out = sys.stdout
     fmt = args.format
     header_done = args.noheader or fmt == "jsonl"
+    if args.binary is not None and fmt != "parquet":
+        from ..errors import UsageError
+
+        raise UsageError("--binary is for --format parquet")
+    if fmt == "parquet" or args.output != "-":
+        from .guards import refuse_overwriting_inputs
+
+        refuse_overwriting_inputs([args.output], list(args.inputs or ()), "the output")
+    if fmt == "parquet":
+        return parquet_main(args, rep, stats, columns, S.pipeline(read_inputs(args, rep, stats), *stages), check)
+    if args.output != "-":
+        out = _text_output(args)
     samples = S.pipeline(read_inputs(args, rep, stats), *stages)
     # -f '__key__ cls' has the key as a column of its own: not a second time in front
     key = not args.nokey and not any(c.name == "__key__" for c in columns or ())
@@ -129,10 +153,84 @@ def main(args, prog="tar2tsv"):
         if n % 256 == 0:
             out.flush()
     out.flush()
+    if args.output != "-":
+        out.done = True
+        out.close()  # (committed when the command succeeds)
     if args.fields:
         check.missing([c.name for i, c in enumerate(columns) if i not in found])
     stats.written = n
     rep.done(stats)  # "written" counts rows
+    return 0
+
+
+def _text_output(args):
+    """A text stream over ``-o URL`` (UTF-8; names kept byte for byte)."""
+    import io
+
+    from ..sinks.output import open_sink
+
+    sink = open_sink(args.output, compression=None, settings=args.settings)
+
+    class Closing(io.TextIOWrapper):
+        done = False  # set when every row is written: a close before (an error, the end of the interpreter) discards
+
+        def close(self):
+            if self.done:
+                self.flush()
+                sink.close()
+            else:
+                sink.abort()
+            super().close()
+
+    return Closing(_Writable(sink), encoding="utf-8", errors="surrogateescape", newline="\n")
+
+
+class _Writable:
+    """The raw end of a text stream over a :class:`~tarproc.sinks.output.Sink`."""
+
+    closed = False
+
+    def __init__(self, sink):
+        self.sink = sink
+
+    def writable(self):
+        return True
+
+    def readable(self):
+        return False
+
+    def seekable(self):
+        return False
+
+    def write(self, data):
+        self.sink.write(data)
+        return len(data)
+
+    def flush(self):
+        pass
+
+    def close(self):
+        self.closed = True
+
+
+def parquet_main(args, rep, stats, columns, samples, check):
+    """``--format parquet``: the samples as one Parquet table (sinks/parquet.py)."""
+    from ..errors import UsageError
+    from ..sinks.parquet import TableWriter
+
+    if args.hash:
+        raise UsageError("--hash is for the text formats: Parquet holds the fields themselves")
+    if args.noheader:
+        raise UsageError("--noheader is for the text formats: a Parquet table always names its columns")
+    binary = (args.binary or "").replace(",", " ").split()
+    with TableWriter(args.output, columns, key=not args.nokey, binary=binary, scan=args.scan, warn=rep.warn,
+                     settings=args.settings) as writer:
+        for sample in samples:
+            writer.write(sample)
+    if args.fields:
+        check.missing([c.name for c in writer.columns if c.name not in writer.found and c.name != "__key__"])
+    stats.written = writer.written
+    rep.done(stats)
     return 0
 
 

@@ -14,6 +14,7 @@ tarcreate files.txt -o dataset.tar.gz         # lines: 000001.jpg img/a.jpg
 printf '0.txt text:hello\\n0.jpg file:a.jpg\\n' | tarcreate - > one.tar
 tarcreate plan.txt -o out.tar                 # 0.png pipe:convert a.tif png:-
 tarcreate --tree images/ --tree annotations/trimaps/:trimap --key base --require jpg,trimap.png -o pets.tar
+tarcreate train.parquet -o train.tar          # a row per sample: __key__, binary and text columns
 """
 
 NOTES = """\
@@ -24,6 +25,10 @@ Empty cells are left out.  The fields of a sample are written in sorted order.
 Line plans (as the Go port's create): 'TARPATH SOURCE' per line, SOURCE is
 text:TEXT, file:PATH, pipe:CMD or a path; members are written in plan order;
 '#' lines and blank lines are ignored.
+Parquet tables (a name ending in .parquet or a file starting with PAR1; needs
+pyarrow: pip install 'tarproc[parquet]'): a row per sample, a column per field
+(binary as is, strings as UTF-8, numbers as text, lists and structs as JSON,
+'@name' columns of paths or URLs fetched; null: no field), read in batches.
 Every referenced file is checked before anything is written: a missing one is
 an error naming the plan line, and no output is made.  Member names that are
 absolute or contain '..' are refused.
@@ -38,8 +43,8 @@ Exit status: 0 ok, 1 a pipe: command failed (nothing written), 2 bad plan,
 missing file or bad usage."""
 
 
-@command("Create a tar file from a plan (a TSV/CSV table or TARPATH SOURCE lines) or from trees of files "
-         "(--tree).", EXAMPLES, NOTES)
+@command("Create a tar file from a plan (a TSV/CSV table, a Parquet table or TARPATH SOURCE lines) or from "
+         "trees of files (--tree).", EXAMPLES, NOTES)
 def tarcreate_command(
     plan: Annotated[str, typer.Argument(metavar="[PLAN]", show_default=False,
                     help="the plan file ('-' or nothing: stdin)")] = "-",
@@ -54,7 +59,7 @@ def tarcreate_command(
                    help="keys of table rows without a __key__ column: '{index:06d}', '%06d', '{record:09d}' "
                         "(default {index:09d}); with --tree, the key rule: path, base or a regex with a group "
                         "'key' (default path)")] = "{index:09d}",
-    plan_format: Annotated[Literal["auto", "table", "lines"], opt(
+    plan_format: Annotated[Literal["auto", "table", "lines", "parquet"], opt(
         "--plan-format", help="the plan's format (default: detected)")] = "auto",
     tree: Annotated[Optional[List[str]], opt("--tree", metavar="DIR[:PREFIX]",
                     help="make samples of the files below DIR (or an s3:// or gs:// prefix), keyed by --key; "
@@ -98,6 +103,8 @@ def main(args, prog="tarcreate"):
     from .base import note_terminal
 
     note_terminal(prog, [args.plan], "the plan")
+    if args.plan_format == "parquet" or (args.plan_format == "auto" and _is_parquet(args.plan)):
+        return parquet_main(args, rep)
     if args.plan != "-":
         from .guards import refuse_overwriting_inputs, refuse_reading_stdout
 
@@ -111,6 +118,47 @@ def main(args, prog="tarcreate"):
                    on_item=(lambda item, size: rep.info(f"{item.name} ({size} bytes) from {item.where}"))
                    if args.verbose else None)
     rep.info(f"{n} members written")
+    return 0
+
+
+def _is_parquet(plan):
+    import sys
+
+    from ..sources.parquet import looks_parquet
+
+    if plan != "-":
+        return looks_parquet(plan)
+    if sys.stdin.isatty():  # a plan typed in: never Parquet, and a peek would take its first Ctrl-D
+        return False
+    try:
+        return looks_parquet(plan, sys.stdin.buffer.peek(4)[:4])
+    except (OSError, ValueError):
+        return False
+
+
+def parquet_main(args, rep):
+    """A Parquet table to samples (sources/parquet.py, sinks/parquet.py)."""
+    import os
+
+    from ..sinks.parquet import table_to_tar
+    from ..sources.parquet import ParquetTable
+    from .guards import refuse_overwriting_inputs, refuse_reading_stdout
+
+    if args.plan != "-":
+        refuse_reading_stdout([args.plan])
+        refuse_overwriting_inputs([args.output], [args.plan], "the table")
+    from ..errors import UsageError
+
+    if args.dir is not None and not os.path.isdir(args.dir):
+        raise UsageError(f"-C {args.dir}: not a directory")
+    if args.delim is not None:
+        raise UsageError("-f/--delim is for TSV/CSV plans, not a Parquet table")
+    table = ParquetTable(args.plan, args.key, args.dir, warn=rep.warn, settings=args.settings)
+    try:
+        n = table_to_tar(table, args.output, group_size_of(args), args.settings)
+    finally:
+        table.close()
+    rep.info(f"{n} samples written")
     return 0
 
 

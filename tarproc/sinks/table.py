@@ -57,7 +57,7 @@ def parse_columns(spec):
     return cols
 
 
-def _is_binary(field, data, settings=None):
+def is_binary(field, data, settings=None):
     """Whether a field is shown as size/hash: by its extension, or when its
     first :data:`~tarproc.core.limits.PREVIEW_BYTES` (``settings.preview_bytes``)
     have a NUL or are not UTF-8 (a character cut at the end of the prefix is allowed)."""
@@ -131,7 +131,7 @@ def cell(sample, column, hash=False, native=False, settings=None):
                 return value.sha256().hexdigest()
             return len(value) if native else str(len(value))
         if isinstance(value, (bytes, bytearray, memoryview)):
-            if _is_binary(field, value, settings):
+            if is_binary(field, value, settings):
                 if hash:
                     import hashlib
 

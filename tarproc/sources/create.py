@@ -27,7 +27,7 @@ import os
 
 from ..errors import BadInput, SampleFailed, UsageError
 from ..core.limits import check_widths, quote
-from ..core.rules import split_name, unsafe_name
+from ..core.rules import is_meta, split_name, unsafe_name
 
 
 class PlanItem:
@@ -131,6 +131,9 @@ def _check_name(where, name):
         base = name.rsplit("/", 1)[-1]
         why = (f"member name {quote(name)}: its file name is not KEY.FIELD, so readers skip it"
                + (f" (e.g. {quote(name + '.txt')})" if "." not in base else ""))
+    if not why and is_meta(split_name(name)[1]):
+        # KEY.__x__: every reader (ours, webdataset) takes it for metadata, never a field
+        why = f"member name {quote(name)}: its field is a metadata name (__...__), which readers refuse"
     if why:
         raise BadInput(f"{where}: refusing {why}")
 

@@ -198,3 +198,15 @@ def test_tarcreate_refuses_members_no_reader_keeps(tmp_path, name, hint):
     assert not (tmp_path / "out.tar").exists()
 
 
+
+
+def test_fields_named_like_metadata_are_refused(sh, tmp_path):
+    """KEY.__x__ is read as metadata by every reader (ours refuses it): a plan
+    that would write one is refused, naming the line, nothing written."""
+    (tmp_path / "plan.tsv").write_text("__key__\t__source__\tcls\na\tx\t1\n")
+    (tmp_path / "plan.txt").write_text("a.cls text:1\na.__x__ text:2\n")
+    for plan, where in (("plan.tsv", "plan.tsv:2"), ("plan.txt", "plan.txt:2")):
+        p = sh(f"tarcreate {plan} -o out.tar", ok=False)
+        line = one_line(p)
+        assert p.returncode == 2 and where in line and "metadata" in line, line
+        assert not (tmp_path / "out.tar").exists()

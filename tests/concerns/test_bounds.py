@@ -48,7 +48,7 @@ def test_previews_and_tables_read_a_bounded_prefix(field, data):
     tracemalloc.start()
     try:
         line = show.preview(field, data, 64)
-        table._is_binary(field, data)
+        table.is_binary(field, data)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
