@@ -575,7 +575,10 @@ def remove_work(plan, work, settings=None):
                 os.unlink(url)
             except FileNotFoundError:
                 pass
+        from ..sinks.output import cleanup_partials
+
         for d in ("map", "plan", "reduce-in", "reduce", "cut", "copy", "input"):
+            cleanup_partials(join(work, d), settings=settings)  # a killed task's (its lock is free)
             try:
                 os.rmdir(join(work, d))
             except OSError:
