@@ -247,22 +247,30 @@ def _spool_stdin(url, settings):
 
 
 def _local(args, rep, step, command, n, work):
+    """One step on kujob's local pool: the tasks not done (one listing of
+    the work folder; else each one's marker checked by the pool)."""
     import sys
 
-    from ..jobs.local import Runner, expand_ids
-    from ..jobs.reshard import done_template, id_pattern
+    from ..jobs.local import Result, Runner, Summary, expand_ids
+    from ..jobs.reshard import done_ids, done_template, id_pattern
 
     ids = expand_ids(id_pattern(n))
-    runner = Runner(command, ids, jobs=args.jobs or 1, retries=args.retries, done_if=done_template(step, work),
+    done = done_ids(step, work, n, args.settings)
+    todo = [i for i in ids if done is None or i not in done]
+    runner = Runner(command, todo, jobs=args.jobs or 1, retries=args.retries,
+                    done_if=done_template(step, work) if done is None else None,
                     log=sys.stderr.buffer, status=rep.say, verbose=False, settings=args.settings)
-    return runner.run()
+    skipped = [Result(i, k) for k, i in enumerate(ids) if i not in todo]
+    for r in skipped:
+        r.status = "skipped"
+    return Summary(runner.run().results + skipped)
 
 
 def _slurm(args, rep, me, work, counts):
     """Submit every step as an array held by ``afterok`` on the one before,
     then wait for each in turn; a failed step cancels those after it."""
     from ..jobs import slurm
-    from ..jobs.reshard import STEPS, done_template, id_pattern
+    from ..jobs.reshard import STEPS, done_ids, done_template, id_pattern
 
     def status(message):
         rep.say(message)
@@ -273,10 +281,15 @@ def _slurm(args, rep, me, work, counts):
         if args.tmpdir:
             command += ["--tmpdir", args.tmpdir]
         extra = list(args.sbatch or ()) + ([f"--dependency=afterok:{after}"] if after else [])
+        done = done_ids(step, work, counts[step], args.settings) if after is None else set()
         job = slurm.plan(command, [id_pattern(counts[step])], name=f"{args.name or 'tarreshard'}-{step}",
-                         log_dir=args.log_dir or slurm.DEFAULT_LOG_DIR, done_if=done_template(step, work),
+                         log_dir=args.log_dir or slurm.DEFAULT_LOG_DIR,
+                         done_if=done_template(step, work) if done is None else None,
                          retries=args.retries, throttle=args.jobs, sbatch=extra, settings=args.settings,
                          status=rep.info, mem=None)
+        if done is not None:  # (one listing here; each task checks its own marker again)
+            job.indexes = [k for k in job.indexes if job.ids[k] not in done]
+            job.done_if = done_template(step, work)
         if job.empty:
             jobs.append((step, job, None))
             continue

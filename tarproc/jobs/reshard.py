@@ -58,6 +58,41 @@ def done_template(step, work):
             "copy": join(work, "copy", "{}.done")}[step]
 
 
+def done_ids(step, work, count, settings=None):
+    """The ids of ``step``'s tasks that are done, from ONE listing of the
+    step's folder (a directory, or the scheme's LIST: ``aws s3 ls``,
+    ``gsutil ls``); ``None`` when the scheme cannot list (each task's
+    marker is then checked on its own)."""
+    folder, _, name = done_template(step, work).rpartition("/")
+    names = _names(folder, settings)
+    if names is None:
+        return None
+    ids = [task_id(n) for n in range(count)]
+    return {i for i in ids if name.replace("{}", i) in names}
+
+
+def _names(folder, settings=None):
+    """The names in a folder of the work directory (one listing), or ``None``
+    when its scheme cannot list."""
+    from ..runtime.schemes import has_command, scheme_of
+
+    if scheme_of(folder) == "file":
+        try:
+            return set(os.listdir(folder))
+        except FileNotFoundError:
+            return set()
+    if not has_command("LIST", folder, settings):
+        return None
+    from ..errors import OutputError
+    from ..sinks.remote import run_client
+
+    try:
+        listing = run_client("LIST", folder + "/", "list", settings)
+    except OutputError:  # (aws s3 ls of a prefix with nothing under it exits 1)
+        listing = ""
+    return {line.split()[-1].rsplit("/", 1)[-1] for line in listing.splitlines() if line.split()}
+
+
 def _local_dirs(url):
     from ..runtime.schemes import scheme_of
 
@@ -80,7 +115,7 @@ def get(url, settings=None, limit=1 << 30):
     """Read a small object whole."""
     from ..sources.open import open_source
 
-    stream = open_source(url, decompress=False, settings=settings)
+    stream = open_source(url, decompress=False, retries=0, settings=settings)  # (one request: no STAT first)
     try:
         data = stream.read(limit + 1)
     finally:
@@ -417,29 +452,35 @@ def reduce_task(plan, work, g, settings, tmpdir, warn):
         counts = [min(N, total - k * N) for k in range(*owned)]
         rot = ShardRotator(ShardNames(pattern, owned[0]), owned[0], counts, settings=settings, defer=True,
                            guard=_guard(plan["inputs"]))
+    sink = writer = None  # the piece object, opened for its first sample (none when the bucket shares nothing)
     try:
-        with open_sink(piece, compression=None, settings=settings) as sink:
-            writer = SampleWriter(sink)  # refuses what the shard writer refuses (a field twice under one key)
-            for j, sample in enumerate(ordered):
-                p = start + j
-                if rot is not None and lo <= p < hi:
-                    done = rot.write(sample)
-                    if done is not None:
-                        shards.append(done.index)
-                    continue
-                k = None if by_size else p // N
-                if not segments or segments[-1][4] != k or segments[-1][0] + segments[-1][1] != p:
-                    segments.append([p, 0, writer.bytes_written, None, k])
-                if by_size:
-                    sizes.append(written_size(sample))
-                writer.write(sample)
-                segments[-1][1] += 1
-                segments[-1][3] = writer.bytes_written
-            if rot is not None:
-                shards.extend(s.index for s in rot.close())
+        for j, sample in enumerate(ordered):
+            p = start + j
+            if rot is not None and lo <= p < hi:
+                done = rot.write(sample)
+                if done is not None:
+                    shards.append(done.index)
+                continue
+            if sink is None:
+                sink = open_sink(piece, compression=None, settings=settings)
+                writer = SampleWriter(sink)  # refuses what the shard writer refuses (a field twice under one key)
+            k = None if by_size else p // N
+            if not segments or segments[-1][4] != k or segments[-1][0] + segments[-1][1] != p:
+                segments.append([p, 0, writer.bytes_written, None, k])
+            if by_size:
+                sizes.append(written_size(sample))
+            writer.write(sample)
+            segments[-1][1] += 1
+            segments[-1][3] = writer.bytes_written
+        if rot is not None:
+            shards.extend(s.index for s in rot.close())
+        if sink is not None:
+            sink.close()
     except BaseException:
         if rot is not None:
             rot.abort()
+        if sink is not None:
+            sink.abort()
         raise
     if stats.read != count:
         raise BadInput(f"bucket {task_id(g)}: {stats.read} samples read, its index says {count}: the work "
@@ -545,8 +586,9 @@ def copy_task(plan, work, t, settings, tmpdir, warn):
     return f"copy {task_id(t)}: {len(job['shards'])} shards"
 
 
-def work_objects(plan, work):
-    """Every object the steps write into the work directory (removed after success)."""
+def work_objects(plan, work, local=True):
+    """Every object the steps write into the work directory (removed after
+    success); ``local=False``: without the piece objects, listed apart."""
     counts = task_counts(plan)
     for i in range(counts["map"]):
         yield join(work, "map", task_id(i) + ".tar")
@@ -554,7 +596,8 @@ def work_objects(plan, work):
     yield join(work, "plan", "done.json")
     for g in range(counts["reduce"]):
         yield join(work, "reduce-in", task_id(g) + ".json")
-        yield join(work, "reduce", task_id(g) + ".tar")
+        if local:
+            yield join(work, "reduce", task_id(g) + ".tar")  # (absent when its bucket shared nothing)
         yield join(work, "reduce", task_id(g) + ".json")
         yield join(work, "cut", task_id(g) + ".json")
         yield join(work, "copy", task_id(g) + ".done")
@@ -598,5 +641,7 @@ def remove_work(plan, work, settings=None):
         except Exception:  # noqa: BLE001 - an object never written (an empty bucket's) is not an error
             pass
 
+    listing = _names(join(work, "reduce"), settings)
+    pieces = [join(work, "reduce", n) for n in sorted(listing) if n.endswith(".tar")]
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(remove, list(work_objects(plan, work))))
+        list(pool.map(remove, pieces + list(work_objects(plan, work, local=False))))
