@@ -287,14 +287,14 @@ def _slurm(args, rep, me, work, counts):
                          done_if=done_template(step, work) if done is None else None,
                          retries=args.retries, throttle=args.jobs, sbatch=extra, settings=args.settings,
                          status=rep.info, mem=None)
-        if done is not None:  # (one listing here; each task checks its own marker again)
+        if done is not None:  # (one listing here, not one existence check per task)
             job.indexes = [k for k in job.indexes if job.ids[k] not in done]
-            job.done_if = done_template(step, work)
         if job.empty:
             jobs.append((step, job, None))
             continue
-        after = slurm.submit(job)
-        rep.info(f"{step}: submitted job array {after} ({len(job.indexes)} tasks)")
+        before, after = after, slurm.submit(job)
+        rep.info(f"{step}: submitted job array {after} ({len(job.indexes)} tasks)"
+                 + (f", held by afterok:{before}" if before else ""))
         jobs.append((step, job, after))
     results = {}
     for n, (step, job, job_id) in enumerate(jobs):
