@@ -219,14 +219,7 @@ def _drive(args, rep):
         rep.say(f"stopped at {failed[0] if failed else 'a step'}: rerun the same command"
                 + (f" with --work {work}" if made_work else "") + " to do what is missing")
         return 1
-    samples = R.get_json(R.join(work, "plan", "done.json"), args.settings)["samples"]
-    shards = R.get_json(R.join(work, "cut", "done.json"), args.settings)["shards"]
-    for split, n, k in zip(R.split_names(plan), samples, shards):
-        rep.say(f"{(split + ': ') if split else ''}{n} samples in {k} shards")
-    if args.keep_work:
-        rep.info(f"work kept in {work}")
-    else:
-        R.remove_work(plan, work, args.settings)
+    _finish(args, rep, plan, work)
     return 0
 
 
@@ -348,7 +341,22 @@ def _k8s(args, rep, plan, work, counts):
             rep.say(f"{step}: the job did not complete (kubectl wait exit {code}); rerun to go on")
             return 1
         rep.info(f"{step}: complete")
+    _finish(args, rep, plan, work)
     return 0
+
+
+def _finish(args, rep, plan, work):
+    """The counts of the output, then the work removed (unless --keep-work)."""
+    from ..jobs import reshard as R
+
+    samples = R.get_json(R.join(work, "plan", "done.json"), args.settings)["samples"]
+    shards = R.get_json(R.join(work, "cut", "done.json"), args.settings)["shards"]
+    for split, n, k in zip(R.split_names(plan), samples, shards):
+        rep.say(f"{(split + ': ') if split else ''}{n} samples in {k} shards")
+    if args.keep_work:
+        rep.info(f"work kept in {work}")
+    else:
+        R.remove_work(plan, work, args.settings)
 
 
 def _kubectl_wait(kubectl, name):
