@@ -212,7 +212,9 @@ def _drive(args, rep):
     for step in R.STEPS:
         if step in results:
             c = results[step].counts()
-            rep.say(f"{step}: {counts[step]} tasks: {c['ok']} ok, {c['skipped']} done before, {c['failed']} failed"
+            empty = sum(getattr(r, "message", None) == "empty" for r in results[step].results)
+            rep.say(f"{step}: {counts[step]} tasks: {c['ok']} ok, {c['skipped'] - empty} done before, "
+                    + (f"{empty} with nothing to do, " if empty else "") + f"{c['failed']} failed"
                     + (f" ({' '.join(results[step].failed)})" if results[step].failed else ""))
     failed = [step for step in R.STEPS if step in results and results[step].failed]
     if failed or len(results) < len(R.STEPS):
@@ -250,12 +252,21 @@ def _local(args, rep, step, command, n, work):
     ids = expand_ids(id_pattern(n))
     done = done_ids(step, work, n, args.settings)
     todo = [i for i in ids if done is None or i not in done]
+    empty = set()
+    if step == "copy":  # only the copy tasks that have shards to assemble (the others would write a marker)
+        from ..jobs.reshard import get_json, join
+
+        busy = set(get_json(join(work, "cut", "done.json"), args.settings)["busy"])
+        empty = {i for i in todo if i not in busy}
+        todo = [i for i in todo if i in busy]
     runner = Runner(command, todo, jobs=args.jobs or 1, retries=args.retries,
                     done_if=done_template(step, work) if done is None else None,
                     log=sys.stderr.buffer, status=rep.say, verbose=False, settings=args.settings)
     skipped = [Result(i, k) for k, i in enumerate(ids) if i not in todo]
     for r in skipped:
         r.status = "skipped"
+        if step == "copy" and r.shard_id in empty:
+            r.message = "empty"
     return Summary(runner.run().results + skipped)
 
 

@@ -146,7 +146,7 @@ class RangeStream(io.RawIOBase):
         from ..runtime.schemes import scheme_of
 
         self.url, self.pos, self.end, self.settings = url, start, end, settings
-        self.buf = b""
+        self.buf = memoryview(b"")
         self.fd = None
         if scheme_of(url) == "file":
             try:
@@ -165,17 +165,17 @@ class RangeStream(io.RawIOBase):
                 return 0
             n = min(CHUNK, self.end - self.pos)
             if self.fd is not None:
-                self.buf = os.pread(self.fd, n, self.pos)
+                self.buf = memoryview(os.pread(self.fd, n, self.pos))
                 if len(self.buf) != n:
                     raise BadInput(f"{self.url}: shorter than its index says (at byte {self.pos})")
             else:
                 from ..sources.indexed import read_range
 
-                self.buf = read_range(self.url, self.pos, self.pos + n, self.settings)
+                self.buf = memoryview(read_range(self.url, self.pos, self.pos + n, self.settings))
             self.pos += n
         k = min(len(view), len(self.buf))
         view[:k] = self.buf[:k]
-        self.buf = self.buf[k:]
+        self.buf = self.buf[k:]  # (a memoryview: no copy of the rest)
         return k
 
     def close(self):
@@ -547,7 +547,8 @@ def cut_task(plan, work, _n, settings, tmpdir, warn):
         nshards.append(max(written, max(shards, default=-1) + 1))
     for t, shards in enumerate(jobs):
         put(join(work, "cut", task_id(t) + ".json"), json.dumps({"shards": shards}).encode(), settings)
-    put(join(work, "cut", "done.json"), json.dumps({"shards": nshards}).encode(), settings)
+    busy = [task_id(t) for t, shards in enumerate(jobs) if shards]  # (the local pool runs only these)
+    put(join(work, "cut", "done.json"), json.dumps({"shards": nshards, "busy": busy}).encode(), settings)
     return f"cut: {sum(len(j) for j in jobs)} shards to assemble"
 
 
