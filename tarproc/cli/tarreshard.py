@@ -228,10 +228,10 @@ def _drive(args, rep):
 def _spool_stdin(url, settings):
     import sys
 
-    from ..jobs.reshard import _local_dirs
+    from ..jobs.reshard import local_dirs
     from ..sinks.output import open_sink
 
-    _local_dirs(url)
+    local_dirs(url)
     with open_sink(url, compression=None, defer=False, settings=settings) as sink:
         stream = sys.stdin.buffer
         while True:

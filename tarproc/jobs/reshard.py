@@ -93,7 +93,7 @@ def _names(folder, settings=None):
     return {line.split()[-1].rsplit("/", 1)[-1] for line in listing.splitlines() if line.split()}
 
 
-def _local_dirs(url):
+def local_dirs(url):
     from ..runtime.schemes import scheme_of
 
     if scheme_of(url) == "file":
@@ -106,7 +106,7 @@ def put(url, data, settings=None, defer=True):
     """Write a small object (committed with the task unless ``defer=False``)."""
     from ..sinks.output import open_sink
 
-    _local_dirs(url)
+    local_dirs(url)
     with open_sink(url, compression=None, defer=defer, settings=settings) as sink:
         sink.write(data)
 
@@ -357,7 +357,7 @@ def map_task(plan, work, i, settings, tmpdir, warn):
     ordered = sort_samples(samples, memory=plan["memory"], tmpdir=tmpdir, keyfunc=lambda s: s["__bucket__"],
                            stale_seconds=settings.foreign_stale_seconds if settings is not None else None)
     out = join(work, "map", task_id(i) + ".tar")
-    _local_dirs(out)
+    local_dirs(out)
     index = []
     with open_sink(out, compression=None, settings=settings) as sink:
         writer = SampleWriter(sink, repeated_keys=True)
@@ -444,7 +444,7 @@ def reduce_task(plan, work, g, settings, tmpdir, warn):
             owned = (first, k_end)
     lo, hi = owned[0] * N if owned[1] else None, min(owned[1] * N, total) if owned[1] else None
     piece = join(work, "reduce", task_id(g) + ".tar")
-    _local_dirs(piece)
+    local_dirs(piece)
     segments, sizes, shards = [], [], []
     rot = None
     if owned[1]:
