@@ -151,10 +151,20 @@ def _drive(args, rep):
                          f"'out/{{split}}-%06d.tar'")
     if not splits and "{split}" in pattern:
         raise UsageError(f"-o {args.output!r}: {{split}} is filled in only with --fractions")
-    for split in [s for s, _ in splits] if splits else [None]:
-        ShardNames(pattern if split is None else pattern.replace("{split}", split))
+    namings = [ShardNames(pattern if split is None else pattern.replace("{split}", split))
+               for split in ([s for s, _ in splits] if splits else [None])]
     if args.sorttype != "shuffle" and args.seed is not None and not splits:
         rep.warn("--seed is used by -S shuffle and --fractions only")
+    urls = bounded_list(open_inputs(args), "the inputs", max_urls=args.settings.max_urls)
+    buckets = args.buckets or max(1, len(urls))
+    if buckets * max(1, len(splits or ())) > args.settings.max_urls:
+        raise UsageError(f"--buckets {buckets}: more tasks per step than TARPROC_MAX_URLS "
+                         f"({args.settings.max_urls})")
+    if args.sorttype == "shuffle" and args.reverse:
+        raise UsageError("-r goes with a sort, not with -S shuffle")
+    if "-" in urls and urls != ["-"]:
+        raise UsageError("stdin cannot be mixed with other inputs (each input is read by its own task)")
+    _refuse_outputs_on_inputs(urls, namings)
     made_work = False
     work = args.work
     if work is None:
@@ -162,23 +172,33 @@ def _drive(args, rep):
         work = tempfile.mkdtemp(prefix="tarreshard-", dir=base)
         made_work = True
     work = work.rstrip("/") or work
-    urls = bounded_list(open_inputs(args), "the inputs", max_urls=args.settings.max_urls)
+    try:
+        return _run_steps(args, rep, work, made_work, urls, buckets, splits, pattern, max_count, max_size, memory)
+    except BaseException:
+        if made_work and not R.exists(R.join(work, "map"), args.settings):
+            shutil.rmtree(work, ignore_errors=True)  # (nothing done yet: a new directory left behind helps no one)
+        raise
+
+
+def _run_steps(args, rep, work, made_work, urls, buckets, splits, pattern, max_count, max_size, memory):
+    import os
+    import shutil
+    import sys
+
+    from ..errors import UsageError
+    from ..jobs import reshard as R
+
     stdin = None
     if "-" in urls:
-        if urls != ["-"]:
-            raise UsageError("stdin cannot be mixed with other inputs (each input is read by its own task)")
         stdin = R.join(work, "input", "stdin.tar")
         _spool_stdin(stdin, args.settings)
         urls = [stdin]
-    buckets = args.buckets or max(1, len(urls))
     plan = {"version": R.PLAN_VERSION, "inputs": urls, "buckets": buckets, "sorttype": args.sorttype,
             "sortkey": args.sortkey, "reverse": args.reverse, "seed": args.seed, "boundaries": None,
             "splits": splits, "split_seed": args.seed or 0, "pattern": pattern, "max_count": max_count,
             "max_size": max_size, "memory": memory, "stdin": stdin}
     if args.sorttype == "shuffle":
         plan["boundaries"] = []
-        if args.reverse:
-            raise UsageError("-r goes with a sort, not with -S shuffle")
     elif not R.exists(R.join(work, "plan.json"), args.settings):
         from ..stages.sort import key_function
 
@@ -223,6 +243,25 @@ def _drive(args, rep):
         return 1
     _finish(args, rep, plan, work)
     return 0
+
+
+def _refuse_outputs_on_inputs(urls, namings, probe=100000):
+    """Before any task: an output shard among the first ``probe`` of each
+    split named like a local input is refused (a reduce task would replace
+    it, perhaps before another task has read it)."""
+    import os
+
+    from ..errors import UsageError
+    from ..runtime.schemes import scheme_of
+
+    local = {os.path.realpath(u): u for u in urls if scheme_of(u) == "file" and os.path.isfile(u)}
+    if not local:
+        return
+    for names in namings:
+        for k in range(probe):
+            name = names(k)
+            if os.path.realpath(name) in local:
+                raise UsageError(f"-o: shard {k} would be {name}, which is an input: choose another -o")
 
 
 def _spool_stdin(url, settings):

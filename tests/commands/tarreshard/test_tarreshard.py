@@ -238,3 +238,12 @@ def test_k8s_jobs_valid_and_executed_index_by_index(sh, tmp_path):
     sh("tarsort in-0.tar in-1.tar | tarsplit -n 15 -o 'ref/%06d.tar'")
     out, ref = shards(tmp_path, "out/*"), shards(tmp_path, "ref/*")
     assert len(out) == len(ref) == 6 and all(open(a, "rb").read() == open(b, "rb").read() for a, b in zip(out, ref))
+
+
+def test_outputs_on_inputs_refused_before_any_work(sh, tmp_path):
+    make_inputs(tmp_path, shards=2, per=30)
+    before = {n: (tmp_path / n).read_bytes() for n in ("in-0.tar", "in-1.tar")}
+    p = sh("TMPDIR=$PWD tarreshard -n 10 -o 'in-%d.tar' in-0.tar in-1.tar", ok=False)
+    assert p.returncode == 2 and "shard 0 would be in-0.tar, which is an input" in p.stderr.decode()
+    assert sorted(os.listdir(tmp_path)) == ["in-0.tar", "in-1.tar"]  # no shard, no work directory
+    assert {n: (tmp_path / n).read_bytes() for n in before} == before
