@@ -105,7 +105,9 @@ def _task(args, rep):
 
     if args.task not in STEPS or args.work is None or args.task_id is None or not args.task_id.isdigit():
         raise UsageError(f"--task takes one of {', '.join(STEPS)}, with --work URL and --task-id N")
-    rep.info(run_task(args.task, args.work, args.task_id, args.settings, args.tmpdir, rep.warn))
+    from .base import spooler_of
+
+    rep.info(run_task(args.task, args.work, args.task_id, args.settings, args.tmpdir, rep.warn, spooler_of(args)))
     return 0
 
 

@@ -185,14 +185,15 @@ class RangeStream(io.RawIOBase):
         super().close()
 
 
-def _slice_samples(url, start, end, stats, settings):
-    """The samples of bytes ``start``..``end`` of an intermediate object."""
+def _slice_samples(url, start, end, stats, settings, spooler=None):
+    """The samples of bytes ``start``..``end`` of an intermediate object
+    (members past ``spooler.threshold`` as blobs, never loaded)."""
     from ..core.passthru import fast_group
     from ..core.tario import TarReader
 
     stream = io.BufferedReader(RangeStream(url, start, end, settings), 1 << 20)
     try:
-        yield from fast_group(TarReader(stream, url), url, stats, False)
+        yield from fast_group(TarReader(stream, url, spooler=spooler), url, stats, False)
     finally:
         stream.close()
 
@@ -322,18 +323,19 @@ def publish_plan(work, plan, settings=None):
 
 # ---------------------------------------------------------------- the steps
 
-def run_task(step, work, tid, settings=None, tmpdir=None, warn=None):
-    """Run one task of ``step``; returns a one-line summary."""
+def run_task(step, work, tid, settings=None, tmpdir=None, warn=None, spooler=None):
+    """Run one task of ``step``; returns a one-line summary.  ``spooler``
+    (a :class:`~tarproc.core.blob.Spooler`): large members as blobs."""
     plan = load_plan(work, settings)
     n = int(tid)
     count = task_counts(plan)[step]
     if not 0 <= n < count:
         raise UsageError(f"--task-id {tid}: {step} has tasks 000000 to {task_id(count - 1)}")
     return {"map": map_task, "plan": plan_task, "reduce": reduce_task, "cut": cut_task,
-            "copy": copy_task}[step](plan, work, n, settings, tmpdir, warn)
+            "copy": copy_task}[step](plan, work, n, settings, tmpdir, warn, spooler)
 
 
-def map_task(plan, work, i, settings, tmpdir, warn):
+def map_task(plan, work, i, settings, tmpdir, warn, spooler=None):
     """Input ``i`` to ``map/ID.tar`` (samples grouped by bucket, in input
     order within a bucket) and ``map/ID.json`` (``[bucket, start, end,
     count]`` of each bucket present)."""
@@ -353,7 +355,7 @@ def map_task(plan, work, i, settings, tmpdir, warn):
             sample["__bucket__"] = bucketer(sample, i, next(counter))
             yield sample
 
-    samples = tagged(iter_samples([url], stats, warn=warn, settings=settings))
+    samples = tagged(iter_samples([url], stats, warn=warn, spooler=spooler, settings=settings))
     ordered = sort_samples(samples, memory=plan["memory"], tmpdir=tmpdir, keyfunc=lambda s: s["__bucket__"],
                            stale_seconds=settings.foreign_stale_seconds if settings is not None else None)
     out = join(work, "map", task_id(i) + ".tar")
@@ -376,7 +378,7 @@ def map_task(plan, work, i, settings, tmpdir, warn):
     return f"map {task_id(i)}: {url}: {stats.read} samples in {len(index)} buckets"
 
 
-def plan_task(plan, work, _n, settings, tmpdir, warn):
+def plan_task(plan, work, _n, settings, tmpdir, warn, spooler=None):
     """The map indexes to ``reduce-in/ID.json`` for each bucket: its slices
     (``[map id, start, end, count]``), its first sample's position in its
     split and the split's total."""
@@ -409,7 +411,7 @@ def pattern_of(plan, g):
     return plan["pattern"] if split is None else plan["pattern"].replace("{split}", split)
 
 
-def reduce_task(plan, work, g, settings, tmpdir, warn):
+def reduce_task(plan, work, g, settings, tmpdir, warn, spooler=None):
     """Bucket ``g``: its slices read, shuffled or sorted, then the shards it
     holds whole written (count cutting) and the rest to ``reduce/ID.tar``
     with ``reduce/ID.json`` (its segments, one per output shard; with a size
@@ -425,7 +427,8 @@ def reduce_task(plan, work, g, settings, tmpdir, warn):
     info = get_json(join(work, "reduce-in", task_id(g) + ".json"), settings)
     stats = Stats()
     samples = itertools.chain.from_iterable(
-        _slice_samples(join(work, "map", task_id(i) + ".tar"), a, b, stats, settings) for i, a, b, _ in info["slices"])
+        _slice_samples(join(work, "map", task_id(i) + ".tar"), a, b, stats, settings, spooler)
+        for i, a, b, _ in info["slices"])
     if plan["sorttype"] == "shuffle":
         kw = {"sorttype": "shuffle", "seed": f"{plan['seed']}/{g}"}
     else:
@@ -497,7 +500,7 @@ def _guard(inputs):
     return input_guard(inputs)
 
 
-def cut_task(plan, work, _n, settings, tmpdir, warn):
+def cut_task(plan, work, _n, settings, tmpdir, warn, spooler=None):
     """Which byte ranges of which piece objects make each output shard not
     written whole by a reduce task: ``cut/ID.json`` for each copy task (a
     shard goes to the task of the bucket it starts in), then
@@ -559,7 +562,7 @@ def _add_range(ranges, g, a, b):
         ranges.append([g, a, b])
 
 
-def copy_task(plan, work, t, settings, tmpdir, warn):
+def copy_task(plan, work, t, settings, tmpdir, warn, spooler=None):
     """Assemble the shards of ``cut/ID.json``: their byte ranges of the
     piece objects, concatenated, and the end-of-archive marker."""
     from ..sinks.output import open_sink
