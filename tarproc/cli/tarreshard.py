@@ -407,8 +407,12 @@ def _finish(args, rep, plan, work):
         rep.say(f"{(split + ': ') if split else ''}{n} samples in {k} shards")
     if args.keep_work:
         rep.info(f"work kept in {work}")
-    else:
-        R.remove_work(plan, work, args.settings)
+    elif not R.remove_work(plan, work, args.settings):
+        from ..runtime.schemes import scheme_of
+
+        scheme = scheme_of(work)
+        rep.warn(f"--work {work}: no command removes a {scheme}:// object (TARPROC_REMOVE_{scheme.upper()}): "
+                 f"the intermediate data stays there")
 
 
 def _kubectl_wait(kubectl, name):

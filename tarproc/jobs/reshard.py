@@ -613,8 +613,9 @@ def work_objects(plan, work, local=True):
 
 def remove_work(plan, work, settings=None):
     """Remove the work objects (a local directory: its files, then its
-    empty directories; else one REMOVE per object)."""
-    from ..runtime.schemes import scheme_of
+    empty directories; else one REMOVE per object).  Returns ``False`` when
+    the scheme has no REMOVE command (http: ``TARPROC_REMOVE_HTTP``)."""
+    from ..runtime.schemes import has_command, scheme_of
 
     if scheme_of(work) == "file":
         for url in work_objects(plan, work):
@@ -634,7 +635,9 @@ def remove_work(plan, work, settings=None):
             os.rmdir(work)
         except OSError:
             pass
-        return
+        return True
+    if not has_command("REMOVE", work, settings):
+        return False
     from concurrent.futures import ThreadPoolExecutor
 
     from ..sinks.remote import run_client
@@ -649,3 +652,4 @@ def remove_work(plan, work, settings=None):
     pieces = [join(work, "reduce", n) for n in sorted(listing) if n.endswith(".tar")]
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(remove, pieces + list(work_objects(plan, work, local=False))))
+    return True
