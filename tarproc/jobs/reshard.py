@@ -185,13 +185,58 @@ class RangeStream(io.RawIOBase):
         super().close()
 
 
-def _slice_samples(url, start, end, stats, settings, spooler=None):
+#: Slices of a bucket read ahead at once from an object store, each of at
+#: most AHEAD_BYTES (at most 64 MiB held beyond --memory); larger ones are streamed.
+AHEAD = 8
+AHEAD_BYTES = 8 << 20
+
+
+def _fetched(slices, settings):
+    """``(url, start, end, data)`` for each slice in order; a slice of an
+    object store up to :data:`AHEAD_BYTES` comes read ahead (``AHEAD`` in
+    flight: a bucket has a slice in every map object), else ``data`` is
+    ``None`` and it is streamed."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..runtime.schemes import scheme_of
+    from ..sources.indexed import read_range
+
+    slices = list(slices)
+    if not slices or scheme_of(slices[0][0]) == "file":
+        for url, a, b in slices:
+            yield url, a, b, None
+        return
+    with ThreadPoolExecutor(AHEAD) as pool:
+        window = deque()
+        it = iter(slices)
+        try:
+            while True:
+                while len(window) < AHEAD:
+                    nxt = next(it, None)
+                    if nxt is None:
+                        break
+                    url, a, b = nxt
+                    small = b - a <= AHEAD_BYTES
+                    window.append((url, a, b, pool.submit(read_range, url, a, b, settings) if small else None))
+                if not window:
+                    return
+                url, a, b, future = window.popleft()
+                yield url, a, b, future.result() if future is not None else None
+        finally:
+            for *_, future in window:
+                if future is not None:
+                    future.cancel()
+
+
+def _slice_samples(url, start, end, stats, settings, spooler=None, data=None):
     """The samples of bytes ``start``..``end`` of an intermediate object
-    (members past ``spooler.threshold`` as blobs, never loaded)."""
+    (``data``: those bytes, read ahead; members past ``spooler.threshold``
+    as blobs)."""
     from ..core.passthru import fast_group
     from ..core.tario import TarReader
 
-    stream = io.BufferedReader(RangeStream(url, start, end, settings), 1 << 20)
+    stream = io.BytesIO(data) if data is not None else io.BufferedReader(RangeStream(url, start, end, settings), 1 << 20)
     try:
         yield from fast_group(TarReader(stream, url, spooler=spooler), url, stats, False)
     finally:
@@ -426,9 +471,9 @@ def reduce_task(plan, work, g, settings, tmpdir, warn, spooler=None):
 
     info = get_json(join(work, "reduce-in", task_id(g) + ".json"), settings)
     stats = Stats()
+    slices = ((join(work, "map", task_id(i) + ".tar"), a, b) for i, a, b, _ in info["slices"])
     samples = itertools.chain.from_iterable(
-        _slice_samples(join(work, "map", task_id(i) + ".tar"), a, b, stats, settings, spooler)
-        for i, a, b, _ in info["slices"])
+        _slice_samples(url, a, b, stats, settings, spooler, data) for url, a, b, data in _fetched(slices, settings))
     if plan["sorttype"] == "shuffle":
         kw = {"sorttype": "shuffle", "seed": f"{plan['seed']}/{g}"}
     else:
