@@ -376,8 +376,12 @@ def run_task(step, work, tid, settings=None, tmpdir=None, warn=None, spooler=Non
     count = task_counts(plan)[step]
     if not 0 <= n < count:
         raise UsageError(f"--task-id {tid}: {step} has tasks 000000 to {task_id(count - 1)}")
-    return {"map": map_task, "plan": plan_task, "reduce": reduce_task, "cut": cut_task,
-            "copy": copy_task}[step](plan, work, n, settings, tmpdir, warn, spooler)
+    task = {"map": map_task, "plan": plan_task, "reduce": reduce_task, "cut": cut_task, "copy": copy_task}[step]
+    try:
+        return task(plan, work, n, settings, tmpdir, warn, spooler)
+    except (KeyError, TypeError, IndexError, AttributeError) as e:  # a work object not as the steps write it
+        raise BadInput(f"{work}: {step} {task_id(n)}: the work data is not what tarreshard wrote ({type(e).__name__}: "
+                       f"{e}); remove it and run again") from None
 
 
 def map_task(plan, work, i, settings, tmpdir, warn, spooler=None):
