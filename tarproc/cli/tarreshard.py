@@ -300,6 +300,8 @@ def _local(args, rep, step, command, n, work):
         busy = set(get_json(join(work, "cut", "done.json"), args.settings)["busy"])
         empty = {i for i in todo if i not in busy}
         todo = [i for i in todo if i in busy]
+    if step in ("plan", "cut") and todo:  # one small task: run here, not as one more process
+        return _in_process(args, rep, step, work, todo[0])
     runner = Runner(command, todo, jobs=args.jobs or 1, retries=args.retries,
                     done_if=done_template(step, work) if done is None else None,
                     log=sys.stderr.buffer, status=rep.say, verbose=False, settings=args.settings)
@@ -309,6 +311,28 @@ def _local(args, rep, step, command, n, work):
         if step == "copy" and r.shard_id in empty:
             r.message = "empty"
     return Summary(runner.run().results + skipped)
+
+
+def _in_process(args, rep, step, work, tid):
+    """The one task of ``plan`` or ``cut`` in this process, committed on its
+    own (its own commit gate), as a task's outputs are."""
+    from ..errors import TarprocError
+    from ..jobs.local import Result, Summary
+    from ..jobs.reshard import run_task
+    from ..sinks.output import CommitGate
+    from .base import spooler_of
+
+    r = Result(tid, 0)
+    r.attempts = 1
+    try:
+        with CommitGate() as gate:
+            rep.info(run_task(step, work, tid, args.settings, args.tmpdir, rep.warn, spooler_of(args)))
+            gate.commit()
+        r.status = "ok"
+    except TarprocError as e:
+        r.status = "failed"
+        rep.say(f"[{tid}] {e}")
+    return Summary([r])
 
 
 def _slurm(args, rep, me, work, counts):
