@@ -269,7 +269,7 @@ def _refuse_outputs_on_inputs(urls, namings, probe=100000):
 def _spool_stdin(url, settings):
     import sys
 
-    from ..jobs.reshard import local_dirs
+    from ..jobs.workstore import local_dirs
     from ..sinks.output import open_sink
 
     local_dirs(url)
