@@ -358,12 +358,15 @@ class ShardRotator:
     :func:`~tarproc.sinks.index.written_shard_index`) and runs
     ``post(shard)``; a failure there stops the split.  After ``maxshards``
     shards the rotator is :attr:`full`.  ``split``: the name of a
-    ``fractions`` split, carried by its shards."""
+    ``fractions`` split, carried by its shards.  ``defer=True`` leaves each
+    shard's commit to the active :class:`~tarproc.sinks.output.CommitGate`
+    (all of a task's shards appear when the task succeeds)."""
 
     def __init__(self, names, start=0, counts=None, max_count=None, max_size=None, maxshards=None,
                  compression="auto", post=None, stats=None, split=None, guard=None, group_size=None, index=False, settings=None,
-                 header_defaults=None):
+                 header_defaults=None, defer=False):
         self.names = names
+        self.defer = defer  # True: each shard's commit is left to the active CommitGate (tarreshard's tasks)
         self.next_index = start
         self.counts = counts
         self.max_count = max_count
@@ -450,7 +453,7 @@ class ShardRotator:
         if self.guard is not None:
             self.guard(name)
         make_shard_dir(name, self.names.pattern, self.names.root)
-        self.sink = open_sink(name, self.compression, defer=False, group_size=self.group_size, settings=self.settings)  # each shard commits when closed
+        self.sink = open_sink(name, self.compression, defer=self.defer, group_size=self.group_size, settings=self.settings)  # each shard commits when closed
         self.writer = SampleWriter(self.sink, self.stats, **self.header_defaults)
         self.shard = Shard(name, self.next_index, split=self.split)
         if self.index:

@@ -902,3 +902,42 @@ def _range_s3(url, start, end, shard, verify="stamp", settings=None):
             return f.read(end - start + 1)
     finally:
         os.unlink(tmp)
+
+
+def read_range(url, start, end, settings=None):
+    """Bytes ``start`` to ``end`` (exclusive) of ``url``: ``pread`` of a
+    local file, else the scheme table's RANGE command (http(s), s3, gs, or
+    ``TARPROC_RANGE_<SCHEME>``), as :class:`IndexedDataset` reads a sample;
+    fewer bytes than asked is a :class:`BadInput` naming the URL (tarreshard
+    reads one bucket of an intermediate object with it)."""
+    from ..runtime.schemes import has_command, override
+
+    if end <= start:
+        return b""
+    scheme = scheme_of(url)
+    if scheme == "file":
+        try:
+            fd = os.open(url, os.O_RDONLY)
+        except OSError as e:
+            from .open import cannot_open
+
+            raise BadInput(cannot_open(url, e)) from None
+        try:
+            data = os.pread(fd, end - start, start)
+        except OSError as e:
+            raise BadInput(f"{url}: read error at offset {start}: {e.strerror}") from None
+        finally:
+            os.close(fd)
+    elif scheme == "-" or not has_command("RANGE", url, settings):
+        raise BadInput(f"{url}: cannot read a byte range of a {scheme}: input (give a file, http(s)://, s3:// "
+                       f"or gs:// URL, or TARPROC_RANGE_{scheme.upper()})")
+    elif override("RANGE", scheme, settings) is None and scheme in ("http", "https"):
+        data = _range_http(url, start, end, {}, "none", settings)
+    elif override("RANGE", scheme, settings) is None and scheme == "s3":
+        data = _range_s3(url, start, end, {}, "none", settings)
+    else:
+        data = _range_command(url, start, end, settings)
+    if len(data) != end - start:
+        raise BadInput(f"{url}: bytes {start}-{end - 1} asked, {len(data)} read: the object is shorter than "
+                       f"its index says")
+    return data

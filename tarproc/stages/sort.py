@@ -324,7 +324,7 @@ def _merge(iterables, reverse):
 
 
 def sort_samples(samples, key="__key__", sorttype="text", reverse=False, seed=None,
-                 memory=512 << 20, tmpdir=None, stats=None, unique=False, stale_seconds=None):
+                 memory=512 << 20, tmpdir=None, stats=None, unique=False, stale_seconds=None, keyfunc=None):
     """Sort an iterator of samples; returns an iterator of the same samples.
 
     ``key`` is the field to sort by (default ``__key__``); ``sorttype`` one of
@@ -339,12 +339,15 @@ def sort_samples(samples, key="__key__", sorttype="text", reverse=False, seed=No
     ``unique`` keeps one sample per sort key: the one that came LAST in the
     input (the original ``tarsort --update``, an "insert or replace" keyed by
     the sort key); ``stats.dropped`` then counts the samples replaced.
-    ``stale_seconds``: see :func:`cleanup_stale` (run before the first spill)."""
+    ``stale_seconds``: see :func:`cleanup_stale` (run before the first spill).
+    ``keyfunc`` (``sample -> sort key``, picklable keys) replaces ``key`` and
+    ``sorttype`` (tarreshard sorts by bucket number with it)."""
     if memory < 1:
         raise UsageError("the memory budget must be positive")
     if unique and sorttype == "shuffle":
         raise UsageError("keeping one sample per sort key needs a sort key: not with the shuffle sort type")
-    keyfunc = key_function(key, sorttype, seed)
+    if keyfunc is None:
+        keyfunc = key_function(key, sorttype, seed)
     from ..runtime.procs import close_at_exit
 
     # a sort left half-read is closed at interpreter exit (its runs removed)

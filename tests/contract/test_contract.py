@@ -62,6 +62,7 @@ CONTRACT = {
     "tsv2tar": dict(input="plan", output="tar", empty={0}, bulky=True, cmd="tsv2tar -"),
     "kujob": dict(input=None, output=None, cmd="kujob"),
     "tarserve": dict(input=None, output=None, cmd="tarserve"),
+    "tarreshard": dict(input=None, output=None, cmd="tarreshard"),  # a job driver: its tasks read files or URLs
     "lines2tar": dict(input="lines", output="tar", empty={0}, bulky=True, cmd="lines2tar -k '__key__ cls txt'"),
     "tar2json": dict(input="tar", output="text", empty={0}, bulky=True, cmd="tar2json -k cls"),
     "tarmix": dict(input=None, output=None, cmd="tarmix"),

@@ -15,6 +15,7 @@ import pytest
 
 from slurm_cluster import TOOLS, Cluster, which
 from test_kujob import assert_copied, make_inputs
+from test_urls import s3  # noqa: F401  (the moto fixture)
 
 FAST = "--poll 0.2"
 
@@ -299,3 +300,28 @@ def test_sbatch_stderr_kept_is_tarproc_tail_bytes(tmp_path, monkeypatch):
         assert "sbatch failed" in str(e.value) and str(e.value).endswith("0END"), str(e.value)[-200:]
         shown.append(str(e.value).split("…[")[1].split(" chars]")[0])
     assert shown == [str(8192 - 980)] * 2 + [str(20003 - 980)]
+
+
+def test_tarreshard_steps_as_dependent_arrays_with_work_on_s3(slurm_sh, cluster, tmp_path, s3):
+    """tarreshard --slurm: each step an array held by afterok on the one
+    before, the work data on S3 (moto, the real aws CLI), the output exactly
+    tarsort | tarsplit's; the work objects removed after success."""
+    import glob
+
+    from test_tarreshard import make_inputs as reshard_inputs
+
+    reshard_inputs(tmp_path, shards=2, per=40)
+    p = slurm_sh(f"tarreshard --slurm {FAST} -S text -n 15 --buckets 1 -v --work s3://tarproc-test/rw "
+                 "-o 'out/%06d.tar' 'in-{0..1}.tar'", env=s3, stderr_ok=True, timeout=600)
+    err = p.stderr.decode()
+    ids = re.findall(r"(\w+): submitted job array (\d+)", err)
+    assert [s for s, _ in ids] == ["map", "plan", "reduce", "cut", "copy"], err
+    for (_, before), (step, job) in zip(ids, ids[1:]):  # each held until the one before succeeded
+        assert f"{step}: submitted job array {job} (" in err and f"held by afterok:{before}" in err, err
+        assert glob.glob(str(tmp_path / "kujob-logs" / f"tarreshard-{step}-{job}_*.log")), (step, job)
+    assert "copy: 1 tasks: 1 ok" in err and "80 samples in 6 shards" in err
+    slurm_sh("tarsort in-0.tar in-1.tar | tarsplit -n 15 -o 'ref/%06d.tar'")
+    out, ref = sorted(glob.glob(str(tmp_path / "out/*"))), sorted(glob.glob(str(tmp_path / "ref/*")))
+    assert len(out) == len(ref) == 6 and all(open(a, "rb").read() == open(b, "rb").read() for a, b in zip(out, ref))
+    listing = slurm_sh("aws s3 ls --recursive s3://tarproc-test/rw/", env=s3, ok=False).stdout
+    assert listing == b""
