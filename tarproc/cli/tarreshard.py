@@ -3,7 +3,7 @@
 from typing import Annotated, List, Literal, Optional
 
 from .base import (Args, FileList, Inputs, ProgressFlag, Quiet, Reporter, Seed, Verbose, command, nonneg, opt,
-                   parse_size, positive, run)
+                   output_directory_exists, parse_size, positive, run)
 
 EXAMPLES = """
 tarreshard -S shuffle --seed 1 -n 1000 -o 'shuffled-%06d.tar' 'in-{000..099}.tar'
@@ -35,7 +35,7 @@ POD_OVERHEAD = 512 << 20
 def tarreshard_command(
     inputs: Inputs = None,
     filelist: FileList = None,
-    output: Annotated[Optional[str], opt("-o", "--output", metavar="PREFIX|PATTERN",
+    output: Annotated[Optional[str], opt("-o", "--output", metavar="PREFIX|PATTERN", callback=output_directory_exists,
                       help="PREFIX gives PREFIX-000000.tar, ...; a PATTERN with %06d or {shard:06d} is used as "
                            "given ({split} with --fractions); any URL scheme")] = None,
     num_samples: Annotated[Optional[int], opt("-n", "--num-samples", "--maxcount", metavar="N", parser=nonneg(),

@@ -297,6 +297,13 @@ def pattern_of(plan, g):
     return plan["pattern"] if split is None else plan["pattern"].replace("{split}", split)
 
 
+def root_of(plan):
+    """The directory the user's pattern names: a split's directory below it is made, nothing above."""
+    from ..sinks.split import pattern_root
+
+    return pattern_root(plan["pattern"])
+
+
 def reduce_task(plan, work, g, settings, tmpdir, warn, spooler=None):
     """Bucket ``g``: its slices read, shuffled or sorted, then the shards it
     holds whole written (count cutting) and the rest to ``reduce/ID.tar``
@@ -339,7 +346,7 @@ def reduce_task(plan, work, g, settings, tmpdir, warn, spooler=None):
     if owned[1]:
         pattern = pattern_of(plan, g)
         counts = [min(N, total - k * N) for k in range(*owned)]
-        rot = ShardRotator(ShardNames(pattern, owned[0]), owned[0], counts, settings=settings, defer=True,
+        rot = ShardRotator(ShardNames(pattern, owned[0], root=root_of(plan)), owned[0], counts, settings=settings, defer=True,
                            guard=_guard(plan["inputs"]))
     sink = writer = None  # the piece object, opened for its first sample (none when the bucket shares nothing)
     try:
@@ -399,7 +406,7 @@ def cut_task(plan, work, _n, settings, tmpdir, warn, spooler=None):
     jobs = [[] for _ in range(counts["copy"])]
     nshards = []
     for s, split in enumerate(split_names(plan)):
-        names = ShardNames(pattern_of(plan, s * per))
+        names = ShardNames(pattern_of(plan, s * per), root=root_of(plan))
         shards = {}  # count cutting: shard -> [owner task, samples, ranges]
         cur = None  # size cutting: [number, samples, bytes, owner, ranges]
         written = 0
@@ -459,7 +466,7 @@ def copy_task(plan, work, t, settings, tmpdir, warn, spooler=None):
     for shard in job["shards"]:
         name = shard["name"]
         guard(name)
-        make_shard_dir(name, pattern_of(plan, t))
+        make_shard_dir(name, pattern_of(plan, t), root_of(plan))
         with open_sink(name, settings=settings) as sink:
             for g, a, b in shard["ranges"]:
                 stream = RangeStream(join(work, "reduce", task_id(g) + ".tar"), a, b, settings)

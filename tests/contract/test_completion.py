@@ -28,7 +28,7 @@ def env_for(home):
 def test_every_command_is_listed():
     names = commands()
     assert {"tarcat", "tarcats", "tarscat", "tarproc", "kujob", "tarserve", "tar2json", "tsv2tar"} <= set(names)
-    assert len(names) == 20
+    assert len(names) == 21
 
 
 def test_make_completion_installs_all_for_bash(tmp_path):
@@ -37,7 +37,7 @@ def test_make_completion_installs_all_for_bash(tmp_path):
     p = subprocess.run(["make", "-s", "-C", ROOT, "completion", "FOR=bash"], env=env, capture_output=True,
                        timeout=120)
     assert p.returncode == 0, p.stderr
-    assert b"bash completion installed for 20 commands" in p.stderr
+    assert b"bash completion installed for 21 commands" in p.stderr
     scripts = sorted(os.listdir(tmp_path / ".bash_completions"))
     assert scripts == sorted(f"{name}.sh" for name in commands())
     rc = (tmp_path / ".bashrc").read_text()

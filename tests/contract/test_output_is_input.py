@@ -52,6 +52,7 @@ MORE = [
 # commands that do not write what they read to stdout
 NOT_READERS = {
     "tarsplit": "writes shards to files named by -o, never to stdout",
+    "tarreshard": "writes shards to files named by -o, never to stdout (outputs named like inputs: test_tarreshard)",
     "kujob": "runs jobs; reads no data file",
     "tarserve": "a server: writes to its clients",
 }

@@ -311,6 +311,7 @@ def test_tarreshard_steps_as_dependent_arrays_with_work_on_s3(slurm_sh, cluster,
     from test_tarreshard import make_inputs as reshard_inputs
 
     reshard_inputs(tmp_path, shards=2, per=40)
+    (tmp_path / "out").mkdir()
     p = slurm_sh(f"tarreshard --slurm {FAST} -S text -n 15 --buckets 1 -v --work s3://tarproc-test/rw "
                  "-o 'out/%06d.tar' 'in-{0..1}.tar'", env=s3, stderr_ok=True, timeout=600)
     err = p.stderr.decode()
@@ -320,7 +321,7 @@ def test_tarreshard_steps_as_dependent_arrays_with_work_on_s3(slurm_sh, cluster,
         assert f"{step}: submitted job array {job} (" in err and f"held by afterok:{before}" in err, err
         assert glob.glob(str(tmp_path / "kujob-logs" / f"tarreshard-{step}-{job}_*.log")), (step, job)
     assert "copy: 1 tasks: 1 ok" in err and "80 samples in 6 shards" in err
-    slurm_sh("tarsort in-0.tar in-1.tar | tarsplit -n 15 -o 'ref/%06d.tar'")
+    slurm_sh("mkdir -p ref && tarsort in-0.tar in-1.tar | tarsplit -n 15 -o 'ref/%06d.tar'")
     out, ref = sorted(glob.glob(str(tmp_path / "out/*"))), sorted(glob.glob(str(tmp_path / "ref/*")))
     assert len(out) == len(ref) == 6 and all(open(a, "rb").read() == open(b, "rb").read() for a, b in zip(out, ref))
     listing = slurm_sh("aws s3 ls --recursive s3://tarproc-test/rw/", env=s3, ok=False).stdout

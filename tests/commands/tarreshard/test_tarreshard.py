@@ -62,11 +62,11 @@ def test_sort_is_byte_identical_to_tarsort_then_tarsplit(sh, tmp_path):
     make_inputs(tmp_path, shards=3)
     for opts in ["-n 7", "-s 20000 -n 40"]:
         sh("rm -rf out ref")
-        p = sh(f"mkdir -p tmp && TMPDIR=$PWD/tmp tarreshard -S text {opts} --buckets 2 -j 2 -o 'out/%06d.tar' "
+        p = sh(f"mkdir -p tmp out && TMPDIR=$PWD/tmp tarreshard -S text {opts} --buckets 2 -j 2 -o 'out/%06d.tar' "
                f"'in-{{0..2}}.tar'", stderr_ok=True)
         assert os.listdir(tmp_path / "tmp") == []  # the work directory it made is gone
         assert b"360 samples in" in p.stderr
-        sh(f"tarsort in-{{0..2}}.tar | tarsplit {opts} -o 'ref/%06d.tar'")
+        sh(f"mkdir -p ref && tarsort in-{{0..2}}.tar | tarsplit {opts} -o 'ref/%06d.tar'")
         out, ref = shards(tmp_path, "out/*"), shards(tmp_path, "ref/*")
         assert [os.path.basename(p) for p in out] == [os.path.basename(p) for p in ref] and len(ref) > 2
         for a, b in zip(out, ref):
@@ -76,8 +76,8 @@ def test_sort_is_byte_identical_to_tarsort_then_tarsplit(sh, tmp_path):
 
 def test_sort_by_field_reverse_matches_tarsort(sh, tmp_path):
     make_inputs(tmp_path, seed=3)
-    sh("tarreshard --sortkey cls -S int -r -n 64 --buckets 5 -o 'out/%06d.tar' 'in-{0..3}.tar'", stderr_ok=True)
-    sh("tarsort -s cls -S int -r in-{0..3}.tar | tarsplit -n 64 -o 'ref/%06d.tar'")
+    sh("mkdir -p out && tarreshard --sortkey cls -S int -r -n 64 --buckets 5 -o 'out/%06d.tar' 'in-{0..3}.tar'", stderr_ok=True)
+    sh("mkdir -p ref && tarsort -s cls -S int -r in-{0..3}.tar | tarsplit -n 64 -o 'ref/%06d.tar'")
     out, ref = shards(tmp_path, "out/*"), shards(tmp_path, "ref/*")
     assert len(out) == len(ref) == 8
     assert all(open(a, "rb").read() == open(b, "rb").read() for a, b in zip(out, ref))
@@ -86,8 +86,8 @@ def test_sort_by_field_reverse_matches_tarsort(sh, tmp_path):
 def test_shuffle_is_exact_full_and_deterministic(sh, tmp_path):
     names = make_inputs(tmp_path, shards=3, per=97)
     want = collections.Counter(s for n in names for s in samples_in(tmp_path / n))
-    sh("tarreshard --seed 7 -n 40 -j 1 --buckets 3 -o 'a/%06d.tar' 'in-{0..2}.tar'", stderr_ok=True)
-    sh("tarreshard --seed 7 -n 40 -j 3 --buckets 3 -o 'b/%06d.tar' 'in-{0..2}.tar'", stderr_ok=True)
+    sh("mkdir -p a && tarreshard --seed 7 -n 40 -j 1 --buckets 3 -o 'a/%06d.tar' 'in-{0..2}.tar'", stderr_ok=True)
+    sh("mkdir -p b && tarreshard --seed 7 -n 40 -j 3 --buckets 3 -o 'b/%06d.tar' 'in-{0..2}.tar'", stderr_ok=True)
     a, b = shards(tmp_path, "a/*"), shards(tmp_path, "b/*")
     check_full(a, 40)
     assert collections.Counter(s for p in a for s in samples_in(p)) == want
@@ -95,7 +95,7 @@ def test_shuffle_is_exact_full_and_deterministic(sh, tmp_path):
     order = [s[0] for p in a for s in samples_in(p)]
     assert order != sorted(order) and order != [s[0] for n in names for s in samples_in(tmp_path / n)]
     # another seed, another order; the same multiset
-    sh("tarreshard --seed 8 -n 40 -j 2 --buckets 3 -o 'c/%06d.tar' 'in-{0..2}.tar'", stderr_ok=True)
+    sh("mkdir -p c && tarreshard --seed 8 -n 40 -j 2 --buckets 3 -o 'c/%06d.tar' 'in-{0..2}.tar'", stderr_ok=True)
     c = shards(tmp_path, "c/*")
     assert [s for p in c for s in samples_in(p)] != [s for p in a for s in samples_in(p)]
     assert collections.Counter(s for p in c for s in samples_in(p)) == want
@@ -103,7 +103,7 @@ def test_shuffle_is_exact_full_and_deterministic(sh, tmp_path):
 
 def test_shuffle_by_size_and_stdin(sh, tmp_path):
     make_inputs(tmp_path, shards=1, per=200)
-    p = sh("tarreshard -s 30000 -o 'out/%06d.tar' < in-0.tar", stderr_ok=True)
+    p = sh("mkdir -p out && tarreshard -s 30000 -o 'out/%06d.tar' < in-0.tar", stderr_ok=True)
     assert b"200 samples in" in p.stderr
     out = shards(tmp_path, "out/*")
     sizes = [os.path.getsize(p) for p in out]
@@ -119,9 +119,9 @@ def test_shuffle_by_size_and_stdin(sh, tmp_path):
 
 def test_fractions_each_split_a_full_shard_set(sh, tmp_path):
     names = make_inputs(tmp_path, shards=3, per=150)
-    sh("tarreshard --fractions 'train=0.7,val=0.3' --seed 2 -n 30 -o 'out/{split}/%06d.tar' 'in-{0..2}.tar'",
+    sh("mkdir -p out && tarreshard --fractions 'train=0.7,val=0.3' --seed 2 -n 30 -o 'out/{split}/%06d.tar' 'in-{0..2}.tar'",
        stderr_ok=True)
-    sh("tarcat in-{0..2}.tar | tarsplit --fractions 'train=0.7,val=0.3' --seed 2 -n 1000000 -o 'ref/{split}-%06d.tar'", stderr_ok=True)
+    sh("mkdir -p ref && tarcat in-{0..2}.tar | tarsplit --fractions 'train=0.7,val=0.3' --seed 2 -n 1000000 -o 'ref/{split}-%06d.tar'", stderr_ok=True)
     for split in ("train", "val"):
         out = shards(tmp_path, f"out/{split}/*")
         check_full(out, 30)
@@ -134,19 +134,19 @@ def test_work_kept_resume_and_failed_task_named(sh, tmp_path):
     good = (tmp_path / "in-2.tar").read_bytes()
     (tmp_path / "in-2.tar").write_bytes(good[:5000])  # cut: its map task fails
     # a sort samples its keys first: the damage is one line, before any task
-    p = sh("tarreshard -S text -n 25 --buckets 2 -j 2 --work w -o 'out/%06d.tar' 'in-{0..2}.tar'", ok=False)
+    p = sh("mkdir -p out && tarreshard -S text -n 25 --buckets 2 -j 2 --work w -o 'out/%06d.tar' 'in-{0..2}.tar'", ok=False)
     assert p.returncode == 2 and p.stderr.count(b"\n") == 1 and b"in-2.tar: offset 3584" in p.stderr
     sh("rm -rf w")
     cmd = "tarreshard --seed 5 -n 25 --buckets 2 -j 2 --work w -o 'out/%06d.tar' 'in-{0..2}.tar'"
     p = sh(cmd, ok=False)
     err = p.stderr.decode()
     assert p.returncode == 1 and "map: 3 tasks: 2 ok, 0 done before, 1 failed (000002)" in err
-    assert "in-2.tar" in err and not os.path.exists(tmp_path / "out")
+    assert "in-2.tar" in err and os.listdir(tmp_path / "out") == []
     assert sorted(os.listdir(tmp_path / "w/map")) == [f"00000{i}.{e}" for i in (0, 1) for e in ("json", "tar")]
     (tmp_path / "in-2.tar").write_bytes(good)
     p = sh(cmd + " --keep-work", stderr_ok=True)
     assert "map: 3 tasks: 1 ok, 2 done before, 0 failed" in p.stderr.decode()
-    sh("tarreshard --seed 5 -n 25 --buckets 2 -j 2 -o 'ref/%06d.tar' 'in-{0..2}.tar'", stderr_ok=True)
+    sh("mkdir -p ref && tarreshard --seed 5 -n 25 --buckets 2 -j 2 -o 'ref/%06d.tar' 'in-{0..2}.tar'", stderr_ok=True)
     out, ref = shards(tmp_path, "out/*"), shards(tmp_path, "ref/*")
     assert len(out) == len(ref) == 8 and all(open(a, "rb").read() == open(b, "rb").read() for a, b in zip(out, ref))
     # everything done: a rerun does nothing, then removes the work; other options on a work are refused
@@ -163,10 +163,10 @@ def test_failing_reduce_publishes_none_of_its_shards(sh, tmp_path):
     (tmp_path / "a.tar").write_bytes(tar_bytes([(f"k{i:03d}.txt", b"a") for i in range(0, 100, 2)]))
     (tmp_path / "b.tar").write_bytes(tar_bytes([(f"k{i:03d}.txt", b"b") for i in range(1, 100, 2)]
                                                + [("k090.txt", b"again")]))
-    p = sh("tarreshard -S text -n 10 --buckets 1 --work w -o 'out/%06d.tar' a.tar b.tar", ok=False)
+    p = sh("mkdir -p out && tarreshard -S text -n 10 --buckets 1 --work w -o 'out/%06d.tar' a.tar b.tar", ok=False)
     assert p.returncode == 1 and "reduce: 1 tasks: 0 ok, 0 done before, 1 failed (000000)" in p.stderr.decode()
     assert "'txt' written twice" in p.stderr.decode()
-    assert not os.path.exists(tmp_path / "out") or os.listdir(tmp_path / "out") == []
+    assert os.listdir(tmp_path / "out") == []
     assert sh("tarsort a.tar b.tar > /dev/null", ok=False).returncode == 2
 
 
@@ -174,6 +174,7 @@ def test_killed_task_leaves_nothing_final_and_rerun_finishes(sh, tmp_path):
     make_inputs(tmp_path, shards=2, per=50)
     src = "'pipe:cat in-1.tar; test -e go || sleep 60'"  # a map task that hangs after its input, until go
     cmd = f"tarreshard --seed 4 -n 20 -j 2 --work w -o 'out/%06d.tar' in-0.tar {src}"
+    (tmp_path / "out").mkdir()
     proc = subprocess.Popen(["bash", "-c", cmd], cwd=tmp_path, start_new_session=True, stderr=subprocess.DEVNULL)
 
     def listing():
@@ -186,12 +187,12 @@ def test_killed_task_leaves_nothing_final_and_rerun_finishes(sh, tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert [n for n in listing() if "partial" not in n] == ["000000.json", "000000.tar"]
-    assert not os.path.exists(tmp_path / "out")
+    assert os.listdir(tmp_path / "out") == []
     (tmp_path / "go").write_bytes(b"")
     p = sh(cmd, stderr_ok=True)
     assert "map: 2 tasks: 1 ok, 1 done before" in p.stderr.decode()
     assert not os.path.exists(tmp_path / "w")  # the killed task's temporary file too
-    sh("tarreshard --seed 4 -n 20 -o 'ref/%06d.tar' in-0.tar in-1.tar", stderr_ok=True)
+    sh("mkdir -p ref && tarreshard --seed 4 -n 20 -o 'ref/%06d.tar' in-0.tar in-1.tar", stderr_ok=True)
     out, ref = shards(tmp_path, "out/*"), shards(tmp_path, "ref/*")
     assert len(out) == 5 and all(open(a, "rb").read() == open(b, "rb").read() for a, b in zip(out, ref))
 
@@ -222,6 +223,7 @@ def test_k8s_jobs_valid_and_executed_index_by_index(sh, tmp_path, mode):
     from test_kujob import validate_job
 
     make_inputs(tmp_path, shards=2, per=40)
+    (tmp_path / "out").mkdir()
     p = sh(f"tarreshard --k8s --image img:1 -j 3 --memory 64MiB {mode} -n 15 --buckets 2 --work {tmp_path}/w "
            f"-o '{tmp_path}/out/%06d.tar' {tmp_path}/in-0.tar {tmp_path}/in-1.tar")
     jobs = json.loads(p.stdout)
@@ -237,12 +239,12 @@ def test_k8s_jobs_valid_and_executed_index_by_index(sh, tmp_path, mode):
             argv = [kubernetes_expand(a, env) for a in c["command"] + c["args"]]
             r = subprocess.run(argv, cwd="/", env=env, capture_output=True, timeout=120)
             assert r.returncode == 0, r.stderr
-        assert not os.path.exists(tmp_path / "out") or job is not jobs[0]
-    sh(f"tarreshard {mode} -n 15 --buckets 2 -j 2 -o 'ref/%06d.tar' in-0.tar in-1.tar", stderr_ok=True)
+        assert os.listdir(tmp_path / "out") == [] or job is not jobs[0]
+    sh(f"mkdir -p ref && tarreshard {mode} -n 15 --buckets 2 -j 2 -o 'ref/%06d.tar' in-0.tar in-1.tar", stderr_ok=True)
     out, ref = shards(tmp_path, "out/*"), shards(tmp_path, "ref/*")
     assert len(out) == len(ref) == 6 and all(open(a, "rb").read() == open(b, "rb").read() for a, b in zip(out, ref))
     if mode == "-S text":
-        sh("rm -r ref && tarsort in-0.tar in-1.tar | tarsplit -n 15 -o 'ref/%06d.tar'")
+        sh("rm -r ref && mkdir ref && tarsort in-0.tar in-1.tar | tarsplit -n 15 -o 'ref/%06d.tar'")
         ref = shards(tmp_path, "ref/*")
         assert all(open(a, "rb").read() == open(b, "rb").read() for a, b in zip(out, ref))
 
@@ -309,12 +311,13 @@ def test_work_on_an_http_server_that_takes_put(sh, tmp_path):
     server = subprocess.Popen([sys.executable, "-c", PUT_RANGE_SERVER, str(tmp_path / "store"), str(port)])
     try:
         wait_for(f"http://127.0.0.1:{port}/")
+        (tmp_path / "out").mkdir()
         cmd = (f"tarreshard -S text -s 20000 -n 40 --buckets 2 -j 2 --work http://127.0.0.1:{port}/w "
                "-o 'out/%06d.tar' 'in-{0..1}.tar'")
         p = sh(cmd, stderr_ok=True)
         assert "no command removes a http:// object" in p.stderr.decode()
         assert (tmp_path / "store/w/map/000001.tar").exists()  # (it stays: http has no REMOVE)
-        sh("tarsort in-0.tar in-1.tar | tarsplit -s 20000 -n 40 -o 'ref/%06d.tar'")
+        sh("mkdir -p ref && tarsort in-0.tar in-1.tar | tarsplit -s 20000 -n 40 -o 'ref/%06d.tar'")
         out, ref = shards(tmp_path, "out/*"), shards(tmp_path, "ref/*")
         assert len(out) == len(ref) > 3 and all(open(a, "rb").read() == open(b, "rb").read() for a, b in zip(out, ref))
         # a rerun finds every task done (an existence check each: http cannot list)

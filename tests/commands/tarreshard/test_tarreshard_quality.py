@@ -21,7 +21,7 @@ def test_shuffle_quality(sh, tmp_path):
             w.write(f"s{i:06d}.c", b"x")
         w.close()
         (tmp_path / f"in-{s}.tar").write_bytes(out.getvalue())
-    sh(f"tarreshard --seed 11 -n {per} --buckets 2 -j 2 -o 'out/%06d.tar' 'in-{{0..{SHARDS - 1}}}.tar'", stderr_ok=True,
+    sh(f"mkdir -p out && tarreshard --seed 11 -n {per} --buckets 2 -j 2 -o 'out/%06d.tar' 'in-{{0..{SHARDS - 1}}}.tar'", stderr_ok=True,
        timeout=300)
     outputs = []
     for k in range(SHARDS):
