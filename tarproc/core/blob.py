@@ -523,6 +523,20 @@ class Spooler:
             raise
         return Blob(f, 0, size)
 
+    def copy(self, blob):
+        """A spool-file blob holding a copy of ``blob``'s bytes."""
+        fd, path = self.new_file()
+        f = SharedFile(fd, path, True)
+        try:
+            blob.copy_to(fd)
+        except OSError as e:
+            f.close()
+            raise spool_write_failed(path, e) from None
+        except BaseException:
+            f.close()
+            raise
+        return Blob(f, 0, blob.length)
+
     def blob_from_bytes(self, data):
         """A spool-file blob holding ``data``."""
         fd, path = self.new_file()
@@ -563,10 +577,14 @@ def _reopen(path, offset, length):
     return Blob(SharedFile(os.open(path, os.O_RDONLY), path, False), offset, length)
 
 
-def handover(blob):
+def handover(blob, spooler=None):
     """A picklable reference that gives ``blob`` to another process (see
     :func:`take`).  A spool file is no longer removed by this process: the
-    receiver owns it."""
+    receiver owns it.  A region of an input with no name (stdin, a file):
+    only this process's descriptor reaches it, which its reader closes, so
+    its bytes are copied to a spool file of ``spooler`` first."""
+    if blob._file.path is None:
+        blob = (spooler or Spooler()).copy(blob)
     f = blob._file
     owned = f.owned
     if owned:
@@ -578,7 +596,9 @@ def handover(blob):
 def take(ref):
     """The :class:`Blob` of a :func:`handover` reference."""
     _, path, offset, length, owned = ref
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    # a spool file is ours and never a link; a region of an input is named
+    # as the sender opened it (a symlinked shard, /proc/PID/fd/N for stdin)
+    fd = os.open(path, os.O_RDONLY | (os.O_NOFOLLOW if owned else 0))
     if owned:
         Spooler._own(None, fd, path)
     return Blob(SharedFile(fd, path, owned), offset, length)

@@ -77,11 +77,12 @@ _CONTROL, _SAMPLES, _TAR, _PIECES, _SAMPLES_PART, _TAR_PART = 1, 2, 3, 4, 5, 6
 class _Out:
     """The worker's end of its pipe."""
 
-    def __init__(self, conn):
+    def __init__(self, conn, spooler=None):
         import pickle
 
         from ..runtime.pool import send_pieces
 
+        self.spooler = spooler
         self.conn = conn
         self.fd = conn.fileno()
         self.send = send_pieces
@@ -97,7 +98,7 @@ class _Out:
     def pieces(self, pieces, meta):
         from ..core.blob import Blob, handover
 
-        refs = [handover(p) if type(p) is Blob else bytes(p) for p in pieces]
+        refs = [handover(p, self.spooler) if type(p) is Blob else bytes(p) for p in pieces]
         self.send(self.fd, [_HEADER.pack(_PIECES, 1), self.dumps((refs, meta), protocol=5)])
 
     def tar(self, lengths, metas, pieces, part=False):
@@ -133,7 +134,7 @@ def _worker(conn, urls, mode, strict, header_defaults, hold=False, resume=None):
     import signal
 
     signal.signal(signal.SIGTERM, _on_term)  # told to stop: end our input commands too
-    out = _Out(conn)
+    out = _Out(conn, (resume or {}).get("spooler"))
     stall = Stall()  # the input is about to wait: send the complete samples of the batch so far
     send = out.control
     tar = mode != "samples"
@@ -225,7 +226,7 @@ def _worker(conn, urls, mode, strict, header_defaults, hold=False, resume=None):
                         if Blob in map(type, sample.values()):  # large fields cross as references to their files
                             from ..core.blob import handover
 
-                            sample = {k: _Ref(handover(v)) if type(v) is Blob else v for k, v in sample.items()}
+                            sample = {k: _Ref(handover(v, out.spooler)) if type(v) is Blob else v for k, v in sample.items()}
                         batch.append(sample)
                         n = sum(len(v) for k, v in sample.items() if type(v) is bytes)
                         size += n
