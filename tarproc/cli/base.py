@@ -14,6 +14,7 @@ below (``count: Count = None``) or a new ``Annotated[type, typer.Option(...)]``;
 a new shared option belongs here, once.
 """
 
+import io
 import os
 import signal
 import sys
@@ -21,7 +22,7 @@ from typing import Annotated, List, Literal, Optional
 
 import typer
 
-from ..errors import EXIT_USAGE, TarprocError, UsageError
+from ..errors import EXIT_FAILED, EXIT_USAGE, TarprocError, UsageError
 
 # ---------------------------------------------------------------- option bundles
 
@@ -533,7 +534,10 @@ def run(prog, cmd, argv=None, extra=None):
 
             traceback.print_exc()
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-        code = EXIT_USAGE
+        from ..errors import is_write_error
+
+        code = EXIT_FAILED if is_write_error(e) else EXIT_USAGE  # (a write path not named yet: still exit 1)
+        where = where or ("write failed: " if code == EXIT_FAILED else "")
         if not where and _stdout_closed():  # a text command writing to a stdout closed at start
             where, code = "stdout: write failed: ", 1
             _drop_stdout()
@@ -605,8 +609,34 @@ def _std_streams():
         sys.stdout = io.TextIOWrapper(open(1, "wb", closefd=False), encoding="utf-8", errors="strict")
     if sys.stdin is None:
         sys.stdin = io.TextIOWrapper(open(0, "rb", closefd=False), encoding="utf-8", errors="surrogateescape")
+    out = sys.stdout
+    buffered = type(getattr(out, "buffer", None)) is io.BufferedWriter
+    raw = getattr(out.buffer, "raw", None) if buffered else getattr(out, "buffer", None)
+    if isinstance(out, io.TextIOWrapper) and type(raw) is io.FileIO and raw.fileno() == 1:
+        # a text command's failed write names stdout, exit 1 (not a bare errno, exit 2)
+        raw = _Stdout(1, "wb", closefd=False)
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw) if buffered else raw, encoding=out.encoding,
+                                      errors=out.errors, line_buffering=out.line_buffering,
+                                      write_through=out.write_through)
     escaping_stream(sys.stdout)
     escaping_stream(sys.stderr)
+
+
+class _Stdout(io.FileIO):
+    """stdout's file for the text commands (``print``): a write that fails
+    (a full disk, a closed stdout) is an :class:`~tarproc.errors.OutputError`
+    naming stdout; a closed pipe stays a ``BrokenPipeError``."""
+
+    def write(self, b):
+        try:
+            return super().write(b)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            from ..errors import OutputError
+
+            _drop_stdout()  # what is still buffered cannot fail again at exit
+            raise OutputError(f"stdout: write failed: {e.strerror or e}") from None
 
 
 def _flush_stdout():

@@ -463,8 +463,10 @@ class Spooler:
             except FileExistsError:
                 continue
             except OSError as e:
-                from ..errors import UsageError
+                from ..errors import UsageError, is_write_error, write_failed
 
+                if is_write_error(e):  # no room for one more file: an output not written
+                    raise write_failed(path, "a spool file", e, "use --tmpdir") from None
                 raise UsageError(f"cannot create a spool file in {self.directory()}: {e.strerror} "
                                  f"(use --tmpdir)") from None
         self._own(fd, path)
@@ -555,10 +557,10 @@ class Spooler:
 def spool_write_failed(path, e):
     """The error for a spool file that could not be written (a full disk):
     names the file and where spool files go, exit 1."""
-    from ..errors import OutputError
+    from ..errors import write_failed
 
-    return OutputError(f"{path}: cannot write a spool file: {e.strerror or e} (large members and large "
-                       f"samples are kept there; choose the place with --tmpdir or TMPDIR)")
+    return write_failed(path, "a spool file", e, "large members and large samples are kept there; choose "
+                        "the place with --tmpdir or TMPDIR")
 
 
 def region(fd, path, offset, length, shared=None):

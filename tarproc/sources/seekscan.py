@@ -357,15 +357,20 @@ class _Spooled:
         import os
         import tempfile
 
+        from ..errors import writing
+
         fd, self.path = tempfile.mkstemp(prefix=".tarproc-seek-")
+        what = writing(self.path, "a local copy of a compressed shard (to set its checkpoints)",
+                       "choose the place with TMPDIR")
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(prefix)
-                while True:
+            with os.fdopen(fd, "wb", buffering=0) as f:
+                data = prefix
+                while data:
+                    view = memoryview(data)
+                    with what:
+                        while view:
+                            view = view[f.write(view):]
                     data = read(CHUNK)
-                    if not data:
-                        break
-                    f.write(data)
         except BaseException:
             self.close()
             raise
