@@ -43,7 +43,7 @@ import os
 import struct
 from array import array
 
-from ..errors import BadInput, TarprocError, UsageError
+from ..errors import EXIT_FAILED, BadInput, OutputError, TarprocError, UsageError
 from ..core.stats import Stats
 from .resume import RETRIES, STALL_TIMEOUT
 
@@ -236,7 +236,7 @@ def _worker(conn, urls, mode, strict, header_defaults, hold=False, resume=None):
                             flush()
             except TarprocError as e:
                 flush(True)
-                send("error", url, str(e), stats.as_dict())
+                send("error", url, str(e), stats.as_dict(), e.exit_code == EXIT_FAILED)  # (a full disk: not the shard's fault)
                 continue
             except (BrokenPipeError, EOFError):
                 raise
@@ -458,6 +458,8 @@ def _collect(urls, workers, procs, readers, conns, bad, warn, info, stats, faile
                         warn(msg[2])
                 elif kind == "error":
                     _add_stats(stats, msg[3])
+                    if len(msg) > 4 and msg[4]:  # an output not written (a spool file on a full disk)
+                        raise OutputError(msg[2])
                     if bad is None:
                         raise BadInput(msg[2])
                     bad.add(msg[1], msg[2], msg[3]["read"])
