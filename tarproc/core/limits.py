@@ -61,6 +61,8 @@ CHECK_KEYS = 200_000
 SPARSE_HOLES = 1 << 30
 # distinct field names (and field combinations) one tarcheck report keeps
 CHECK_FIELDS = 10_000
+#: Bytes of rows a column scan holds before its header is written (tar2tsv without -f).
+SCAN_MEMORY = 64 << 20
 # compression bombs: once a stream has decoded RATIO_FLOOR bytes, it may not
 # decode to more than MAX_RATIO times the compressed bytes read so far (gzip
 # cannot pass about 1030:1 at all; real shards of media and text stay under 20:1)
