@@ -23,6 +23,7 @@ from typing import Annotated, List, Literal, Optional
 import typer
 
 from ..errors import EXIT_FAILED, EXIT_USAGE, TarprocError, UsageError
+from . import interrupted_early  # noqa: E402
 
 # ---------------------------------------------------------------- option bundles
 
@@ -481,6 +482,8 @@ def run(prog, cmd, argv=None, extra=None):
     from ..runtime.procs import default_sigchld
 
     default_sigchld()  # started with SIGCHLD ignored: exit statuses would be lost
+    if signal.getsignal(signal.SIGINT) is interrupted_early:  # (imported: Ctrl-C is KeyboardInterrupt again)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     debug = "--debug" in argv or os.environ.get("TARPROC_DEBUG") == "1"
     signal.signal(signal.SIGTERM, on_sigterm)
     if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:  # not under nohup
