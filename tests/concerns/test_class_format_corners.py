@@ -3,7 +3,11 @@
 a skippable frame (``zstd -dc`` decodes it to nothing; tarindex said "no
 frame"); pax numbers that Python's ``int`` accepts and GNU tar refuses
 (``size=1_0``, ``+1``, `` 1``, Arabic-Indic digits) and octal fields
-with ``_`` or ``+``: damage, one line naming the offset."""
+with ``_`` or ``+``: damage, one line naming the offset.  Other readers'
+corpora (libarchive, Go's archive/tar): signed-byte checksums, a pax
+``mtime`` that is not a number (a warning), global headers, Solaris ACLs;
+extended headers left before an end-of-archive marker never rename the next
+archive's members (``cat a.tar b.tar``), on every reading path."""
 
 import json
 import struct
@@ -113,3 +117,89 @@ def test_a_member_named_by_a_long_name_and_a_pax_path_is_reported(sh, tmp_path, 
     assert p.returncode == 1, p.stderr
     (prob,) = json.loads(p.stdout)["shards"][0]["problems"]
     assert prob["kind"] == "conflicting_names" and "pax.txt" in prob["examples"][0], prob
+
+
+# ---------------------------------------------------------------- other readers' corpora, concatenations
+
+import make_corpus as M  # noqa: E402
+
+# (the command, how its result names the members): the general reader, the fast path, tarpcat's
+# workers, tarcheck's and tarindex's member readers
+READERS = ["tarcat {} | tar tf -", "tarcat --rekey '{{key}}' {} | tar tf -", "tarpcat {} | tar tf -",
+           "tarcheck --json {}", "tarindex -o i.json {} && cat i.json"]
+
+
+def _signed_checksum(h):
+    h = bytearray(h)
+    h[148:156] = b" " * 8
+    h[148:156] = b"%06o\0 " % sum(b if b < 128 else b - 256 for b in h)
+    return bytes(h)
+
+
+_B = M.member(b"b.txt", b"bbb") + M.EOA
+CORPUS = {  # name: (archive, GNU tar's names, what our readers must say: names or an error)
+    # plexus archiver summed signed bytes: GNU tar, bsdtar and tarfile accept it
+    "signed-checksum": (_signed_checksum(M.header("caf\u00e9.txt".encode(), size=5)) + M.pad(b"hello")
+                        + M.member(b"caf2.txt", b"x") + M.EOA, ["caf\u00e9.txt", "caf2.txt"], None),
+    # Go's pax-bad-mtime: all three references read on (GNU tar complains): a warning
+    "pax-mtime-not-a-number": (M.special(b"x", M.pax_record("mtime", b"not-a-number"), name=b"p")
+                               + M.member(b"a.txt", b"aaa") + M.member(b"b.txt", b"bbb") + M.EOA,
+                               ["a.txt", "b.txt"], None),
+    "global-pax-mtime-not-a-number": (M.special(b"g", M.pax_record("mtime", b"xyz"), name=b"g")
+                                      + M.member(b"a.txt", b"aaa") + M.member(b"b.txt", b"bbb") + M.EOA,
+                                      ["a.txt", "b.txt"], None),
+    # a Solaris ACL describes the member after it (GNU tar lists it as an unknown type, bsdtar skips it)
+    "solaris-acl": (M.header(b"a.txt", size=20, flag=b"A") + M.pad(b"16777218\0user::rw-\0\0")
+                    + M.member(b"a.txt", b"aaa") + M.member(b"b.txt", b"bbb") + M.EOA, None, ["a.txt", "b.txt"]),
+    # a global header applies to the members after it, as GNU tar applies it (size, mtime, path)
+    "global-pax-size": (M.special(b"g", M.pax_record("size", b"512"), name=b"g") + M.member(b"a.txt", b"aaa")
+                        + M.member(b"b.txt", b"bbb") + M.EOA, ["a.txt", "b.txt"], None),
+    "global-then-x-path": (M.special(b"g", M.pax_record("path", b"g.txt"), name=b"g")
+                           + M.special(b"x", M.pax_record("path", b"x.txt"), name=b"p")
+                           + M.member(b"a.txt", b"aaa") + M.member(b"b.txt", b"bbb") + M.EOA, ["x.txt", "g.txt"], None),
+    # extended headers never survive an end-of-archive marker (cat a.tar b.tar: b's names are b's)
+    "global-path-before-eoa": (M.member(b"a.txt", b"aaa") + M.special(b"g", M.pax_record("path", b"renamed.txt"),
+                                                                     name=b"g") + M.EOA + _B, None, ["a.txt", "b.txt"]),
+}
+for flag, body in ((b"x", M.pax_record("path", b"renamed.txt")), (b"X", M.pax_record("path", b"renamed.txt")),
+                   (b"L", b"renamed.txt\0"), (b"K", b"renamed.txt\0")):
+    for zeros in (1, 2):  # one zero block (read on, as tar -i) or the marker
+        CORPUS[f"dangling-{flag.decode()}-{zeros}-zeros"] = (
+            M.member(b"a.txt", b"aaa") + M.special(flag, body, name=b"p") + bytes(512 * zeros) + _B,
+            ["a.txt", "b.txt"] if zeros == 2 else None,
+            "end-of-archive block right after a long-name or pax header")
+
+
+@pytest.mark.parametrize("case", sorted(CORPUS))
+def test_other_readers_corpus_on_every_reading_path(sh, tmp_path, case):
+    data, gnu, ours = CORPUS[case]
+    (tmp_path / "c.tar").write_bytes(data)
+    if gnu is not None:
+        assert sh("tar -itf c.tar", stderr_ok=True, ok=False).stdout.decode().split() == gnu
+    names = gnu if ours is None else ours
+    for cmd in READERS:
+        p = sh(cmd.format("c.tar"), ok=False)
+        out, err = p.stdout.decode(), p.stderr.decode()
+        assert "Traceback" not in err and "renamed" not in out, (cmd, out, err)
+        if isinstance(names, str):  # refused: one line naming the offset, on every path
+            ours_ = [line for line in err.splitlines() if not line.startswith("tar: ")]
+            assert p.returncode == 2 and len(ours_) == 1, (cmd, p.returncode, err)
+            assert names in err and "offset 2048" in err, (cmd, out, err)
+            continue
+        # tarcheck reports a skipped member, and members after an end marker (tarfile never sees them)
+        reported = cmd.startswith("tarcheck") and case in ("solaris-acl", "global-path-before-eoa")
+        assert p.returncode == (1 if reported else 0), (cmd, err)
+        if cmd.endswith("tar tf -"):
+            assert out.split() == names, (cmd, out)
+        elif cmd.startswith("tarindex"):
+            assert json.loads(out)["shardlist"][0]["nsamples"] == len(names), out
+        else:
+            assert json.loads(out)["shards"][0]["samples"] == len(names), out
+        if "mtime" in case:  # a warning (tarcheck: in its report)
+            told = json.loads(out)["shards"][0]["warnings"][0] if cmd.startswith("tarcheck") else err
+            assert "bad pax mtime value" in told and "the header's time is used" in told, (cmd, err)
+    if "mtime" in case:  # --strict: the error
+        p = sh("tarcat --strict c.tar", ok=False)
+        assert p.returncode == 2 and b"bad pax mtime value" in p.stderr
+    if case == "solaris-acl":
+        assert b"1 Solaris ACLs" in sh("tarcat -v c.tar > /dev/null", stderr_ok=True).stderr
