@@ -687,9 +687,9 @@ def _clip(message):
     """Every message line goes through the one function that makes text
     safe to show (credentials removed, controls escaped, lines bounded to
     four times ``TARPROC_NAME_CHARS``)."""
-    from ..core.limits import safe_text
+    from ..core.limits import message_text
 
-    return safe_text(message, 4 * _name_chars(), lines=True)
+    return message_text(message, 4 * _name_chars())
 
 
 def _name_chars():
@@ -857,7 +857,9 @@ def _read_inputs(args, rep, stats, urls, pass_through, spooler, raw):
     base = 0
     spooler = spooler_of(args, pass_through) if spooler is None else spooler
     for n, url in enumerate(urls):
-        rep.info(f"reading {'stdin' if url == '-' else url}")
+        from ..core.limits import shown
+
+        rep.info(f"reading {'stdin' if url == '-' else shown(url)}")
         samples = iter_samples([url], stats, strict=args.strict, warn=rep.warn, stall=rep.stall,
                                spooler=spooler, raw=raw, on_bad_shard=bad, settings=args.settings, **resume)
         if sizes is None:

@@ -263,6 +263,26 @@ def shown(name, limit=None):
     return safe_text(name, limit)
 
 
+#: A newline a message keeps: where a quoted block of a child's output
+#: starts a line (``"\n  | "``, runtime/engine); any other is escaped.
+_NOT_A_BLOCK = re.compile(r"\n(?!  \| )")
+
+
+def message_text(message, limit=None):
+    """A message for stderr as :func:`safe_text` with ``lines=True`` makes
+    it, and one line but for the quoted lines of a child's output that
+    follow it: a newline anywhere else (a name, a URL, a key that reached
+    the message raw) is escaped as ``\\n``, so nothing forges a line."""
+    if isinstance(message, (bytes, bytearray, memoryview)):
+        message = bytes(message).decode("utf-8", "surrogateescape")
+    elif not isinstance(message, str):
+        message = str(message)
+    message = message.rstrip("\n")
+    if "\n" in message:
+        message = _NOT_A_BLOCK.sub(r"\\n", message)
+    return safe_text(message, limit, lines=True)
+
+
 def clip_lines(text, limit=None):
     """Every line of a message cut to at most about ``limit`` characters
     (default four times :data:`NAME_CHARS`), credentials in URLs hidden

@@ -450,7 +450,9 @@ def _collect(urls, workers, procs, readers, conns, bad, warn, info, stats, faile
                     break
                 if kind == "start":
                     if info is not None:
-                        info(f"reading {msg[1]}")
+                        from ..core.limits import shown
+
+                        info(f"reading {shown(msg[1])}")
                 elif kind == "done":
                     _add_stats(stats, msg[2])
                 elif kind == "warn":
