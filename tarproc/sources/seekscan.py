@@ -267,10 +267,7 @@ class ZstdScanner:
                     self.skippable += 1
                     data = data[used:]
                     continue
-                if magic != 0xFD2FB528:
-                    if not buf.strip(b"\0"):
-                        self.pos += len(data)
-                        break
+                if magic != 0xFD2FB528:  # (zero padding too: zstd -d, bsdtar and our readers refuse it)
                     raise BadInput(f"{self.url}: zstd stream is damaged (no frame at byte {self.pos - len(self.hbuf)})")
                 self.d = self.zstd.ZstdDecompressor()
                 self.fstart = (self.pos - len(self.hbuf), self.out_total)
@@ -303,7 +300,9 @@ class ZstdScanner:
         return out
 
     def finish(self):
-        if self.d is not None or self.skip or (self.hbuf and self.hbuf.strip(b"\0")):
+        if self.hbuf and self.frames:  # fewer bytes than a frame header after the last frame
+            raise BadInput(f"{self.url}: zstd stream is damaged (no frame at byte {self.pos - len(self.hbuf)})")
+        if self.d is not None or self.skip or self.hbuf:
             raise BadInput(f"{self.url}: zstd stream is truncated")
         if not self.frames and not self.skippable:
             raise BadInput(f"{self.url}: zstd stream has no frame")
@@ -424,8 +423,14 @@ def open_checkpointed(path, url, spacing=SPACING):
             import os
 
             size = os.fstat(f.fileno()).st_size
-            tail = os.pread(f.fileno(), 8, max(0, size - 8))
-            if len(tail) < 8 or struct.unpack("<I", tail[4:])[0] != self.decoded & 0xFFFFFFFF:
+            # the trailer ends where the file does, or within zero padding after it (gzip -d, bsdtar and
+            # our readers take zeros after the last member): its length field ends in at most 8 of them
+            back = os.pread(f.fileno(), 1 << 16, max(0, size - (1 << 16)))
+            zeros = len(back) - len(back.rstrip(b"\0"))
+            last = size - zeros  # just after the last byte that is not zero
+            want = struct.pack("<I", self.decoded & 0xFFFFFFFF)
+            if zeros == len(back) or not any(os.pread(f.fileno(), 4, end - 4) == want
+                                             for end in range(max(last, 8), min(size, last + 8) + 1)):
                 raise BadInput(f"{url}: gzip stream is truncated (or has several members, which random access "
                                f"through checkpoints does not take: decoded {self.decoded} bytes)")
 

@@ -203,3 +203,34 @@ def test_other_readers_corpus_on_every_reading_path(sh, tmp_path, case):
         assert p.returncode == 2 and b"bad pax mtime value" in p.stderr
     if case == "solaris-acl":
         assert b"1 Solaris ACLs" in sh("tarcat -v c.tar > /dev/null", stderr_ok=True).stderr
+
+
+# ---------------------------------------------------------------- compressed streams and what follows them
+
+TAILS = {"zero padding": bytes(1000), "one zero byte": b"\0", "junk": b"garbage junk\n" * 10, "second stream": None}
+
+
+@pytest.mark.parametrize("codec", ["gzip", "bzip2", "xz", "zstd"])
+@pytest.mark.parametrize("tail", sorted(TAILS))
+def test_what_follows_a_compressed_stream_has_one_verdict(sh, tmp_path, codec, tail):
+    """tarcat, tarcheck and tarindex read a compressed shard followed by
+    padding or junk alike, as the codec's own tool does: zero padding after
+    gzip is taken (gzip -d takes it; tarindex said "truncated"), after zstd
+    refused (zstd -d refuses it; tarindex took it), junk refused, a second
+    stream read on."""
+    plain = tar_bytes([(f"s{i}.txt", b"hello %d" % i) for i in range(5)])
+    z = M._compress(codec, plain)
+    ext = {"gzip": "gz", "bzip2": "bz2", "xz": "xz", "zstd": "zst"}[codec]
+    (tmp_path / f"t.tar.{ext}").write_bytes(z + (z if TAILS[tail] is None else TAILS[tail]))
+    # taken: zeros after gzip (gzip -d), bzip2 and xz (their decoders stop at the stream's end), a second
+    # stream; refused: junk (bzip2 -d only warns of it), zeros after zstd (zstd -d refuses them)
+    taken = tail == "second stream" or (tail != "junk" and codec != "zstd")
+    verdicts = {cmd: sh(f"{cmd} t.tar.{ext} > /dev/null", ok=False).returncode
+                for cmd in ("tarcat", "tarcheck", "tarindex -o i.json")}
+    if tail == "second stream":
+        verdicts["tarcheck"] = 0 if verdicts["tarcheck"] == 1 else verdicts["tarcheck"]  # (its keys come again)
+    assert set(verdicts.values()) == {0 if taken else 2}, verdicts
+    if taken and codec in ("gzip", "zstd"):  # random access reads what the stream holds
+        n = 10 if tail == "second stream" else 5
+        assert sh("python -c \"import tarproc; print(len(list(tarproc.IndexedDataset('i.json'))))\"").stdout \
+            == b"%d\n" % n
