@@ -757,7 +757,29 @@ def open_inputs(args, prog=None, tar=True):
     else:
         note_terminal(prog or args.prog or current_prog(), urls)
     # the one place every command's inputs pass: `cmd in.tar > in.tar` is refused here
-    return refuse_reading_stdout(urls if len(urls) <= URLS_AHEAD else itertools.chain(urls, lazy))
+    urls = refuse_reading_stdout(urls if len(urls) <= URLS_AHEAD else itertools.chain(urls, lazy))
+    return _refuse_outputs_on_inputs(args, urls)
+
+
+def _refuse_outputs_on_inputs(args, urls):
+    """Outputs that are never an edited copy of an input (``--failed-keys``,
+    ``--grid``) must not be an input, and no output may be a list the
+    command reads (``--keys``, ``--exclude-keys``, ``-T``): writing it
+    would destroy it (the commit replaces it).  ``-o`` naming an input
+    shard stays allowed: tarcat/tarsort/tarproc write a new copy and
+    replace it only when complete."""
+    from .guards import refuse_overwriting_inputs
+
+    side = [getattr(args, "filelist", None)]
+    if hasattr(args, "failed_keys") or hasattr(args, "exclude_keys"):  # (elsewhere --keys names fields)
+        side += [getattr(args, "keys", None), getattr(args, "exclude_keys", None)]
+    side = [f for f in side if isinstance(f, str) and f != "-"]
+    own = [o for o in (getattr(args, "failed_keys", None), getattr(args, "grid", None)) if isinstance(o, str)]
+    output = getattr(args, "output", None)
+    outputs = own + ([output] if isinstance(output, str) else [])
+    if side and outputs:
+        refuse_overwriting_inputs(outputs, side, "it is a list this command reads")
+    return refuse_overwriting_inputs(own, urls, "it is not a copy of the input") if own else urls
 
 
 def note_terminal(prog, urls, what="text"):
