@@ -178,6 +178,11 @@ def test_other_readers_corpus_on_every_reading_path(sh, tmp_path, case):
         assert sh("tar -itf c.tar", stderr_ok=True, ok=False).stdout.decode().split() == gnu
     names = gnu if ours is None else ours
     for cmd in READERS:
+        if cmd.startswith("tarindex") and case in ("global-pax-size", "global-then-x-path"):
+            # a read at one sample's offset cannot see a global header: no offsets (IndexedDataset failed)
+            p = sh(cmd.format("c.tar"), ok=False)
+            assert p.returncode == 2 and b"a global pax header sets the names, links or sizes" in p.stderr, p.stderr
+            cmd = cmd.replace("-o i.json", "--no-offsets -o i.json")  # counts: still
         p = sh(cmd.format("c.tar"), ok=False)
         out, err = p.stdout.decode(), p.stderr.decode()
         assert "Traceback" not in err and "renamed" not in out, (cmd, out, err)
