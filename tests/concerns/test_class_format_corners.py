@@ -161,13 +161,12 @@ CORPUS = {  # name: (archive, GNU tar's names, what our readers must say: names 
     "global-path-before-eoa": (M.member(b"a.txt", b"aaa") + M.special(b"g", M.pax_record("path", b"renamed.txt"),
                                                                      name=b"g") + M.EOA + _B, None, ["a.txt", "b.txt"]),
 }
-for flag, body in ((b"x", M.pax_record("path", b"renamed.txt")), (b"X", M.pax_record("path", b"renamed.txt")),
-                   (b"L", b"renamed.txt\0"), (b"K", b"renamed.txt\0")):
-    for zeros in (1, 2):  # one zero block (read on, as tar -i) or the marker
-        CORPUS[f"dangling-{flag.decode()}-{zeros}-zeros"] = (
-            M.member(b"a.txt", b"aaa") + M.special(flag, body, name=b"p") + bytes(512 * zeros) + _B,
-            ["a.txt", "b.txt"] if zeros == 2 else None,
-            "end-of-archive block right after a long-name or pax header")
+# (zeros: one zero block, read on as tar -i does, or the whole marker)
+for flag, body, zeros in ((b"x", M.pax_record("path", b"renamed.txt"), 2), (b"X", M.pax_record("path", b"renamed.txt"), 1),
+                          (b"L", b"renamed.txt\0", 2), (b"K", b"renamed.txt\0", 1)):
+    CORPUS[f"dangling-{flag.decode()}-{zeros}-zeros"] = (
+        M.member(b"a.txt", b"aaa") + M.special(flag, body, name=b"p") + bytes(512 * zeros) + _B,
+        ["a.txt", "b.txt"] if zeros == 2 else None, "end-of-archive block right after a long-name or pax header")
 
 
 @pytest.mark.parametrize("case", sorted(CORPUS))

@@ -562,7 +562,7 @@ def test_ctrl_c_while_map_workers_start(method, tmp_path):
     worker-side process appears."""
     (tmp_path / "in.tar").write_bytes(shard(200, size=100))
     (tmp_path / "fn.py").write_text("def f(s):\n    return s\n")
-    for delay in (0.0, 0.03, 0.1, 0.25):
+    for delay in (0.0, 0.08, 0.25):
         p = subprocess.Popen(["tarproc", "--map", "fn.py:f", "-p", "3", "--start-method", method, "in.tar",
                               "-o", "/dev/null"], cwd=tmp_path, stderr=subprocess.PIPE, start_new_session=True,
                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))

@@ -165,9 +165,9 @@ def test_tables_and_previews_never_pass_terminal_controls(tmp_path):
 # ---------------------------------------------------------------- names never forge a line
 
 FORGE = "a\n  ok FORGED\nz"  # a name that would print an "  ok" line of its own
-READING = ["tarcheck {}", "tarcheck -v {}", "tarcheck --json {}", "tarcat -v {}", "tar2tsv {}", "tar2json {}",
-           "tarshow {}", "tarindex -v -o i.json {}", "tarsort -v {}", "tarproc -v -c true {}",
-           "tarsplit -v -n 1 -o sp {}", "tarfirst {}", "tarpcat -v {}", "tarjoin -v {} -o /dev/null"]
+READING = ["tarcheck -v {}", "tarcheck --json {}", "tarcat -v {}", "tar2tsv {}", "tar2json {}", "tarshow {}",
+           "tarindex -v -o i.json {}", "tarproc -v -c true {}", "tarsplit -v -n 1 -o sp {}", "tarfirst {}",
+           "tarpcat -v {}", "tarjoin -v {} -o /dev/null"]
 
 
 def _forged(p):

@@ -96,8 +96,7 @@ def test_full_disk_names_the_file_exit_1(name, full, tmp_path):
     assert sorted(os.listdir(d)) == ["filler"], "a partial or temporary file was left"
 
 
-TEXT = ["tar2tsv", "tar2json", "tarcheck", "tarcheck --json", "tarshow", "tarfirst -f bin", "tarcat", "tarsort",
-        "tarproc -c true", "tarindex --no-offsets -o - in.tar"]
+TEXT = ["tar2tsv", "tar2json", "tarcheck --json", "tarshow", "tarfirst -f bin", "tarcat", "tarindex --no-offsets -o - in.tar"]
 
 
 @pytest.mark.parametrize("command", TEXT)
