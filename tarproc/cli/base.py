@@ -776,6 +776,8 @@ def _refuse_outputs_on_inputs(args, urls):
     side = [f for f in side if isinstance(f, str) and f != "-"]
     own = [o for o in (getattr(args, "failed_keys", None), getattr(args, "grid", None)) if isinstance(o, str)]
     output = getattr(args, "output", None)
+    if (args.prog or current_prog()) in ("tarsplit", "tarjoin"):
+        output = None  # (a prefix or pattern of several outputs; tarjoin checks its own)
     outputs = own + ([output] if isinstance(output, str) else [])
     if side and outputs:
         refuse_overwriting_inputs(outputs, side, "it is a list this command reads")
