@@ -401,6 +401,7 @@ def open_checkpointed(path, url, spacing=SPACING):
 
     class Stream(io.RawIOBase):
         decoded = 0
+        ratio = {}  # max_ratio, ratio_floor of check_ratio (open_for_index sets them), as the scanners have
 
         def readable(self):
             return True
@@ -414,6 +415,7 @@ def open_checkpointed(path, url, spacing=SPACING):
             if n == 0:
                 self._check_end()
             self.decoded += n
+            check_ratio(url, "gzip", self.decoded, f.tell(), **self.ratio)  # (a bomb, as every other reader says)
             return n
 
         def _check_end(self):
@@ -568,6 +570,8 @@ def open_for_index(url, codec, spacing=None, settings=None):
     scanner = getattr(stream, "scanner", None)
     if scanner is not None and settings is not None:  # the compression-bomb bounds of the settings
         scanner.ratio = {"max_ratio": settings.max_ratio, "ratio_floor": settings.ratio_floor}
+    if scanner is None and settings is not None and hasattr(stream, "ratio"):
+        stream.ratio = {"max_ratio": settings.max_ratio, "ratio_floor": settings.ratio_floor}
     if scanner is None:  # indexed_gzip reads its own copy: this one is done
         path = getattr(stream, "path", None)
         raw.close()

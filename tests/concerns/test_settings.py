@@ -359,6 +359,9 @@ COMMANDS = [
     ("TARPROC_MAX_PLAN", "10", "tarcreate plan.tsv -o plan.tar", "", "larger than 10 bytes (TARPROC_MAX_PLAN)"),
     ("TARPROC_MAX_RATIO", "50", "TARPROC_RATIO_FLOOR=1000000 tarcat bomb.tar.gz -o b.tar", "",
      "more than 50:1"),
+    # the one-stream gzip shard indexed with checkpoints (indexed_gzip) too: that path forgot the bound
+    ("TARPROC_MAX_RATIO", "50", "TARPROC_RATIO_FLOOR=1000000 tarindex bomb.tar.gz -o b.json", "",
+     "more than 50:1"),
     ("TARPROC_READ_MEM", 'f={url}; cat "${f#mem://}"', "tarcat mem://s1.tar | tar tf -", "unknown URL scheme",
      "k1.txt"),
     ("TARPROC_SPOOL_DIR", "/nonexistent-spool", "tarcat s1.tar -o mem://o.tar && ls up-o.tar", "up-o.tar",
