@@ -21,6 +21,8 @@ def interrupted_early(signum, frame):
 
 # only in a command's own process (its console script or bin/ script is the
 # main program), never in a program that imports a command module
-if _sys.argv and _os.path.isfile(_os.path.join(_os.path.dirname(__file__), _os.path.basename(_sys.argv[0]) + ".py")) \
+_ALIASES = ("tarcats", "tarscat", "tsv2tar")  # (console scripts named unlike their module)
+_MAIN = _os.path.basename(_sys.argv[0]) if _sys.argv else ""
+if (_MAIN in _ALIASES or _os.path.isfile(_os.path.join(_os.path.dirname(__file__), _MAIN + ".py"))) \
         and _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler:
     _signal.signal(_signal.SIGINT, interrupted_early)
