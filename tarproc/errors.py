@@ -79,6 +79,40 @@ class OutputError(TarprocError):
     exit_code = EXIT_FAILED
 
 
+def write_failed(path, what, error, hint=None):
+    """The error for a write that failed (a full disk, a quota, a file
+    size limit, a failing device): one line naming the file and what was
+    being written there, exit 1 (an output not written).  Every write path
+    of the library and the commands says so: outputs, spool files,
+    sidecars, indexes, key lists, copies of stdin, sort runs."""
+    hint = f" ({hint})" if hint else ""
+    return OutputError(f"{path}: cannot write {what}: {getattr(error, 'strerror', None) or error}{hint}")
+
+
+def is_write_error(error):
+    """Whether an ``OSError`` says the storage is full or failing (no space,
+    quota, file too large, I/O error) rather than that the path is wrong."""
+    import errno
+
+    return getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+
+
+class writing:
+    """``with writing(path, what):`` turns an ``OSError`` of the writes
+    inside (not a closed pipe) into :func:`write_failed`'s error."""
+
+    def __init__(self, path, what, hint=None):
+        self.path, self.what, self.hint = path, what, hint
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, tb):
+        if kind is not None and issubclass(kind, OSError) and not issubclass(kind, BrokenPipeError):
+            raise write_failed(self.path, self.what, error, self.hint) from None
+        return False
+
+
 class SampleFailed(TarprocError):
     """Processing a sample failed and the error policy says stop."""
 

@@ -50,6 +50,8 @@ _SPEC = (
     _field("check_keys", 200_000, "TARPROC_CHECK_KEYS", "keys tarcheck keeps in memory (then on disk)"),
     _field("check_fields", 10_000, "TARPROC_CHECK_FIELDS",
            "distinct field names one tarcheck report keeps (the rest are 'other')"),
+    _field("scan_memory", 64 << 20, "TARPROC_SCAN_MEMORY",
+           "bytes of rows tar2tsv holds while it finds its columns (without -f)", "size"),
     _field("sparse_holes", 1 << 30, "TARPROC_SPARSE_HOLES", "zero bytes a GNU sparse member may expand to",
            "size"),
     _field("max_ratio", 1000, "TARPROC_MAX_RATIO", "decoded : compressed bytes past ratio_floor"),

@@ -14,6 +14,7 @@ below (``count: Count = None``) or a new ``Annotated[type, typer.Option(...)]``;
 a new shared option belongs here, once.
 """
 
+import io
 import os
 import signal
 import sys
@@ -21,7 +22,8 @@ from typing import Annotated, List, Literal, Optional
 
 import typer
 
-from ..errors import EXIT_USAGE, TarprocError, UsageError
+from ..errors import EXIT_FAILED, EXIT_USAGE, TarprocError, UsageError
+from . import interrupted_early  # noqa: E402
 
 # ---------------------------------------------------------------- option bundles
 
@@ -557,6 +559,8 @@ def run(prog, cmd, argv=None, extra=None):
     from ..runtime.procs import default_sigchld
 
     default_sigchld()  # started with SIGCHLD ignored: exit statuses would be lost
+    if signal.getsignal(signal.SIGINT) is interrupted_early:  # (imported: Ctrl-C is KeyboardInterrupt again)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     debug = "--debug" in argv or os.environ.get("TARPROC_DEBUG") == "1"
     signal.signal(signal.SIGTERM, on_sigterm)
     if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:  # not under nohup
@@ -610,7 +614,10 @@ def run(prog, cmd, argv=None, extra=None):
 
             traceback.print_exc()
         where = f"{e.filename}: " if getattr(e, "filename", None) else ""
-        code = EXIT_USAGE
+        from ..errors import is_write_error
+
+        code = EXIT_FAILED if is_write_error(e) else EXIT_USAGE  # (a write path not named yet: still exit 1)
+        where = where or ("write failed: " if code == EXIT_FAILED else "")
         if not where and _stdout_closed():  # a text command writing to a stdout closed at start
             where, code = "stdout: write failed: ", 1
             _drop_stdout()
@@ -682,8 +689,34 @@ def _std_streams():
         sys.stdout = io.TextIOWrapper(open(1, "wb", closefd=False), encoding="utf-8", errors="strict")
     if sys.stdin is None:
         sys.stdin = io.TextIOWrapper(open(0, "rb", closefd=False), encoding="utf-8", errors="surrogateescape")
+    out = sys.stdout
+    buffered = type(getattr(out, "buffer", None)) is io.BufferedWriter
+    raw = getattr(out.buffer, "raw", None) if buffered else getattr(out, "buffer", None)
+    if isinstance(out, io.TextIOWrapper) and type(raw) is io.FileIO and raw.fileno() == 1:
+        # a text command's failed write names stdout, exit 1 (not a bare errno, exit 2)
+        raw = _Stdout(1, "wb", closefd=False)
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw) if buffered else raw, encoding=out.encoding,
+                                      errors=out.errors, line_buffering=out.line_buffering,
+                                      write_through=out.write_through)
     escaping_stream(sys.stdout)
     escaping_stream(sys.stderr)
+
+
+class _Stdout(io.FileIO):
+    """stdout's file for the text commands (``print``): a write that fails
+    (a full disk, a closed stdout) is an :class:`~tarproc.errors.OutputError`
+    naming stdout; a closed pipe stays a ``BrokenPipeError``."""
+
+    def write(self, b):
+        try:
+            return super().write(b)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            from ..errors import OutputError
+
+            _drop_stdout()  # what is still buffered cannot fail again at exit
+            raise OutputError(f"stdout: write failed: {e.strerror or e}") from None
 
 
 def _flush_stdout():
@@ -731,9 +764,9 @@ def _clip(message):
     """Every message line goes through the one function that makes text
     safe to show (credentials removed, controls escaped, lines bounded to
     four times ``TARPROC_NAME_CHARS``)."""
-    from ..core.limits import safe_text
+    from ..core.limits import message_text
 
-    return safe_text(message, 4 * _name_chars(), lines=True)
+    return message_text(message, 4 * _name_chars())
 
 
 def _name_chars():
@@ -801,7 +834,31 @@ def open_inputs(args, prog=None, tar=True):
     else:
         note_terminal(prog or args.prog or current_prog(), urls)
     # the one place every command's inputs pass: `cmd in.tar > in.tar` is refused here
-    return refuse_reading_stdout(urls if len(urls) <= URLS_AHEAD else itertools.chain(urls, lazy))
+    urls = refuse_reading_stdout(urls if len(urls) <= URLS_AHEAD else itertools.chain(urls, lazy))
+    return _refuse_outputs_on_inputs(args, urls)
+
+
+def _refuse_outputs_on_inputs(args, urls):
+    """Outputs that are never an edited copy of an input (``--failed-keys``,
+    ``--grid``) must not be an input, and no output may be a list the
+    command reads (``--keys``, ``--exclude-keys``, ``-T``): writing it
+    would destroy it (the commit replaces it).  ``-o`` naming an input
+    shard stays allowed: tarcat/tarsort/tarproc write a new copy and
+    replace it only when complete."""
+    from .guards import refuse_overwriting_inputs
+
+    side = [getattr(args, "filelist", None)]
+    if hasattr(args, "failed_keys") or hasattr(args, "exclude_keys"):  # (elsewhere --keys names fields)
+        side += [getattr(args, "keys", None), getattr(args, "exclude_keys", None)]
+    side = [f for f in side if isinstance(f, str) and f != "-"]
+    own = [o for o in (getattr(args, "failed_keys", None), getattr(args, "grid", None)) if isinstance(o, str)]
+    output = getattr(args, "output", None)
+    if (args.prog or current_prog()) in ("tarsplit", "tarjoin"):
+        output = None  # (a prefix or pattern of several outputs; tarjoin checks its own)
+    outputs = own + ([output] if isinstance(output, str) else [])
+    if side and outputs:
+        refuse_overwriting_inputs(outputs, side, "it is a list this command reads")
+    return refuse_overwriting_inputs(own, urls, "it is not a copy of the input") if own else urls
 
 
 def note_terminal(prog, urls, what="text"):
@@ -901,7 +958,9 @@ def _read_inputs(args, rep, stats, urls, pass_through, spooler, raw):
     base = 0
     spooler = spooler_of(args, pass_through) if spooler is None else spooler
     for n, url in enumerate(urls):
-        rep.info(f"reading {'stdin' if url == '-' else url}")
+        from ..core.limits import shown
+
+        rep.info(f"reading {'stdin' if url == '-' else shown(url)}")
         samples = iter_samples([url], stats, strict=args.strict, warn=rep.warn, stall=rep.stall,
                                spooler=spooler, raw=raw, on_bad_shard=bad, settings=args.settings, **resume)
         if sizes is None:

@@ -26,7 +26,7 @@ backslash, tab, newline and CR as \\\\ \\t \\n \\r, and other control characters
 (escape sequences, C1, U+2028/9, bidi overrides) as \\xHH or \\uHHHH in every format, so
 every row is one line and nothing from a sample can drive the terminal.
 Without -f the columns are every field of the first 1000 samples (--scan N),
-held back until the header can be written; a field first seen later is named
+whose rows are held back until the header can be written; a field first seen later is named
 once on stderr (use -f to choose columns and stream at once).  JSON lines
 without -f: each object has its own sample's fields.
 Parquet (needs pyarrow: pip install 'tarproc[parquet]'): a row per sample;
@@ -135,12 +135,14 @@ def main(args, prog="tar2tsv"):
                 for row in T.rows([sample], T.default_columns(sample), key=key, hash=args.hash, native=True,
                                   settings=args.settings))
     else:
-        if columns is None:
-            samples, columns = _scan_columns(samples, args.scan, rep)
+        if columns is None:  # the rows of the scanned samples are held, not the samples
+            columns, rows = T.scanned_rows(samples, args.scan, key=key, hash=args.hash, settings=args.settings,
+                                           warn=rep.warn)
+        else:
+            rows = T.rows(samples, columns, key=key, hash=args.hash, native=fmt == "jsonl", settings=args.settings)
         if not header_done:
             out.write(T.format_row((["__key__"] if key else []) + [c.name for c in columns], fmt))
             header_done = True
-        rows = T.rows(samples, columns, key=key, hash=args.hash, native=fmt == "jsonl", settings=args.settings)
     n = 0
     for names, values in rows:
         if not header_done:
@@ -232,42 +234,6 @@ def parquet_main(args, rep, stats, columns, samples, check):
     stats.written = writer.written
     rep.done(stats)
     return 0
-
-
-def _scan_columns(samples, scan, rep):
-    """Without -f: the columns are every field of the first ``scan``
-    samples (sorted), which are held back until the header can be written
-    (bounded: ``scan`` samples).  A field first seen later has no column: it
-    is named once on stderr.  Returns ``(samples, columns)``."""
-    from ..sinks import table as T
-    from ..core.rules import is_meta
-
-    head = []
-    names = set()
-    for sample in samples:
-        head.append(sample)
-        names.update(k for k in sample if not is_meta(k))
-        if len(head) >= scan:
-            break
-    known = set(names)
-
-    def rest():
-        yield from head
-        head.clear()
-        told = 0
-        for sample in samples:
-            new = [k for k in sample if k not in known and not is_meta(k)]
-            if new:
-                known.update(new)
-                if told == 20:
-                    rep.warn("more fields not in the columns: not reported")
-                elif told < 20:
-                    rep.warn(f"sample {sample['__key__']!r}: field{'s' * (len(new) > 1)} {', '.join(sorted(new))} "
-                             f"not in the columns (taken from the first {scan} samples; use -f or --scan)")
-                told += 1
-            yield sample
-
-    return rest(), [T.Column(k, [k]) for k in sorted(names)]
 
 
 def entry():

@@ -22,8 +22,9 @@ GET /NAME streams SOURCE-PREFIX/NAME through the selection stages of tarcat and
 then --map/-c as tarproc does: the body equals `tarcat [selection] PREFIX/NAME |
 tarproc [--map|-c]` byte for byte. A failure mid-stream cuts the chunked body
 (the client sees an error, curl exits 18). SIGTERM drains responses in flight
-for --drain-timeout seconds, then cuts them. Exit status: 0 stopped cleanly,
-2 usage error or the port cannot be opened.
+for --drain-timeout seconds, then cuts them (exit 0); Ctrl-C stops at once,
+cutting them (exit 130). Exit status: 0 stopped cleanly, 2 usage error or the
+port cannot be opened, 130 interrupted.
 """
 
 
@@ -104,15 +105,21 @@ def tarserve_command(
 
     print(f"tarserve: serving {safe_text(prefix)} on {server.url}", file=sys.stderr, flush=True)
     try:
-        server.wait()
-    except (_Terminated, Terminated, KeyboardInterrupt):  # Terminated: SIGHUP (base.run's handler)
+        try:
+            server.wait()
+        except (_Terminated, Terminated):  # SIGTERM, SIGHUP (base.run's handler): drain
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
+            print(f"tarserve: stopping: draining responses in flight (up to {drain_timeout:g}s)",
+                  file=sys.stderr, flush=True)
+            cut = server.stop()
+            if cut:
+                print(f"tarserve: {cut} responses cut at the drain deadline", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:  # Ctrl-C (also while draining): stop now, responses in flight cut
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        print(f"tarserve: stopping: draining responses in flight (up to {drain_timeout:g}s)",
-              file=sys.stderr, flush=True)
-        cut = server.stop()
-        if cut:
-            print(f"tarserve: {cut} responses cut at the drain deadline", file=sys.stderr, flush=True)
+        server.stop(drain=0)
+        return 130
     return 0
 
 

@@ -280,13 +280,19 @@ def _total_from(value, rep):
 def _spool_stdin(rep):
     """Copy stdin to a temporary file on disk (not memory), to read it twice."""
     import os
-    import shutil
     import tempfile
+
+    from ..errors import writing
 
     fd, path = tempfile.mkstemp(prefix="tarsplit-stdin-", suffix=".spool")
     try:
-        with os.fdopen(fd, "wb") as out:
-            shutil.copyfileobj(os.fdopen(os.dup(0), "rb"), out, 1 << 20)
+        with open(os.dup(0), "rb", buffering=0) as src, os.fdopen(fd, "wb", buffering=0) as out:
+            while data := src.read(1 << 20):
+                with writing(path, "a copy of stdin (the counting pass reads it twice)",
+                             "choose the place with --tmpdir or TMPDIR"):
+                    view = memoryview(data)
+                    while view:
+                        view = view[out.write(view):]
     except BaseException:
         os.unlink(path)
         raise

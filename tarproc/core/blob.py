@@ -463,8 +463,10 @@ class Spooler:
             except FileExistsError:
                 continue
             except OSError as e:
-                from ..errors import UsageError
+                from ..errors import UsageError, is_write_error, write_failed
 
+                if is_write_error(e):  # no room for one more file: an output not written
+                    raise write_failed(path, "a spool file", e, "use --tmpdir") from None
                 raise UsageError(f"cannot create a spool file in {self.directory()}: {e.strerror} "
                                  f"(use --tmpdir)") from None
         self._own(fd, path)
@@ -523,6 +525,20 @@ class Spooler:
             raise
         return Blob(f, 0, size)
 
+    def copy(self, blob):
+        """A spool-file blob holding a copy of ``blob``'s bytes."""
+        fd, path = self.new_file()
+        f = SharedFile(fd, path, True)
+        try:
+            blob.copy_to(fd)
+        except OSError as e:
+            f.close()
+            raise spool_write_failed(path, e) from None
+        except BaseException:
+            f.close()
+            raise
+        return Blob(f, 0, blob.length)
+
     def blob_from_bytes(self, data):
         """A spool-file blob holding ``data``."""
         fd, path = self.new_file()
@@ -541,10 +557,10 @@ class Spooler:
 def spool_write_failed(path, e):
     """The error for a spool file that could not be written (a full disk):
     names the file and where spool files go, exit 1."""
-    from ..errors import OutputError
+    from ..errors import write_failed
 
-    return OutputError(f"{path}: cannot write a spool file: {e.strerror or e} (large members and large "
-                       f"samples are kept there; choose the place with --tmpdir or TMPDIR)")
+    return write_failed(path, "a spool file", e, "large members and large samples are kept there; choose "
+                        "the place with --tmpdir or TMPDIR")
 
 
 def region(fd, path, offset, length, shared=None):
@@ -563,10 +579,14 @@ def _reopen(path, offset, length):
     return Blob(SharedFile(os.open(path, os.O_RDONLY), path, False), offset, length)
 
 
-def handover(blob):
+def handover(blob, spooler=None):
     """A picklable reference that gives ``blob`` to another process (see
     :func:`take`).  A spool file is no longer removed by this process: the
-    receiver owns it."""
+    receiver owns it.  A region of an input with no name (stdin, a file):
+    only this process's descriptor reaches it, which its reader closes, so
+    its bytes are copied to a spool file of ``spooler`` first."""
+    if blob._file.path is None:
+        blob = (spooler or Spooler()).copy(blob)
     f = blob._file
     owned = f.owned
     if owned:
@@ -578,7 +598,9 @@ def handover(blob):
 def take(ref):
     """The :class:`Blob` of a :func:`handover` reference."""
     _, path, offset, length, owned = ref
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    # a spool file is ours and never a link; a region of an input is named
+    # as the sender opened it (a symlinked shard, /proc/PID/fd/N for stdin)
+    fd = os.open(path, os.O_RDONLY | (os.O_NOFOLLOW if owned else 0))
     if owned:
         Spooler._own(None, fd, path)
     return Blob(SharedFile(fd, path, owned), offset, length)

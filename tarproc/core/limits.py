@@ -61,6 +61,8 @@ CHECK_KEYS = 200_000
 SPARSE_HOLES = 1 << 30
 # distinct field names (and field combinations) one tarcheck report keeps
 CHECK_FIELDS = 10_000
+#: Bytes of rows a column scan holds before its header is written (tar2tsv without -f).
+SCAN_MEMORY = 64 << 20
 # compression bombs: once a stream has decoded RATIO_FLOOR bytes, it may not
 # decode to more than MAX_RATIO times the compressed bytes read so far (gzip
 # cannot pass about 1030:1 at all; real shards of media and text stay under 20:1)
@@ -259,6 +261,26 @@ def shown(name, limit=None):
     """A name (path, URL, key) as a message shows it on one line:
     :func:`safe_text`."""
     return safe_text(name, limit)
+
+
+#: A newline a message keeps: where a quoted block of a child's output
+#: starts a line (``"\n  | "``, runtime/engine); any other is escaped.
+_NOT_A_BLOCK = re.compile(r"\n(?!  \| )")
+
+
+def message_text(message, limit=None):
+    """A message for stderr as :func:`safe_text` with ``lines=True`` makes
+    it, and one line but for the quoted lines of a child's output that
+    follow it: a newline anywhere else (a name, a URL, a key that reached
+    the message raw) is escaped as ``\\n``, so nothing forges a line."""
+    if isinstance(message, (bytes, bytearray, memoryview)):
+        message = bytes(message).decode("utf-8", "surrogateescape")
+    elif not isinstance(message, str):
+        message = str(message)
+    message = message.rstrip("\n")
+    if "\n" in message:
+        message = _NOT_A_BLOCK.sub(r"\\n", message)
+    return safe_text(message, limit, lines=True)
 
 
 def clip_lines(text, limit=None):

@@ -38,6 +38,7 @@ _REGULAR_FLAGS = (b"0", b"\0", b"7")
 _KNOWN_OTHER = {
     b"1": "1", b"2": "2", b"3": "3", b"4": "4", b"5": "5", b"6": "6",
     b"D": "D", b"V": "V", b"M": "M", b"N": "N", b"S": "S",
+    b"A": "A",  # a Solaris ACL: metadata of the member after it, never a file (as bsdtar reads it)
 }
 #: Type flags whose entries carry no data, whatever their size field says.
 _DATALESS = (b"1", b"2", b"3", b"4", b"5", b"6")
@@ -46,7 +47,7 @@ TYPE_NAMES = {
     "0": "regular files", "1": "hard links", "2": "symlinks", "3": "character devices",
     "4": "block devices", "5": "directories", "6": "FIFOs", "D": "GNU dump directories",
     "V": "volume labels", "M": "multi-volume continuations", "N": "old GNU long names",
-    "S": "sparse files",
+    "S": "sparse files", "A": "Solaris ACLs",
 }
 
 
@@ -133,6 +134,21 @@ def _header_sum(buf):
     byte sum + 1 while the sum stays below 65521 (256 bytes at most)."""
     return ((adler32(buf[:148]) & 0xFFFF) + (adler32(buf[156:412]) & 0xFFFF)
             + (adler32(buf[412:512]) & 0xFFFF) + 253)
+
+
+def _pax_time_ok(value, source, offset, strict, warn):
+    """Whether a pax ``mtime`` value is a number; when not, a warning (the
+    header's own time holds, as GNU tar, bsdtar and tarfile read on), or
+    with ``strict`` the error."""
+    try:
+        pax_int({"mtime": value}, "mtime", source, offset)
+        return True
+    except BadArchive as e:
+        if strict:
+            raise
+        if warn is not None:
+            warn(f"{e} (the header's time is used)")
+        return False
 
 
 def _checksum_ok(buf, stored):
@@ -511,6 +527,8 @@ class TarReader:
                     for k, v in parse_pax(data, source, here).items():
                         if not v and k in ("path", "linkpath", "size", "mtime"):
                             gpax.pop(k, None)  # POSIX: an empty value deletes the keyword
+                        elif k == "mtime" and not _pax_time_ok(v, source, here, self.strict, self.warn):
+                            gpax.pop(k, None)  # (warned once here, not at every member it would apply to)
                         elif k in ("path", "linkpath", "size", "mtime"):
                             gpax[k] = v
                         elif k.startswith("GNU.sparse."):
@@ -550,7 +568,7 @@ class TarReader:
                     if size < 0:
                         self._fail(here, f"negative pax size {size}")
                     offset = here + BLOCK + size + (-size % BLOCK)
-                if "mtime" in records:
+                if "mtime" in records and _pax_time_ok(records["mtime"], source, here, self.strict, self.warn):
                     mtime = pax_int(records, "mtime", source, here)
                 else:
                     mtime = _number(buf[136:148], "mtime", source, here)

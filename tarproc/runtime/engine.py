@@ -33,10 +33,10 @@ def stderr_report(prog):
     """The default ``on_error``: ``prog: message`` on stderr, each line clipped."""
 
     def report(message):
-        from ..core.limits import clip_lines
+        from ..core.limits import message_text
 
         sys.stderr.flush()
-        print(f"{prog}: {clip_lines(message)}", file=sys.stderr, flush=True)
+        print(f"{prog}: {message_text(message)}", file=sys.stderr, flush=True)
 
     return report
 

@@ -120,6 +120,12 @@ class _Starting:
     def __enter__(self):
         import signal
 
+        if self.active:
+            # multiprocess starts its resource tracker with SIGINT and SIGTERM
+            # blocked and then UNBLOCKS them in this thread: once, before ours
+            from multiprocess import resource_tracker
+
+            resource_tracker.ensure_running()
         self.mask = None
         try:
             self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, [getattr(signal, n) for n in _SIGNALS])

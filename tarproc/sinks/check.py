@@ -122,9 +122,9 @@ def printable(name):
     not): credentials of a URL removed, controls and lone surrogates escaped
     as :func:`~tarproc.core.limits.safe_text` does, bytes that are not UTF-8
     as ``\\xNN`` escapes; not shortened (a report keeps whole names)."""
-    from ..core.limits import escape_unsafe, hide_credentials
+    from ..core.limits import safe_text
 
-    return escape_unsafe(hide_credentials(name)).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return safe_text(name, float("inf"))  # (newlines too: a name never forges a line of the report)
 
 
 class _Problems:

@@ -472,6 +472,16 @@ class Sink:
 
     # -- writing
 
+    def _write_failed(self, e):
+        """The error of a failed write: names this output, or for a remote
+        one the local file it is spooled to (the disk that is full)."""
+        if self.tmp is not None and isinstance(self.strategy, SpoolUpload):
+            from ..errors import write_failed
+
+            return write_failed(self.tmp, f"the local copy of {self.url} (uploaded at the end)", e,
+                                "choose the place with TARPROC_SPOOL_DIR")
+        return OutputError(f"{self.url}: write failed: {e.strerror or e}")
+
     def _broken_pipe(self):
         """A write hit a closed pipe: downstream of stdout closed (quiet, the
         caller ends by SIGPIPE), or the writer process died (loud)."""
@@ -497,7 +507,7 @@ class Sink:
         except BrokenPipeError:
             self._broken_pipe()
         except OSError as e:
-            raise OutputError(f"{self.url}: write failed: {e.strerror or e}") from None
+            raise self._write_failed(e) from None
 
     # -- groups of samples (sinks/grouped.py)
 
@@ -546,7 +556,7 @@ class Sink:
         except BrokenPipeError:
             self._broken_pipe()
         except OSError as e:
-            raise OutputError(f"{self.url}: write failed: {e.strerror or e}") from None
+            raise self._write_failed(e) from None
         self._group_start = self._written
 
     def blob_fd(self):
@@ -573,7 +583,7 @@ class Sink:
         except BrokenPipeError:
             self._broken_pipe()
         except OSError as e:
-            raise OutputError(f"{self.url}: write failed: {e.strerror or e}") from None
+            raise self._write_failed(e) from None
         self._written += blob.length
 
     def flush(self):
@@ -582,7 +592,7 @@ class Sink:
         except BrokenPipeError:
             self._broken_pipe()
         except OSError as e:
-            raise OutputError(f"{self.url}: write failed: {e.strerror or e}") from None
+            raise self._write_failed(e) from None
 
     def _on_stall(self):
         """The stall hook: flush, and on a stream whose reader has gone
@@ -634,7 +644,7 @@ class Sink:
             raise
         except OSError as e:
             self.abort()
-            raise OutputError(f"{self.url}: write failed: {e.strerror or e}") from None
+            raise self._write_failed(e) from None
         except BaseException:
             self.abort()
             raise

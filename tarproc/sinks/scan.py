@@ -138,6 +138,8 @@ def scan_shard(url, stats=None, strict=False, warn=None, seek=False, checkpoint_
 
         def tracked(members):
             for m in members:
+                if plain and seek:  # (offsets asked for)
+                    _no_global_names(reader, name, m.offset)
                 last[0] = m
                 if m.data is not None:  # its data and padding are read: here it ends
                     last[1] = reader.offset  # (not offset + size: a sparse member stores less)
@@ -221,7 +223,19 @@ class _HeaderStream:
         return self.buf.tell()
 
 
-def _scan_plain(stream, url, name, stats, strict, warn):
+def _no_global_names(reader, name, offset):
+    """A read at one sample's offset never sees a global pax header before
+    it: one that sets names, links or sizes makes the index read back other
+    members (or fail), so such a shard gets no offsets: an error."""
+    if reader.gpax and not reader.gpax.keys() <= {"mtime"}:
+        from ..errors import BadArchive
+
+        raise BadArchive(name, offset, "a global pax header sets the names, links or sizes of members, which a "
+                         "read at a sample's offset cannot see: no offsets for random access (tarcat rewrites "
+                         "the shard without it)")
+
+
+def _scan_plain(stream, url, name, stats, strict, warn, offsets=True):
     """The :class:`ShardIndex` of a plain local file (``stream`` from
     :func:`~tarproc.sources.open.open_source`, at its start)."""
     from ..core.blob import Spooler
@@ -238,6 +252,8 @@ def _scan_plain(stream, url, name, stats, strict, warn):
     n = 0
     try:
         for sample in fast_group(reader, name, stats, marks=marks):
+            if offsets:
+                _no_global_names(reader, name, marks.starts[-1] if marks.starts else 0)
             keys.append(sample["__key__"])
             n += 1
         size = os.fstat(fd).st_size
@@ -321,7 +337,7 @@ def scan_one(url, stats=None, strict=False, warn=None, checksum=False, seek=True
     if regular and seek:
         stream = open_source(url, settings=settings)
         if stream.compression is None and getattr(stream, "region_source", None) is not None:
-            info = _scan_plain(stream, url, url, stats, strict, warn)  # (it closes the stream)
+            info = _scan_plain(stream, url, url, stats, strict, warn, seek_record)  # (it closes the stream)
         else:
             stream.close()
     if info is None:

@@ -216,3 +216,72 @@ def rows(samples, columns=None, key=True, hash=False, native=False, settings=Non
         values = [sample.get("__key__")] if key else []
         values.extend(cell(sample, c, hash, native, settings) for c in columns)
         yield names, values
+
+
+
+#: Bytes counted for a held row and for each of its cells, besides the text
+#: (Python's objects: a list, a dict entry).
+ROW_OVERHEAD, CELL_OVERHEAD = 200, 120
+
+
+def scanned_rows(samples, scan, key=True, hash=False, settings=None, warn=None):
+    """The columns of a table without a column spec: every field of the
+    first ``scan`` samples (sorted), and its rows.  What is held until the
+    header can be written is each sample's row of cells (a binary field is
+    its size, never its bytes), at most ``settings.scan_memory`` bytes of
+    them (``TARPROC_SCAN_MEMORY``): past it the scan ends early and
+    ``warn`` says so.  A field first seen after the scan has no column:
+    ``warn`` names it (20 times at most).  Returns ``(columns, rows)``,
+    ``rows`` as :func:`rows` yields them."""
+    from collections import deque
+
+    from ..core.rules import is_meta
+
+    samples = iter(samples)
+    budget = limits.SCAN_MEMORY if settings is None else settings.scan_memory
+    head = deque()  # (key, {field: cell}) of the samples scanned
+    names = set()
+    held = 0
+    for sample in samples:
+        cells = {k: cell(sample, Column(k, [k]), hash, False, settings) for k in sample if not is_meta(k)}
+        head.append((sample.get("__key__"), cells))
+        names.update(cells)
+        held += ROW_OVERHEAD + sum(CELL_OVERHEAD + len(k) + len(v or "") for k, v in cells.items())
+        if len(head) >= scan:
+            break
+        if held > budget:
+            sample = next(samples, None)
+            if sample is not None:  # (more to come: the scan is cut short)
+                import itertools
+
+                samples = itertools.chain((sample,), samples)
+                if warn is not None:
+                    warn(f"columns taken from the first {len(head)} samples, not {scan}: their rows reached "
+                         f"the memory bound ({budget} bytes, TARPROC_SCAN_MEMORY; use -f)")
+            break
+    sample = None  # (its bytes are not held)
+    scanned = len(head)
+    columns = [Column(k, [k]) for k in sorted(names)]
+    header = (["__key__"] if key else []) + [c.name for c in columns]
+
+    def all_rows():
+        while head:
+            k, cells = head.popleft()
+            yield header, ([k] if key else []) + [cells.get(c.name) for c in columns]
+        known = set(names)
+        told = 0
+        for sample in samples:
+            new = [k for k in sample if k not in known and not is_meta(k)]
+            if new:
+                known.update(new)
+                if warn is not None and told == 20:
+                    warn("more fields not in the columns: not reported")
+                elif warn is not None and told < 20:
+                    warn(f"sample {sample['__key__']!r}: field{'s' * (len(new) > 1)} {', '.join(sorted(new))} "
+                         f"not in the columns (taken from the first {scanned} samples; use -f or --scan)")
+                told += 1
+            values = [sample.get("__key__")] if key else []
+            values.extend(cell(sample, c, hash, False, settings) for c in columns)
+            yield header, values
+
+    return columns, all_rows()

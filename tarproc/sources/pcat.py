@@ -43,7 +43,7 @@ import os
 import struct
 from array import array
 
-from ..errors import BadInput, TarprocError, UsageError
+from ..errors import EXIT_FAILED, BadInput, OutputError, TarprocError, UsageError
 from ..core.stats import Stats
 from .resume import RETRIES, STALL_TIMEOUT
 
@@ -77,11 +77,12 @@ _CONTROL, _SAMPLES, _TAR, _PIECES, _SAMPLES_PART, _TAR_PART = 1, 2, 3, 4, 5, 6
 class _Out:
     """The worker's end of its pipe."""
 
-    def __init__(self, conn):
+    def __init__(self, conn, spooler=None):
         import pickle
 
         from ..runtime.pool import send_pieces
 
+        self.spooler = spooler
         self.conn = conn
         self.fd = conn.fileno()
         self.send = send_pieces
@@ -97,7 +98,7 @@ class _Out:
     def pieces(self, pieces, meta):
         from ..core.blob import Blob, handover
 
-        refs = [handover(p) if type(p) is Blob else bytes(p) for p in pieces]
+        refs = [handover(p, self.spooler) if type(p) is Blob else bytes(p) for p in pieces]
         self.send(self.fd, [_HEADER.pack(_PIECES, 1), self.dumps((refs, meta), protocol=5)])
 
     def tar(self, lengths, metas, pieces, part=False):
@@ -133,7 +134,7 @@ def _worker(conn, urls, mode, strict, header_defaults, hold=False, resume=None):
     import signal
 
     signal.signal(signal.SIGTERM, _on_term)  # told to stop: end our input commands too
-    out = _Out(conn)
+    out = _Out(conn, (resume or {}).get("spooler"))
     stall = Stall()  # the input is about to wait: send the complete samples of the batch so far
     send = out.control
     tar = mode != "samples"
@@ -225,7 +226,7 @@ def _worker(conn, urls, mode, strict, header_defaults, hold=False, resume=None):
                         if Blob in map(type, sample.values()):  # large fields cross as references to their files
                             from ..core.blob import handover
 
-                            sample = {k: _Ref(handover(v)) if type(v) is Blob else v for k, v in sample.items()}
+                            sample = {k: _Ref(handover(v, out.spooler)) if type(v) is Blob else v for k, v in sample.items()}
                         batch.append(sample)
                         n = sum(len(v) for k, v in sample.items() if type(v) is bytes)
                         size += n
@@ -235,7 +236,7 @@ def _worker(conn, urls, mode, strict, header_defaults, hold=False, resume=None):
                             flush()
             except TarprocError as e:
                 flush(True)
-                send("error", url, str(e), stats.as_dict())
+                send("error", url, str(e), stats.as_dict(), e.exit_code == EXIT_FAILED)  # (a full disk: not the shard's fault)
                 continue
             except (BrokenPipeError, EOFError):
                 raise
@@ -449,7 +450,9 @@ def _collect(urls, workers, procs, readers, conns, bad, warn, info, stats, faile
                     break
                 if kind == "start":
                     if info is not None:
-                        info(f"reading {msg[1]}")
+                        from ..core.limits import shown
+
+                        info(f"reading {shown(msg[1])}")
                 elif kind == "done":
                     _add_stats(stats, msg[2])
                 elif kind == "warn":
@@ -457,6 +460,8 @@ def _collect(urls, workers, procs, readers, conns, bad, warn, info, stats, faile
                         warn(msg[2])
                 elif kind == "error":
                     _add_stats(stats, msg[3])
+                    if len(msg) > 4 and msg[4]:  # an output not written (a spool file on a full disk)
+                        raise OutputError(msg[2])
                     if bad is None:
                         raise BadInput(msg[2])
                     bad.add(msg[1], msg[2], msg[3]["read"])

@@ -267,10 +267,7 @@ class ZstdScanner:
                     self.skippable += 1
                     data = data[used:]
                     continue
-                if magic != 0xFD2FB528:
-                    if not buf.strip(b"\0"):
-                        self.pos += len(data)
-                        break
+                if magic != 0xFD2FB528:  # (zero padding too: zstd -d, bsdtar and our readers refuse it)
                     raise BadInput(f"{self.url}: zstd stream is damaged (no frame at byte {self.pos - len(self.hbuf)})")
                 self.d = self.zstd.ZstdDecompressor()
                 self.fstart = (self.pos - len(self.hbuf), self.out_total)
@@ -303,7 +300,9 @@ class ZstdScanner:
         return out
 
     def finish(self):
-        if self.d is not None or self.skip or (self.hbuf and self.hbuf.strip(b"\0")):
+        if self.hbuf and self.frames:  # fewer bytes than a frame header after the last frame
+            raise BadInput(f"{self.url}: zstd stream is damaged (no frame at byte {self.pos - len(self.hbuf)})")
+        if self.d is not None or self.skip or self.hbuf:
             raise BadInput(f"{self.url}: zstd stream is truncated")
         if not self.frames and not self.skippable:
             raise BadInput(f"{self.url}: zstd stream has no frame")
@@ -357,15 +356,20 @@ class _Spooled:
         import os
         import tempfile
 
+        from ..errors import writing
+
         fd, self.path = tempfile.mkstemp(prefix=".tarproc-seek-")
+        what = writing(self.path, "a local copy of a compressed shard (to set its checkpoints)",
+                       "choose the place with TMPDIR")
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(prefix)
-                while True:
+            with os.fdopen(fd, "wb", buffering=0) as f:
+                data = prefix
+                while data:
+                    view = memoryview(data)
+                    with what:
+                        while view:
+                            view = view[f.write(view):]
                     data = read(CHUNK)
-                    if not data:
-                        break
-                    f.write(data)
         except BaseException:
             self.close()
             raise
@@ -397,6 +401,7 @@ def open_checkpointed(path, url, spacing=SPACING):
 
     class Stream(io.RawIOBase):
         decoded = 0
+        ratio = {}  # max_ratio, ratio_floor of check_ratio (open_for_index sets them), as the scanners have
 
         def readable(self):
             return True
@@ -410,6 +415,7 @@ def open_checkpointed(path, url, spacing=SPACING):
             if n == 0:
                 self._check_end()
             self.decoded += n
+            check_ratio(url, "gzip", self.decoded, f.tell(), **self.ratio)  # (a bomb, as every other reader says)
             return n
 
         def _check_end(self):
@@ -419,8 +425,14 @@ def open_checkpointed(path, url, spacing=SPACING):
             import os
 
             size = os.fstat(f.fileno()).st_size
-            tail = os.pread(f.fileno(), 8, max(0, size - 8))
-            if len(tail) < 8 or struct.unpack("<I", tail[4:])[0] != self.decoded & 0xFFFFFFFF:
+            # the trailer ends where the file does, or within zero padding after it (gzip -d, bsdtar and
+            # our readers take zeros after the last member): its length field ends in at most 8 of them
+            back = os.pread(f.fileno(), 1 << 16, max(0, size - (1 << 16)))
+            zeros = len(back) - len(back.rstrip(b"\0"))
+            last = size - zeros  # just after the last byte that is not zero
+            want = struct.pack("<I", self.decoded & 0xFFFFFFFF)
+            if zeros == len(back) or not any(os.pread(f.fileno(), 4, end - 4) == want
+                                             for end in range(max(last, 8), min(size, last + 8) + 1)):
                 raise BadInput(f"{url}: gzip stream is truncated (or has several members, which random access "
                                f"through checkpoints does not take: decoded {self.decoded} bytes)")
 
@@ -558,6 +570,8 @@ def open_for_index(url, codec, spacing=None, settings=None):
     scanner = getattr(stream, "scanner", None)
     if scanner is not None and settings is not None:  # the compression-bomb bounds of the settings
         scanner.ratio = {"max_ratio": settings.max_ratio, "ratio_floor": settings.ratio_floor}
+    if scanner is None and settings is not None and hasattr(stream, "ratio"):
+        stream.ratio = {"max_ratio": settings.max_ratio, "ratio_floor": settings.ratio_floor}
     if scanner is None:  # indexed_gzip reads its own copy: this one is done
         path = getattr(stream, "path", None)
         raw.close()

@@ -159,7 +159,7 @@ class CommandRunner:
             why = self._write_fields(job.dfd, sample, written)
             job.written = written
         except OSError as e:
-            why = f"working directory: {e.strerror or e}"
+            why = self._workdir_failed(e, job, discard=True)
         if why:
             self.discard(job)
             return Result(key, error=why)
@@ -225,7 +225,7 @@ class CommandRunner:
             job.log = None  # the main loop copies and closes it
             return Result(key, outputs, log=log)
         except OSError as e:
-            return Result(key, error=f"working directory: {e.strerror or e}")
+            return Result(key, error=self._workdir_failed(e, job))
         finally:
             self.discard(job)
 
@@ -241,7 +241,7 @@ class CommandRunner:
         try:
             job.name, job.dfd, job.log = self._slot(index)
         except OSError as e:
-            why = f"working directory: {e.strerror or e}"
+            why = self._workdir_failed(e, job)
             return _Batch([Result(s.get("__key__") if isinstance(s, dict) else None, error=why) for s in batch])
         written = {} if COARSE is not None else None
         for i, sample in enumerate(batch):
@@ -256,7 +256,7 @@ class CommandRunner:
             try:
                 why = self._write_fields(job.dfd, sample, written, f"{self.base}-{i:06d}", made)
             except OSError as e:
-                why = f"working directory: {e.strerror or e}"
+                why = self._workdir_failed(e, job, discard=True)
             if why:
                 for name in made:  # the command does not see a half-written sample
                     try:
@@ -333,7 +333,7 @@ class CommandRunner:
                         break
             return _Batch(results)
         except OSError as e:
-            why = f"working directory: {e.strerror or e}"
+            why = self._workdir_failed(e, job)
             return _Batch([Result(e_["__key__"], error=why) if isinstance(e_, dict) else e_ for e_ in entries])
         finally:
             self.discard(job)
@@ -412,6 +412,20 @@ class CommandRunner:
         except BaseException:
             os.close(dfd)
             raise
+
+    def _workdir_failed(self, e, job, discard=False):
+        """A sample's failure in its working directory (why, a line), or, on
+        a full or failing disk, the error that stops the run: the disk is
+        not the sample's fault, and every next sample would fail the same."""
+        from ..errors import is_write_error, write_failed
+
+        where = os.path.join(self.root or self.parent, getattr(job, "name", None) or "")
+        if is_write_error(e):
+            if discard:  # (else the caller's ``finally`` does)
+                self.discard(job)
+            raise write_failed(where, "a sample's files for its command", e,
+                               "working directories go under --working-dir or TMPDIR")
+        return f"working directory {where}: {e.strerror or e}"
 
     def _spill(self):
         """An unnamed file in the run directory, for a command's long output."""

@@ -99,7 +99,7 @@ def test_tar2json_full_disk_is_output_not_written(tmp_path):
     (bad usage); every other writer says 'write failed', exit 1."""
     (tmp_path / "a.tar").write_bytes(text_shard(200))
     p = run_bash("tar2json a.tar > /dev/full", tmp_path)
-    assert p.returncode == 1 and one_line(p) == "tar2json: -: write failed: No space left on device"
+    assert p.returncode == 1 and one_line(p) == "tar2json: stdout: write failed: No space left on device"
 
 
 def run_pipefail(cmd, cwd, input=None, env=None, timeout=60):

@@ -315,3 +315,16 @@ def test_tarpcat_early_batches_keep_the_order_and_bytes(sh, tmp_path):
     fast = sh("tarpcat -w 2 a.tar b.tar").stdout
     slow = sh("""tarpcat -w 2 'pipe:sh -c "cat a1; sleep 0.5; cat a2"' 'pipe:sh -c "cat b1; sleep 0.3; cat b2"'""").stdout
     assert slow == fast and len(read_tar(slow)) == 11
+
+
+def test_large_fields_of_stdin_and_of_a_symlinked_shard(sh, tmp_path):
+    """A field past the blob threshold crosses from a worker as a reference
+    to its file: a symlinked shard was refused ("Too many levels of symbolic
+    links": the reference was opened with O_NOFOLLOW), and stdin's
+    /proc/PID/fd name died with the worker's reader; now each is what
+    tarcat gives."""
+    (tmp_path / "s.tar").write_bytes(tar_bytes([(f"k{i}.bin", bytes([i]) * 5000) for i in range(20)]))
+    (tmp_path / "link.tar").symlink_to("s.tar")
+    want = sh("tarcat s.tar").stdout
+    assert sh("tarpcat --blob-threshold 1000 link.tar").stdout == want
+    assert sh("tarpcat -w 2 --blob-threshold 1000 - < s.tar").stdout == want

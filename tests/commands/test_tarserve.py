@@ -56,13 +56,19 @@ def data(tmp_path):
     return tmp_path
 
 
+def _terminal_signals():
+    """A terminal job's dispositions (a test run in the background ignores
+    SIGINT, which its children would inherit)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Tarserve:
     def __init__(self, cwd, args, env=None):
         self.log = cwd / f"tarserve-{time.monotonic_ns()}.log"
         self.err = open(self.log, "wb")
         full_env = dict(os.environ, **(env or {}))
         self.proc = subprocess.Popen(["tarserve", *args, "--port", "0"], cwd=cwd, stderr=self.err,
-                                     stdout=subprocess.DEVNULL, env=full_env)
+                                     stdout=subprocess.DEVNULL, env=full_env, preexec_fn=_terminal_signals)
         deadline = time.monotonic() + 20
         while True:
             m = re.search(rb"on http://127\.0\.0\.1:(\d+)/", self.log.read_bytes())
@@ -474,6 +480,30 @@ def test_sigterm_cuts_at_the_deadline(data, serve, upstream):
     assert not got.endswith(b"0\r\n\r\n")
     assert s.proc.wait(20) == 0
     assert "1 responses cut" in s.text()
+    assert not descendants(s.proc.pid)
+
+
+@pytest.mark.parametrize("draining", [False, True])
+def test_ctrl_c_stops_now(data, serve, upstream, draining):
+    """Ctrl-C is not SIGTERM: it cuts the responses in flight at once and
+    exits 130 (it drained for --drain-timeout and exited 0), also when it
+    comes during a SIGTERM's drain."""
+    s = serve([upstream.url, "--drain-timeout", "600"], cwd=data)
+    c = _open_stream(s.port, "shard.tar")
+    got = _read_until(c, b"sample 0")
+    if draining:
+        s.proc.send_signal(signal.SIGTERM)
+        assert wait_for(lambda: "draining" in s.text())
+    s.proc.send_signal(signal.SIGINT)
+    assert s.proc.wait(60) == 130  # (not the 600 s of the drain)
+    while True:
+        d = c.recv(65536)
+        if not d:
+            break
+        got += d
+    c.close()
+    assert not got.endswith(b"0\r\n\r\n")  # cut
+    assert s.text().rstrip().endswith("tarserve: interrupted") and "Traceback" not in s.text(), s.text()
     assert not descendants(s.proc.pid)
 
 

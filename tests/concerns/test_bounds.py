@@ -139,3 +139,38 @@ def test_huge_url_lists_are_one_line_not_gigabytes(command, tmp_path):
     assert p.returncode != 0 and int(rss) < 200 * 1024, (p.returncode, rss)
     lines = [line for line in err.splitlines() if line.strip() and "exited with" not in line]
     assert len(lines) == 1 and "more than 1000 entries" in lines[0] and "TARPROC_MAX_URLS" in lines[0], err
+
+
+def test_the_column_scan_holds_rows_not_samples(tmp_path, sh):
+    """tar2tsv without -f holds the first --scan samples until it knows its
+    columns: their rows (a binary field's cell is its size), not their
+    bytes.  40 samples of a 1 MB field (in memory: under the blob
+    threshold) peaked 40 MB above the same run with -f."""
+    data = _tar([m for i in range(40) for m in ((f"s{i:03d}.bin", bytes(1 << 20)), (f"s{i:03d}.cls", b"%d" % i))])
+    (tmp_path / "in.tar").write_bytes(data)
+
+    def peak(args):
+        p = sh(f"cat in.tar | /usr/bin/time -v tar2tsv {args} 2> rss > out.tsv")
+        assert p.returncode == 0
+        return int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", (tmp_path / "rss").read_text())[1])
+
+    with_f = peak("-f 'bin cls'")
+    assert (tmp_path / "out.tsv").read_text().splitlines()[1] == "s000\t1048576\t0"
+    scanned = peak("")
+    assert (tmp_path / "out.tsv").read_text().splitlines()[:2] == ["__key__\tbin\tcls", "s000\t1048576\t0"]
+    assert scanned - with_f < 15_000, (with_f, scanned)
+
+
+def test_the_column_scan_is_bounded_in_bytes(sh, tmp_path):
+    """Text cells are held as text: past TARPROC_SCAN_MEMORY the scan ends
+    early (a warning says where), and every row is still written."""
+    data = _tar([m for i in range(30) for m in ((f"s{i:03d}.txt", b"t" * 100_000),) + (
+        ((f"s{i:03d}.late", b"x"),) if i == 25 else ())])
+    (tmp_path / "in.tar").write_bytes(data)
+    p = sh("TARPROC_SCAN_MEMORY=1MB tar2tsv in.tar", stderr_ok=True)
+    lines = p.stdout.decode().splitlines()
+    assert lines[0] == "__key__\ttxt" and len(lines) == 31 and lines[30] == "s029\t" + "t" * 100_000
+    err = p.stderr.decode()
+    assert "columns taken from the first 10 samples, not 1000" in err, err
+    assert "sample 's025': field late not in the columns (taken from the first 10 samples" in err, err
+    assert "late" in sh("tar2tsv in.tar").stdout.decode().splitlines()[0]  # (default bound: all 30 scanned)

@@ -538,3 +538,52 @@ def test_signal_while_the_input_still_arrives(command, sig, tmp_path):
     assert p.returncode in (130, 143, -2, -15), (p.returncode, err)
     assert "Traceback" not in err
     assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
+
+
+def _group_has(pgid, word):
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != pgid:
+            try:
+                if os.getpgid(int(pid)) == pgid and word in open(f"/proc/{pid}/cmdline", "rb").read():
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_ctrl_c_while_map_workers_start(method, tmp_path):
+    """Ctrl-C (SIGINT to the whole group) while ``tarproc --map`` starts its
+    workers under spawn or forkserver: exit 130 and the one line, no
+    KeyboardInterrupt or EOFError traceback from a worker's interpreter
+    still starting (multiprocess's resource tracker unblocked SIGINT in the
+    starting thread, so the workers and the fork server started with it
+    deliverable).  The signal lands at several moments after the first
+    worker-side process appears."""
+    (tmp_path / "in.tar").write_bytes(shard(200, size=100))
+    (tmp_path / "fn.py").write_text("def f(s):\n    return s\n")
+    for delay in (0.0, 0.08, 0.25):
+        p = subprocess.Popen(["tarproc", "--map", "fn.py:f", "-p", "3", "--start-method", method, "in.tar",
+                              "-o", "/dev/null"], cwd=tmp_path, stderr=subprocess.PIPE, start_new_session=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        try:
+            assert wait_for(lambda: _group_has(p.pid, b"multiprocess") or p.poll() is not None, 60)
+            time.sleep(delay)
+            os.killpg(p.pid, signal.SIGINT)
+            rc = p.wait(60)
+            err = p.stderr.read().decode(errors="replace")
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if rc == 0:  # (done before the signal: nothing to see)
+            continue
+        assert (rc, err) == (130, "tarproc: interrupted\n"), (delay, rc, err)
+        assert not _wait_gone(lambda: [q for q in _procs_with("multiprocess") if _pgid(q) == p.pid])
+
+
+def _pgid(pid):
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None

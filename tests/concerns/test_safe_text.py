@@ -160,3 +160,46 @@ def test_tables_and_previews_never_pass_terminal_controls(tmp_path):
     rows = [json.loads(line) for line in run(["tar2tsv", "-f", "txt", "--format", "jsonl", "h.tar"],
                                              tmp_path).stdout.decode().splitlines()]
     assert [r["txt"] for r in rows[:3]] == [t for _, t in HOSTILE]  # JSON still carries the exact text
+
+
+# ---------------------------------------------------------------- names never forge a line
+
+FORGE = "a\n  ok FORGED\nz"  # a name that would print an "  ok" line of its own
+READING = ["tarcheck -v {}", "tarcheck --json {}", "tarcat -v {}", "tar2tsv {}", "tar2json {}", "tarshow {}",
+           "tarindex -v -o i.json {}", "tarproc -v -c true {}", "tarsplit -v -n 1 -o sp {}", "tarfirst {}",
+           "tarpcat -v {}", "tarjoin -v {} -o /dev/null"]
+
+
+def _forged(p):
+    """Lines of output that are a forged "ok" (or carry an escape)."""
+    out = p.stdout + p.stderr
+    _no_controls(out)
+    return [line for line in out.decode("utf-8", "replace").splitlines() if line.strip().startswith(("ok FORGED", "z"))]
+
+
+@pytest.mark.parametrize("cmd", READING)
+def test_member_names_never_forge_a_line(sh, tmp_path, cmd):
+    """A member name with newlines (``a\\n  ok\\nz.txt``) in every command's
+    reports and messages: tarcheck printed it raw and forged an "  ok"
+    line."""
+    import make_corpus as M
+
+    (tmp_path / "nl.tar").write_bytes(
+        M.member(f"{FORGE}.txt".encode(), b"x") + M.member(b"k\x1b[2J\n.txt", b"y")
+        + M.member(f"{FORGE}.lnk".encode(), flag=b"2", linkname=FORGE.encode()) + M.EOA)
+    p = sh(cmd.format("nl.tar"), ok=False)
+    assert not _forged(p), (cmd, p.stdout, p.stderr)
+    told = p.stdout + p.stderr
+    assert b"a\\n  ok FORGED\\nz" in told or b"a\\\\n  ok FORGED\\\\nz" in told, (cmd, told)  # escaped (in JSON too)
+
+
+@pytest.mark.parametrize("cmd", READING)
+def test_input_names_never_forge_a_line(sh, tmp_path, cmd):
+    """An input file named with newlines, sound and damaged: "reading NAME"
+    (-v), the report's header, the error line."""
+    (tmp_path / f"{FORGE}.tar").write_bytes(tar_bytes([("k.txt", b"t"), ("k.cls", b"1")]))
+    (tmp_path / f"{FORGE}-bad.tar").write_bytes(b"x" * 1024)
+    for name in (f"{FORGE}.tar", f"{FORGE}-bad.tar"):
+        quoted = "$'" + name.replace("\n", "\\n") + "'"
+        p = sh(cmd.format(quoted), ok=False)
+        assert not _forged(p), (cmd, p.stdout, p.stderr)

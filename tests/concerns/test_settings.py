@@ -102,7 +102,7 @@ def test_defaults_are_the_library_defaults():
     expected = {
         "preview_bytes": limits.PREVIEW_BYTES, "max_pixels": limits.MAX_PIXELS, "json_depth": limits.JSON_DEPTH,
         "tail_bytes": limits.TAIL_BYTES, "name_chars": limits.NAME_CHARS, "check_keys": limits.CHECK_KEYS,
-        "check_fields": limits.CHECK_FIELDS, "sparse_holes": limits.SPARSE_HOLES, "max_ratio": limits.MAX_RATIO,
+        "check_fields": limits.CHECK_FIELDS, "scan_memory": limits.SCAN_MEMORY, "sparse_holes": limits.SPARSE_HOLES, "max_ratio": limits.MAX_RATIO,
         "ratio_floor": limits.RATIO_FLOOR, "max_urls": limits.MAX_URLS, "max_plan": create.MAX_PLAN,
         "max_index": indexed.MAX_INDEX, "max_sample": indexed.MAX_SAMPLE, "sample_memory": pack.SAMPLE_MEMORY,
         "capture_spill": capture.SPILL_BYTES, "blob_threshold": blob.DEFAULT_THRESHOLD,
@@ -351,12 +351,16 @@ _READ = sys.executable + " read.py {}"  # (IndexedDataset given no settings read
 COMMANDS = [
     ("TARPROC_MAX_URLS", "3", "tarindex 's{0..4}.tar' -o i.json", "", "more than 3 entries"),
     ("TARPROC_CHECK_FIELDS", "3", "tarcheck --json in.tar", "", "too_many_fields"),
+    ("TARPROC_SCAN_MEMORY", "100", "tar2tsv in.tar s1.tar", "\tt\n", "columns taken from the first 1 samples"),
     ("TARPROC_JSON_DEPTH", "2", "tar2tsv --format jsonl -f json.x in.tar", '"json.x": [[[1]]]', '"json.x": null'),
     ("TARPROC_JSON_DEPTH", "2", "tarfirst -f png --select '_.json.json[\"x\"] == [[[1]]]' in.tar | wc -c", "",
      "nested deeper than 2 levels"),
     ("TARPROC_MAX_PIXELS", "100", "tarshow -f png --images always in.tar", "", "not drawn"),
     ("TARPROC_MAX_PLAN", "10", "tarcreate plan.tsv -o plan.tar", "", "larger than 10 bytes (TARPROC_MAX_PLAN)"),
     ("TARPROC_MAX_RATIO", "50", "TARPROC_RATIO_FLOOR=1000000 tarcat bomb.tar.gz -o b.tar", "",
+     "more than 50:1"),
+    # the one-stream gzip shard indexed with checkpoints (indexed_gzip) too: that path forgot the bound
+    ("TARPROC_MAX_RATIO", "50", "TARPROC_RATIO_FLOOR=1000000 tarindex bomb.tar.gz -o b.json", "",
      "more than 50:1"),
     ("TARPROC_READ_MEM", 'f={url}; cat "${f#mem://}"', "tarcat mem://s1.tar | tar tf -", "unknown URL scheme",
      "k1.txt"),
