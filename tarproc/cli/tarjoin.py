@@ -105,7 +105,7 @@ def tarjoin_command(
     for t in tables:
         if t == "-" or not os.path.isfile(t):
             raise UsageError(f"--table {shown(t)}: not a file (a table is read from a local file)")
-    outputs = bounded_list(expand_urls([args.output]), "the outputs", max_urls=args.settings.max_urls) if "{" in args.output else [args.output]
+    outputs = bounded_list(expand_urls([args.output], globs=False), "the outputs", max_urls=args.settings.max_urls) if "{" in args.output else [args.output]
     if not outputs:
         raise UsageError(f"-o {shown(args.output)}: names no output")
     pairwise = len(outputs) > 1
