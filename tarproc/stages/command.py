@@ -56,7 +56,8 @@ from ..errors import UsageError, describe_exit
 from ..core.blob import Blob, Spooler
 from ..core.limits import quote
 from ..core.rules import bad_field_name, bad_key, is_extra_meta, is_meta
-from ..runtime.engine import Result, check_mode, default_parallel, handler, stderr_echo, stderr_report
+from ..runtime.engine import (Result, check_max_failures, check_mode, default_parallel, handler, stderr_echo,
+                              stderr_report)
 from ..runtime.capture import Capture
 from ..runtime.procs import close_at_exit
 from ..runtime.spawn import Spawner, spawn_loop
@@ -705,7 +706,7 @@ def map_command(samples, command=None, parallel=None, *, script=None, interprete
                 error_handling="skip", subdirs=False, multi=False, ordered=True, timeout=None,
                 workdir=None, keepdir=False, add_log=None, stats=None, on_error=None, echo=None,
                 quiet=False, prog="tarproc", stall=None, spooler=None, per_command=1, capture_spill=None,
-                tail_bytes=None):
+                tail_bytes=None, max_failures=None):
     """Run ``command`` (a shell command line, or ``script=FILE``) on every
     sample; yield the output samples (see the module documentation).
 
@@ -731,8 +732,11 @@ def map_command(samples, command=None, parallel=None, *, script=None, interprete
 
     A command's output past ``capture_spill`` bytes (default 256 KiB) goes to
     a file; at most ``tail_bytes`` of a failed command's output (default
-    8 KiB) are kept for its message."""
+    8 KiB) are kept for its message.  ``max_failures=N``: once more than N
+    samples have failed, stop (:class:`~tarproc.errors.TooManyFailures`,
+    the commands running killed); ``None``: run on."""
     check_mode(error_handling)
+    check_max_failures(max_failures)
     parallel = parallel or default_parallel()
     if parallel < 1:
         raise UsageError("parallel must be >= 1")
@@ -745,7 +749,8 @@ def map_command(samples, command=None, parallel=None, *, script=None, interprete
     runner.capture_spill = capture_spill
     runner.tail_bytes = tail_bytes
     gen = _run_commands(samples, runner, parallel, error_handling, ordered, stats,
-                        on_error or stderr_report(prog), _log_echo(echo), quiet or add_log is not None, stall)
+                        on_error or stderr_report(prog), _log_echo(echo), quiet or add_log is not None, stall,
+                        max_failures)
     return close_at_exit(gen, runner.abort)
 
 
@@ -772,10 +777,11 @@ def _log_echo(echo):
     return copy
 
 
-def _run_commands(samples, runner, parallel, error_handling, ordered, stats, on_error, echo, quiet_log, stall=None):
+def _run_commands(samples, runner, parallel, error_handling, ordered, stats, on_error, echo, quiet_log, stall=None,
+                  max_failures=None):
     runner.start()
     try:
-        handle = handler(error_handling, stats, on_error, echo, quiet_log, runner.tail_bytes)
+        handle = handler(error_handling, stats, on_error, echo, quiet_log, runner.tail_bytes, max_failures)
         if runner.per_command > 1:  # the loop runs lists of samples, a job each
             samples, handle = _batches(samples, runner.per_command, _batch_budget(runner.spooler)), _each_sample(handle)
         yield from spawn_loop(samples, runner, parallel, 2 * parallel + 2, ordered, handle, on_stall=stall)
