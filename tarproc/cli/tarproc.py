@@ -253,6 +253,10 @@ def main(args, prog="tarproc"):
     finally:
         if isinstance(report, _Failures):
             report.keys.abort()  # (once committed, nothing) a run that stopped early: its list would be incomplete
+    if stats.skipped and not stats.written and not stats.failed:  # an empty output is a result: say why
+        made = ("the function returned no sample" if args.map is not None
+                else f"the command left no {args.base}.* file")
+        rep.warn(f"no sample written: {made} for any of the {stats.skipped} samples it ran on (each skipped)")
     rep.done(stats, force=stats.failed > 0)
     if failed:
         where = ("on stdout, the archive is left without its end-of-archive marker"

@@ -43,7 +43,7 @@ def tarsplit_command(
     output: Annotated[str, opt("-o", "--output", metavar="PREFIX|PATTERN",
                       help="PREFIX gives PREFIX-000000.tar, PREFIX-000001.tar, ...; a PATTERN with %06d or "
                            "{shard:06d} is used as given; may be a URL (gs://, s3://, pipe:...) "
-                           "(default: temp)")] = "temp",
+                           "(default: temp, in the current directory, said on stderr)")] = None,
     compress: Annotated[bool, opt("-z", "--compress",
                         help="gzip the shards (a PREFIX gets .tar.gz; a pattern ending .tgz/.tar.gz/.tar.zst "
                              "compresses without -z)")] = False,
@@ -99,6 +99,9 @@ def tarsplit_command(
 
     args = Args(locals())
     args.command = args.command_
+    unnamed = args.output is None
+    if unnamed:
+        args.output = "temp"  # the original's default
     if args.output in ("-", "") or args.output.startswith("-"):
         raise UsageError(f"-o {args.output!r}: tarsplit writes several shards, not one stream; give a PREFIX "
                          f"or a PATTERN such as 'out-%06d.tar' (tarcat writes one stream)")
@@ -118,6 +121,10 @@ def tarsplit_command(
     max_size = parse_size(args.max_size) if args.max_size not in (None, "", "0") else None
     max_count = args.num_samples if args.num_samples and args.num_samples > 0 else None
     pattern = shard_pattern(args.output, args.compress)
+    if unnamed:  # shards appear in the current directory: say so once, whatever -q
+        import os
+
+        rep.say(f"no -o given: writing the shards as {pattern} in {os.getcwd()} (-o PREFIX names them)")
     compression = "auto"
     if args.compress and compression_for(pattern.replace("%", "").replace("{", "")) is None:
         compression = "gzip"

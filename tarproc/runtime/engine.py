@@ -97,9 +97,10 @@ class Result:
     outputs, or an error (with the command's output or the function's
     traceback in ``log``)."""
 
-    __slots__ = ("key", "outputs", "error", "log", "sample", "fatal")
+    __slots__ = ("key", "outputs", "error", "log", "sample", "fatal", "note")
 
-    def __init__(self, key, outputs=(), error=None, log=b"", sample=None, fatal=False):
+    def __init__(self, key, outputs=(), error=None, log=b"", sample=None, fatal=False, note=None):
+        self.note = note  # a line for on_error that is not a failure (files a command left uncollected)
         self.fatal = fatal  # stops the run whatever the error policy (command not found)
         self.key = key
         self.outputs = outputs  # list of samples
@@ -125,6 +126,8 @@ def handler(error_handling, stats, on_error, echo, quiet_log, tail_bytes=None, m
 
     def handle(result):
         nonlocal reported
+        if result.note is not None:
+            on_error(result.note)
         if result.error is not None:
             if stats is not None:
                 stats.failed += 1

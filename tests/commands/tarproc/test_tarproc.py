@@ -572,3 +572,27 @@ def test_a_run_stops_once_its_failure_budget_is_spent(sh, tmp_path):
     write(tmp_path, "in.tar", text_shard(50))
     p = sh("tarproc -e ignore -c 'exit 1' in.tar -o out.tar", stderr_ok=True)
     assert len(keys_of((tmp_path / "out.tar").read_bytes())) == 50
+
+
+def test_results_that_vanish_are_named(sh, tmp_path):
+    write(tmp_path, "in.tar", text_shard(5))
+    # every sample left out: an empty archive is a result, and it says so
+    p = sh("tarproc -c 'rm sample.*' in.tar -o out.tar", stderr_ok=True)
+    assert keys_of((tmp_path / "out.tar").read_bytes()) == []
+    assert p.stderr.decode() == ("tarproc: warning: no sample written: the command left no sample.* file for any "
+                                 "of the 5 samples it ran on (each skipped)\n")
+    (tmp_path / "none.py").write_text("def f(s):\n    return None\n")
+    p = sh("tarproc --map none.py:f in.tar -o out.tar", stderr_ok=True)
+    assert "no sample written: the function returned no sample for any of the 5 samples" in p.stderr.decode()
+    # a file not named sample.*: said once, named, with the name that would be collected
+    p = sh("tarproc -c 'tr a-z A-Z < sample.txt > upper.txt; touch zz' in.tar -o out.tar", stderr_ok=True)
+    assert p.stderr.decode() == ("tarproc: warning: sample '0000': the command left 'upper.txt', 'zz', not "
+                                 "collected: only files named sample.* are outputs (e.g. sample.upper.txt); "
+                                 "said once\n")
+    assert list(samples_of((tmp_path / "out.tar").read_bytes())["0003"]) == ["txt"]
+    p = sh("tarproc --per-command 2 -c 'touch x' in.tar -o out.tar", stderr_ok=True)
+    assert "left 'x', not collected: only files named sample-NNNNNN.* are outputs (e.g. sample-000000.x)" \
+        in p.stderr.decode()
+    # -q: no word; a command that leaves only outputs: no word
+    assert sh("tarproc -q -c 'touch x' in.tar -o out.tar").stderr == b""
+    assert sh("tarproc -c 'cp sample.txt sample.b' in.tar -o out.tar").stderr == b""

@@ -285,3 +285,19 @@ def test_python_api_per_command(tmp_path):
     for kw in ({"multi": True}, {"subdirs": True}, {"add_log": "log"}, {"per_command": 0}):
         with pytest.raises(UsageError):
             list(map_command(iter(samples), "true", 1, **dict({"per_command": 2}, **kw)))
+
+
+def test_a_batch_command_naming_sample_dot_gets_a_hint(sh, tmp_path):
+    # the user's command, written for one sample, run with --per-command 10: gm cannot open sample.jpg
+    (tmp_path / "in.tar").write_bytes(tar_bytes([(f"k{i}.jpg", jpeg_bytes(16, 12, seed=i)) for i in range(12)]))
+    p = sh("tarproc --per-command 10 -c 'gm convert sample.jpg -resize 8x6 sample.jpg' in.tar -o out.tar", ok=False)
+    first = p.stderr.decode().splitlines()[0]
+    assert first == ("tarproc: sample 'k0': command failed with exit status 1 (one command for 10 samples, 'k0' to "
+                     "'k9'; with --per-command the files are sample-NNNNNN.FIELD, not sample.FIELD) "
+                     "(failed: not written)"), p.stderr
+    (tmp_path / "one.sh").write_text("gm convert sample.jpg x.jpg\n")
+    p = sh("tarproc --per-command 10 -s one.sh in.tar -o out.tar", ok=False)
+    assert "not sample.FIELD" in p.stderr.decode()
+    # a command that does not name sample.: no hint
+    p = sh("tarproc --per-command 10 -c 'exit 1' in.tar -o out.tar", ok=False)
+    assert "NNNNNN" not in p.stderr.decode()

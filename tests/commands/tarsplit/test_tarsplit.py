@@ -443,3 +443,14 @@ def test_tarsplit_prefix_keeps_its_ending_and_compression(tmp_path):
     for d in ("gz", "z"):
         assert (tmp_path / d / "part-000000.tar.gz").read_bytes()[:2] == b"\x1f\x8b"
         assert [n for n, _ in members(tmp_path / d / "part-000002.tar.gz")] == ["s0004.cls", "s0004.txt"]
+
+
+def test_without_o_it_says_where_the_shards_go(sh, tmp_path):
+    (tmp_path / "in.tar").write_bytes(tar_bytes([(f"k{i}.txt", b"x") for i in range(25)]))
+    p = sh("tarsplit -n 10 in.tar", stderr_ok=True)
+    assert p.stderr.decode() == f"tarsplit: no -o given: writing the shards as temp-%06d.tar in {tmp_path} " \
+                                "(-o PREFIX names them)\n"
+    assert sorted(glob.glob(str(tmp_path / "temp-*"))) == [str(tmp_path / f"temp-{i:06d}.tar") for i in range(3)]
+    p = sh("tarsplit -q -z -n 10 in.tar", stderr_ok=True)  # said whatever -q
+    assert "writing the shards as temp-%06d.tar.gz in" in p.stderr.decode()
+    assert sh("tarsplit -n 10 -o temp in.tar").stderr == b""  # named: no word
