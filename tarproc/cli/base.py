@@ -875,6 +875,31 @@ def end_bad_shards(bad, rep, args=None, stats=None):
         bad.check(stats.inputs if stats is not None else None)
 
 
+def _said_if_empty(stage, option, args):
+    """``stage`` (``--skip``, ``--slice``), with one warning when the input
+    had samples and the stage let none through (an empty output is a
+    result: say why).  Nothing is said when the reading stops early."""
+
+    def run(samples):
+        seen = [0]
+
+        def counted():
+            for sample in samples:
+                seen[0] += 1
+                yield sample
+
+        passed = 0
+        for sample in stage(counted()):
+            passed += 1
+            yield sample
+        if seen[0] and not passed and not getattr(args, "quiet", False):
+            n = seen[0]
+            said = _clip(f"{option} left none of the {n} sample{'s' * (n != 1)} read")
+            print(f"{args.prog or current_prog()}: warning: {said}", file=sys.stderr, flush=True)
+
+    return run
+
+
 def selection_stages(args, middle=(), slice_parser=None):
     """Stages for the shared selection options, in their order of meaning:
     ``--skip``, ``--slice``, then ``middle`` (filters such as ``-f``), then
@@ -883,10 +908,10 @@ def selection_stages(args, middle=(), slice_parser=None):
 
     stages = []
     if getattr(args, "skip", 0):
-        stages.append(S.skip(args.skip))
+        stages.append(_said_if_empty(S.skip(args.skip), f"--skip {args.skip}", args))
     if getattr(args, "slice", None):
         sl = (slice_parser or S.parse_slice)(args.slice)
-        stages.append(S.slice_samples(sl.start, sl.stop, sl.step))
+        stages.append(_said_if_empty(S.slice_samples(sl.start, sl.stop, sl.step), f"--slice {args.slice}", args))
     stages.extend(middle)
     if getattr(args, "count", None) is not None:
         stages.append(S.take(args.count))
