@@ -88,8 +88,10 @@ def test_add_change_remove_fields(sh, tmp_path):
     out = samples_of(sh("tarproc -c 'rm sample.png' in.tar").stdout)
     assert list(out) == ["0000", "0001", "0002"] and all(set(s) == {"txt"} for s in out.values())
     # -b: another base name; files not named base.* are not collected
-    out = samples_of(sh("tarproc -b item -c 'cat item.txt item.txt > item.two; echo x > other.txt' in.tar").stdout)
+    p = sh("tarproc -b item -c 'cat item.txt item.txt > item.two; echo x > other.txt' in.tar", stderr_ok=True)
+    out = samples_of(p.stdout)
     assert out["0001"]["two"] == b"t1t1" and "txt" in out["0001"]
+    assert "left 'other.txt', not collected: only files named item.* are outputs" in p.stderr.decode()
 
 
 # ---------------------------------------------------------------- several outputs
