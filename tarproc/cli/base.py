@@ -853,7 +853,17 @@ def bad_shards_of(args, rep, spooler=None):
         return None
     from ..sources.badshards import BadShards
 
-    bad = BadShards(policy, None, rep.say, spooler)  # the limit is checked once, by end_bad_shards
+    def report(line):
+        rep.say(line)
+        if bad.limit is not None and bad.count > bad.limit and not bad.ended:
+            # the allowance is spent: the run fails whatever comes next, so it stops reading here
+            from ..errors import TooManyBadShards
+
+            bad.ended = True
+            bad.max_bad = bad.limit
+            raise TooManyBadShards(bad.summary() + "; stopped there, the shards after it not read")
+
+    bad = BadShards(policy, None, report, spooler)  # the limit is checked by end_bad_shards: once spent, or at the end
     bad.limit = limit if limit is not None else None if getattr(args, "ignore_errors", None) else 0
     bad.ended = False
     rep.bad_shards = bad
