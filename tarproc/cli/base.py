@@ -863,7 +863,7 @@ def bad_shards_of(args, rep, spooler=None):
             bad.max_bad = bad.limit
             raise TooManyBadShards(bad.summary() + "; stopped there, the shards after it not read")
 
-    bad = BadShards(policy, None, report, spooler)  # the limit is checked by end_bad_shards: once spent, or at the end
+    bad = BadShards(policy, None, report, spooler)  # the limit: checked once spent (report), or at the end
     bad.limit = limit if limit is not None else None if getattr(args, "ignore_errors", None) else 0
     bad.ended = False
     rep.bad_shards = bad

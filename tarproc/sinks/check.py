@@ -28,8 +28,9 @@ it that are not tar: ignored by readers), ``no_samples``, ``unreadable``
 (the shard cannot be opened, or is damaged: a bad checksum, input ending
 inside a member; its example is the error line, its counts are those read
 before the damage); ``duplicate_keys`` (the same key in more than one shard,
-or back in its shard with a field it had: a sample repeated).  Directories are counted, not reported: ``tar c dir`` writes
-them and every reader skips them.  An unreadable shard does not stop the
+or back in its shard with a field it had: a sample repeated).  Directories
+are counted, not reported: ``tar c dir`` writes them and every reader skips
+them.  An unreadable shard does not stop the
 check: the other shards are checked and reported.
 Memory stays bounded however many keys there are: every key is remembered
 exactly (:class:`SeenKeys`), the first :data:`~tarproc.core.limits.CHECK_KEYS`

@@ -158,7 +158,8 @@ def test_failed_batch_ignore_and_abort(sh, tmp_path):
 
 def test_a_symlink_fails_only_its_sample(sh, tmp_path):
     write(tmp_path, "in.tar", tar_bytes([(f"k{i}.txt", b"%d" % i) for i in range(3)]))
-    p = sh("tarproc --max-failures 1% --per-command 3 --failed-keys failed.txt -c 'ln -s /etc/passwd sample-000001.pw' in.tar",
+    p = sh("tarproc --max-failures 1% --per-command 3 --failed-keys failed.txt "
+           "-c 'ln -s /etc/passwd sample-000001.pw' in.tar",
            ok=False)
     assert p.returncode == 1
     assert list(samples_of(p.stdout)) == ["k0", "k2"]
@@ -178,7 +179,8 @@ def test_a_key_with_a_newline_fails_only_its_sample(sh, tmp_path):
 
 def test_timeout_and_command_not_found(sh, tmp_path):
     write(tmp_path, "in.tar", tar_bytes([(f"k{i}.txt", b"%d" % i) for i in range(4)]))
-    p = sh("tarproc -p 2 --max-failures 1% --timeout 1 --per-command 2 -c 'grep -qx k2 sample-000000.__key__ && sleep 30; true' "
+    p = sh("tarproc -p 2 --max-failures 1% --timeout 1 --per-command 2 "
+           "-c 'grep -qx k2 sample-000000.__key__ && sleep 30; true' "
            "--failed-keys failed.txt in.tar", ok=False, timeout=20)
     assert p.returncode == 1
     assert list(samples_of(p.stdout)) == ["k0", "k1"]
