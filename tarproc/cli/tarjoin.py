@@ -142,6 +142,8 @@ def tarjoin_command(
                               spool_dir=args.tmpdir, start_method=args.start_method, done=done, warn=rep.warn,
                               settings=args.settings)
         rep.info(f"{len(outputs)} outputs, {written} samples")
+        if not written and args.how == "inner":
+            rep.warn("no key is in every input (--how inner): the outputs are empty")
         return 0
 
     stats = S.Stats()
@@ -161,6 +163,9 @@ def tarjoin_command(
         for sample in progress_stage(rep, stats)(joined):
             writer.write(sample)
         writer.close()
+    if stats.read and not stats.written and args.how == "inner":  # an empty output is a result: say why
+        rep.warn(f"no key is in every input (--how inner): none of the {stats.read} samples of A joined, the "
+                 "output is empty")
     rep.done(stats)
     return 0
 
