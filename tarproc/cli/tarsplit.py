@@ -207,7 +207,7 @@ def tarsplit_command(
             with open_sink(args.manifest, compression=None, defer=False, settings=args.settings) as sink:
                 sink.write((json.dumps([s.as_dict() for s in shards], indent=1) + "\n").encode())
     if args.fractions:
-        _report_splits(rep, shards, args.quiet)
+        _report_splits(rep, shards, args.quiet, args.fractions)
     rep.done(stats)
     rep.info(f"{len(shards)} shards, {sum(s.samples for s in shards)} samples, {total_bytes} bytes")
     return 0
@@ -290,7 +290,9 @@ def _count_samples(urls, args, rep):
     return n
 
 
-def _report_splits(rep, shards, quiet):
+def _report_splits(rep, shards, quiet, spec):
+    from ..sinks.split import parse_fractions
+
     totals = {}
     for shard in shards:
         t = totals.setdefault(shard.split, [0, 0, 0])
@@ -300,6 +302,10 @@ def _report_splits(rep, shards, quiet):
     if not quiet:
         for name, (n, b, k) in totals.items():
             rep.say(f"{name}: {n} samples, {b} bytes, {k} shards")
+    # a split that got no sample has no shard: an empty result, said
+    for name, _ in parse_fractions(spec):
+        if name not in totals:
+            rep.warn(f"{name}: no sample fell in this split: no shard written for it")
 
 
 def entry():
