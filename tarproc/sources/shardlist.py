@@ -78,7 +78,7 @@ def expand_glob(url):
     expands an unquoted word (names starting with ``.`` only when the
     pattern's part does); a file of exactly that name wins (a name with a
     literal ``*`` still reads, as does ``[*]``); a pattern that matches
-    nothing is a :class:`UsageError`.  URLs (``s3://``, ``pipe:``, ``-``)
+    nothing is a :class:`~tarproc.errors.BadInput` (one line: cannot open).  URLs (``s3://``, ``pipe:``, ``-``)
     are never expanded: ``url`` is yielded as it is."""
     if not any(c in url for c in GLOB_CHARS) or scheme_of(url) != "file" or os.path.lexists(url):
         yield url
@@ -87,9 +87,10 @@ def expand_glob(url):
 
     names = sorted(glob.iglob(url))
     if not names:
-        from ..core.limits import quote, safe_text
+        from ..core.limits import shown
+        from ..errors import BadInput
 
-        raise UsageError(f"{quote(safe_text(url))}: no file matches this pattern")
+        raise BadInput(f"{shown(url)}: cannot open: no such file, and no file matches it as a pattern")
     yield from names
 
 

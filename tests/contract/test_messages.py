@@ -92,7 +92,8 @@ def test_local_names_are_globbed_as_the_shell_would(sh, tmp_path):
     for cmd in ("tarcat 'nope-*.tar' -o out.tar", "tarindex 'nope-?.tar' -o i.json", "tarcheck 'x[0-9].tar'"):
         p = sh(cmd, ok=False)
         err = p.stderr.decode()
-        assert p.returncode == 2 and "no file matches this pattern" in err and len(err.splitlines()) == 1, err
+        assert p.returncode == 2 and len(err.splitlines()) == 1, err
+        assert err.endswith(": cannot open: no such file, and no file matches it as a pattern\n"), err
     assert not (tmp_path / "out.tar").exists()
     # a file of exactly that name wins; [*] matches a literal *, as in the shell
     (tmp_path / "odd*.tar").write_bytes((tmp_path / "shard-1.tar").read_bytes())
