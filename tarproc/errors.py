@@ -119,6 +119,15 @@ class SampleFailed(TarprocError):
     exit_code = EXIT_FAILED
 
 
+class TooManyFailures(SampleFailed):
+    """More samples failed than ``max_failures`` allows: the run stopped at
+    the failure that spent the allowance (``failed``, ``allowed``)."""
+
+    def __init__(self, failed, allowed):
+        self.failed, self.allowed = failed, allowed
+        super().__init__(f"{failed} sample{'s' * (failed != 1)} failed, more than max_failures={allowed}: stopped")
+
+
 def describe_exit(code):
     """How a child process ended, for messages: ``exit status 3``,
     ``killed by SIGKILL``, or ``did not start`` (``None``)."""

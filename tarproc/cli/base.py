@@ -989,7 +989,17 @@ def bad_shards_of(args, rep, spooler=None):
         return None
     from ..sources.badshards import BadShards
 
-    bad = BadShards(policy, None, rep.say, spooler)  # the limit is checked once, by end_bad_shards
+    def report(line):
+        rep.say(line)
+        if bad.limit is not None and bad.count > bad.limit and not bad.ended:
+            # the allowance is spent: the run fails whatever comes next, so it stops reading here
+            from ..errors import TooManyBadShards
+
+            bad.ended = True
+            bad.max_bad = bad.limit
+            raise TooManyBadShards(bad.summary() + "; stopped there, the shards after it not read")
+
+    bad = BadShards(policy, None, report, spooler)  # the limit: checked once spent (report), or at the end
     bad.limit = limit if limit is not None else None if getattr(args, "ignore_errors", None) else 0
     bad.ended = False
     rep.bad_shards = bad
@@ -1011,6 +1021,31 @@ def end_bad_shards(bad, rep, args=None, stats=None):
         bad.check(stats.inputs if stats is not None else None)
 
 
+def _said_if_empty(stage, option, args):
+    """``stage`` (``--skip``, ``--slice``), with one warning when the input
+    had samples and the stage let none through (an empty output is a
+    result: say why).  Nothing is said when the reading stops early."""
+
+    def run(samples):
+        seen = [0]
+
+        def counted():
+            for sample in samples:
+                seen[0] += 1
+                yield sample
+
+        passed = 0
+        for sample in stage(counted()):
+            passed += 1
+            yield sample
+        if seen[0] and not passed and not getattr(args, "quiet", False):
+            n = seen[0]
+            said = _clip(f"{option} left none of the {n} sample{'s' * (n != 1)} read")
+            print(f"{args.prog or current_prog()}: warning: {said}", file=sys.stderr, flush=True)
+
+    return run
+
+
 def selection_stages(args, middle=(), slice_parser=None):
     """Stages for the shared selection options, in their order of meaning:
     ``--skip``, ``--slice``, then ``middle`` (filters such as ``-f``), then
@@ -1019,10 +1054,10 @@ def selection_stages(args, middle=(), slice_parser=None):
 
     stages = []
     if getattr(args, "skip", 0):
-        stages.append(S.skip(args.skip))
+        stages.append(_said_if_empty(S.skip(args.skip), f"--skip {args.skip}", args))
     if getattr(args, "slice", None):
         sl = (slice_parser or S.parse_slice)(args.slice)
-        stages.append(S.slice_samples(sl.start, sl.stop, sl.step))
+        stages.append(_said_if_empty(S.slice_samples(sl.start, sl.stop, sl.step), f"--slice {args.slice}", args))
     stages.extend(middle)
     if getattr(args, "count", None) is not None:
         stages.append(S.take(args.count))

@@ -84,8 +84,8 @@ def kujob_command(
     memory: Annotated[str, opt("--memory", metavar="M",
                       help="memory request and limit per pod, e.g. 8Gi (default: 2Gi)")] = "2Gi",
     max_failed: Annotated[Optional[int], opt("--max-failed", metavar="N",
-                          help="fail the whole Job once more than N shards have failed (maxFailedIndexes; "
-                               "default: run every shard)")] = None,
+                          help="once more than N shards have failed, start no more (with --k8s: "
+                               "maxFailedIndexes fails the whole Job; default: run every shard)")] = None,
     env: Annotated[Optional[List[str]], opt("-e", "--env", metavar="NAME=VALUE",
                    help="environment variable for the pods (repeatable)")] = None,
     ttl: Annotated[Optional[int], opt("--ttl", metavar="SECONDS",
@@ -166,6 +166,9 @@ def slurm(args, command, prog):
         raise UsageError("--task-index, --index-from-env, --dry-run, --k8s and --apply do not go with --slurm")
     if args.jobs is not None and args.jobs < 1:
         raise UsageError(f"bad --jobs {args.jobs}: must be at least 1")
+    if args.max_failed is not None:
+        raise UsageError("--max-failed does not go with --slurm (a Slurm array runs every task; kujob reruns "
+                         "only the missing ones with --done-if)")
     job = slurm.plan(command, args.shards, name=args.name, log_dir=args.log_dir or slurm.DEFAULT_LOG_DIR,
                      kujob=args.kujob if args.kujob != "kujob" else _this_kujob(), done_if=args.done_if,
                      retries=args.retries, retry_all=args.retry_all, throttle=args.jobs, settings=args.settings,
@@ -249,6 +252,8 @@ def main(args, command, prog="kujob"):
                          "--sbatch and --poll go with --slurm")
     if args.apply and not args.k8s:
         raise UsageError("--apply goes with --k8s")
+    if args.max_failed is not None and args.max_failed < 0:
+        raise UsageError(f"bad --max-failed {args.max_failed}: must be 0 or more")
     if args.k8s:
         if args.index is not None or args.index_from_env:
             raise UsageError("--task-index/--index-from-env run one shard; they do not go with --k8s")
@@ -317,7 +322,8 @@ def main(args, command, prog="kujob"):
     runner = jobs.Runner(command, ids, jobs=njobs, retries=args.retries, retry_all=args.retry_all,
                          done_if=args.done_if,
                          log=sys.stderr.buffer, status=status, progress=progress,
-                         verbose=args.verbose, first_index=first, settings=args.settings)
+                         verbose=args.verbose, first_index=first, settings=args.settings,
+                         max_failed=args.max_failed)
     try:
         summary = runner.run()
     finally:
@@ -330,6 +336,11 @@ def main(args, command, prog="kujob"):
     if failed:
         print(f"{prog}: {len(failed)} of {len(ids)} shards failed: {safe_text(' '.join(failed), lines=True)}",
               file=sys.stderr, flush=True)
+        left = summary.ids("pending")
+        if left:  # --max-failed spent: the rest were not started
+            print(f"{prog}: more than --max-failed {args.max_failed} shards failed: {len(left)} not started "
+                  f"({safe_text(' '.join(left[:10]), lines=True)}{' ...' if len(left) > 10 else ''})",
+                  file=sys.stderr, flush=True)
         # one shard (a pod, a Slurm task) whose command exited 2: exit 2, so a
         # Kubernetes podFailurePolicy does not retry what cannot change
         return 2 if first_only and runner.results[0].returncode == 2 else 1

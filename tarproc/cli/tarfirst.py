@@ -56,6 +56,7 @@ def main(args, prog="tarfirst"):
     import sys
 
     import tarproc as S
+    from ..core.limits import safe_text
     from ..sinks.show import find_match
 
     from .guards import refuse_overwriting_inputs
@@ -69,9 +70,10 @@ def main(args, prog="tarfirst"):
                              settings=args.settings, **resume_of(args))
     source = S.skip(args.skip)(samples) if args.skip else samples
     check = FieldCheck(rep, args.field)
+    misses = {}  # what -S could not find, counted
     try:
         found = find_match(check.before(source), args.field, args.select, args.nth,
-                           json_depth=args.settings.json_depth)
+                           json_depth=args.settings.json_depth, misses=misses)
     finally:
         samples.close()  # closes the input: stop reading at the match
     end_bad_shards(bad, rep, args)  # those met before the match (or all, when none matched)
@@ -79,7 +81,12 @@ def main(args, prog="tarfirst"):
         wanted = {c for _n, cands in S.parse_fields(args.field) for c in cands}
         why = f" (-f {args.field!r}: none of the {check.n_in} samples has these fields; {check._have()})" \
             if check.n_in and not wanted & check.names else ""
-        print(f"{prog}: no sample matched{why}", file=sys.stderr)
+        if not why and misses:  # -S used what the samples do not have: say what
+            n = check.n_in
+            found_not = "; ".join(f"{what} in {count} of the {n} sample{'s' * (n != 1)}"
+                                  for what, count in misses.items())
+            why = f" (-S: {found_not}; {check._have()})"
+        print(safe_text(f"{prog}: no sample matched{why}", lines=True), file=sys.stderr)
         return 1
     key, field, data = found
     rep.info(f"{key}.{field} ({len(data)} bytes)")

@@ -105,7 +105,7 @@ def tarjoin_command(
     for t in tables:
         if t == "-" or not os.path.isfile(t):
             raise UsageError(f"--table {shown(t)}: not a file (a table is read from a local file)")
-    outputs = bounded_list(expand_urls([args.output]), "the outputs", max_urls=args.settings.max_urls) if "{" in args.output else [args.output]
+    outputs = bounded_list(expand_urls([args.output], globs=False), "the outputs", max_urls=args.settings.max_urls) if "{" in args.output else [args.output]
     if not outputs:
         raise UsageError(f"-o {shown(args.output)}: names no output")
     pairwise = len(outputs) > 1
@@ -142,6 +142,8 @@ def tarjoin_command(
                               spool_dir=args.tmpdir, start_method=args.start_method, done=done, warn=rep.warn,
                               settings=args.settings)
         rep.info(f"{len(outputs)} outputs, {written} samples")
+        if not written and args.how == "inner":
+            rep.warn("no key is in every input (--how inner): the outputs are empty")
         return 0
 
     stats = S.Stats()
@@ -161,6 +163,9 @@ def tarjoin_command(
         for sample in progress_stage(rep, stats)(joined):
             writer.write(sample)
         writer.close()
+    if stats.read and not stats.written and args.how == "inner":  # an empty output is a result: say why
+        rep.warn(f"no key is in every input (--how inner): none of the {stats.read} samples of A joined, the "
+                 "output is empty")
     rep.done(stats)
     return 0
 

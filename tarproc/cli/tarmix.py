@@ -130,7 +130,7 @@ def _refuse_output_among_shards(output, spec, max_urls):
     from ..sources.shardlist import expand_urls
 
     for src in spec["sources"]:
-        urls = itertools.islice(expand_urls([src["shards"]]), max_urls + 1)
+        urls = itertools.islice(expand_urls([src["shards"]], globs=False), max_urls + 1)
         checked = refuse_overwriting_inputs([output], urls, "a mix does not keep its sources")
         if checked is urls:  # the output is not an existing local file: nothing to check
             return

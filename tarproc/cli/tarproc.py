@@ -126,7 +126,7 @@ def tarproc_command(
 
 def main(args, prog="tarproc"):
     import tarproc as S
-    from ..errors import SampleFailed, UsageError
+    from ..errors import SampleFailed, TooManyFailures, UsageError
     from ..sinks.output import open_sink
     from ..sources.text import iter_text_samples
     from ..stages.command import map_command
@@ -207,7 +207,7 @@ def main(args, prog="tarproc"):
                                 ordered=not args.unordered, batch=args.batch, stats=stats,
                                 on_error=report, prog=prog, start_method=args.start_method,
                                 stall=rep.stall, blobs=args.map_blobs, timeout=args.timeout,
-                                tail_bytes=args.settings.tail_bytes)
+                                tail_bytes=args.settings.tail_bytes, max_failures=allowance.stop_after)
         return map_command(inputs, args.command, parallel, script=args.script,
                            interpreter=args.interpreter, base=args.base,
                            error_handling=args.error_handling, subdirs=args.subdirs,
@@ -215,7 +215,8 @@ def main(args, prog="tarproc"):
                            workdir=args.workdir, keepdir=args.keepdir, add_log=args.add_log,
                            stats=stats, on_error=report, quiet=args.quiet, prog=prog,
                            stall=rep.stall, spooler=spooler_of(args), per_command=args.per_command,
-                           capture_spill=args.settings.capture_spill, tail_bytes=args.settings.tail_bytes)
+                           capture_spill=args.settings.capture_spill, tail_bytes=args.settings.tail_bytes,
+                           max_failures=allowance.stop_after)
 
     if args.output != "-":
         results = transformed()  # a usage error before the output file is made
@@ -242,12 +243,25 @@ def main(args, prog="tarproc"):
             if isinstance(report, _Failures):  # all the input was processed: the list is complete
                 report.keys.commit()
                 rep.info(f"{report.keys.count} failed keys written to {args.failed_keys}")
+    except TooManyFailures as e:
+        # the allowance is spent: stopped there, the samples in flight dropped (their commands killed)
+        rep.done(stats, force=True)
+        where = ("on stdout, the archive is left without its end-of-archive marker"
+                 if args.output == "-" else "no output written")
+        unlisted = "; --failed-keys not written" if isinstance(report, _Failures) else ""
+        rep.say(f"{e.failed} sample{'s' * (e.failed != 1)} failed, more than --max-failures {args.max_failures}: "
+                f"stopped there (the samples after it not processed){unlisted}; {where}")
+        return 1
     except SampleFailed:
         rep.done(stats)  # the failure is the one line (the summary with -v)
         raise
     finally:
         if isinstance(report, _Failures):
             report.keys.abort()  # (once committed, nothing) a run that stopped early: its list would be incomplete
+    if stats.skipped and not stats.written and not stats.failed:  # an empty output is a result: say why
+        made = ("the function returned no sample" if args.map is not None
+                else f"the command left no {args.base}.* file")
+        rep.warn(f"no sample written: {made} for any of the {stats.skipped} samples it ran on (each skipped)")
     rep.done(stats, force=stats.failed > 0)
     if failed:
         where = ("on stdout, the archive is left without its end-of-archive marker"
@@ -287,13 +301,15 @@ def _stdout_to_stderr():
 
 
 class _Allowance:
-    """``--max-failures``: a count or a fraction of the samples read,
-    checked at the end (every failure is reported; ``-e abort`` stops at the
-    first)."""
+    """``--max-failures``: a count or a fraction of the samples read.  A
+    count (or 0%) is spent as failures come: the run stops at the failure
+    past it (``stop_after``); any other fraction of a total not known before
+    the end is checked at the end (``-e abort`` stops at the first)."""
 
     def __init__(self, count=None, fraction=None):
         self.count = count
         self.fraction = fraction
+        self.stop_after = count if count is not None else (0 if fraction == 0 else None)
 
     def exceeded(self, failed, total):
         if self.count is not None:

@@ -124,7 +124,7 @@ def main(args, prog="tarshow"):
     samples = S.pipeline(read_inputs(args, rep, stats, spooler=spooler), *stages)
 
     if args.grid:
-        return _grid(args, samples, wanted, rep)
+        return _grid(args, samples, wanted, rep, check)
 
     term = shutil.get_terminal_size((100, 40))
     columns = args.width or (term.columns if tty else 100)
@@ -195,7 +195,7 @@ def _image(show, rep, sample, name, args, max_size):
         return None
 
 
-def _grid(args, samples, wanted, rep):
+def _grid(args, samples, wanted, rep, check):
     from ..sinks import show
     from ..core.rules import is_meta
     from ..sinks.output import open_sink
@@ -215,6 +215,13 @@ def _grid(args, samples, wanted, rep):
                         break
             if len(items) >= limit:
                 break
+    if limit > 0 and not items:
+        # a blank sheet would look like a result: say why there is none, write nothing
+        n = check.n_in
+        what = f"-f {args.fields!r} names no image or array" if wanted else "no field is an image or array"
+        where = f"{what} in the {n} sample{'s' * (n != 1)} read ({check._have()})" if n else "no samples read"
+        rep.say(f"no image to draw: {where}; {args.grid} not written")
+        return 1
     sheet = show.contact_sheet(items, args.columns, args.thumb)
     import io
 

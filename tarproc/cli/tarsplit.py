@@ -43,7 +43,7 @@ def tarsplit_command(
     output: Annotated[str, opt("-o", "--output", metavar="PREFIX|PATTERN", callback=output_directory_exists,
                       help="PREFIX gives PREFIX-000000.tar, PREFIX-000001.tar, ...; a PATTERN with %06d or "
                            "{shard:06d} is used as given; may be a URL (gs://, s3://, pipe:...) "
-                           "(default: temp)")] = "temp",
+                           "(default: temp, in the current directory, said on stderr)")] = None,
     compress: Annotated[bool, opt("-z", "--compress",
                         help="gzip the shards (a PREFIX gets .tar.gz; a pattern ending .tgz/.tar.gz/.tar.zst "
                              "compresses without -z)")] = False,
@@ -103,6 +103,9 @@ def tarsplit_command(
 
     args = Args(locals())
     args.command = args.command_
+    unnamed = args.output is None
+    if unnamed:
+        args.output = "temp"  # the original's default
     if args.output in ("-", "") or args.output.startswith("-"):
         raise UsageError(f"-o {args.output!r}: tarsplit writes several shards, not one stream; give a PREFIX "
                          f"or a PATTERN such as 'out-%06d.tar' (tarcat writes one stream)")
@@ -122,6 +125,10 @@ def tarsplit_command(
     max_size = parse_size(args.max_size) if args.max_size not in (None, "", "0") else None
     max_count = args.num_samples if args.num_samples and args.num_samples > 0 else None
     pattern = shard_pattern(args.output, args.compress)
+    if unnamed:  # shards appear in the current directory: say so once, whatever -q
+        import os
+
+        rep.say(f"no -o given: writing the shards as {pattern} in {os.getcwd()} (-o PREFIX names them)")
     compression = "auto"
     if args.compress and compression_for(pattern.replace("%", "").replace("{", "")) is None:
         compression = "gzip"
@@ -206,7 +213,7 @@ def tarsplit_command(
             with open_sink(args.manifest, compression=None, defer=False, settings=args.settings) as sink:
                 sink.write((json.dumps([s.as_dict() for s in shards], indent=1) + "\n").encode())
     if args.fractions:
-        _report_splits(rep, shards, args.quiet)
+        _report_splits(rep, shards, args.quiet, args.fractions)
     rep.done(stats)
     rep.info(f"{len(shards)} shards, {sum(s.samples for s in shards)} samples, {total_bytes} bytes")
     return 0
@@ -316,7 +323,9 @@ def _count_samples(urls, args, rep):
     return n
 
 
-def _report_splits(rep, shards, quiet):
+def _report_splits(rep, shards, quiet, spec):
+    from ..sinks.split import parse_fractions
+
     totals = {}
     for shard in shards:
         t = totals.setdefault(shard.split, [0, 0, 0])
@@ -326,6 +335,10 @@ def _report_splits(rep, shards, quiet):
     if not quiet:
         for name, (n, b, k) in totals.items():
             rep.say(f"{name}: {n} samples, {b} bytes, {k} shards")
+    # a split that got no sample has no shard: an empty result, said
+    for name, _ in parse_fractions(spec):
+        if name not in totals:
+            rep.warn(f"{name}: no sample fell in this split: no shard written for it")
 
 
 def entry():

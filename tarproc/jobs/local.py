@@ -211,11 +211,17 @@ class Runner:
     so the output of concurrent shards never mixes inside a line.  ``status``
     is called with one-line messages about shards (failures, retries, and
     with ``verbose`` starts and successes); ``progress`` is called with the
-    Runner after every change, for a progress line."""
+    Runner after every change, for a progress line.  ``max_failed``: once
+    more shards than this have failed, no new shard starts (the running
+    ones finish); the others stay ``pending``."""
 
     def __init__(self, command, ids, jobs=1, retries=0, done_if=None, log=None, status=None,
-                 progress=None, verbose=False, first_index=0, env=None, retry_all=False, settings=None):
+                 progress=None, verbose=False, first_index=0, env=None, retry_all=False, settings=None,
+                 max_failed=None):
         self.settings = settings  # the EXISTS_<SCHEME> commands of is_done
+        # once more shards than this have failed, no new shard starts (those running finish: each
+        # commits on its own); None: every shard runs
+        self.max_failed = max_failed
         self.command = list(command)
         # exit status 2 (usage or bad input) is the same on every try: not
         # retried unless retry_all
@@ -259,6 +265,8 @@ class Runner:
         with self._lock:
             if self._stop.is_set() or self._next >= len(self.results):
                 return None
+            if self.max_failed is not None and sum(r.status == "failed" for r in self.results) > self.max_failed:
+                return None  # the allowance is spent: the rest are not started
             r = self.results[self._next]
             self._next += 1
             return r

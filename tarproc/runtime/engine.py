@@ -7,7 +7,7 @@ import os
 import sys
 
 from ..core.limits import quote
-from ..errors import SampleFailed, UsageError
+from ..errors import SampleFailed, TooManyFailures, UsageError
 
 
 ERROR_MODES = ("skip", "ignore", "abort")
@@ -77,6 +77,12 @@ def _traceback_signature(log, limit=None):
     return frames, lines[-1].split(":", 1)[0] if lines else ""
 
 
+def check_max_failures(max_failures):
+    """Refuse a ``max_failures`` that is not ``None`` or a whole number >= 0."""
+    if max_failures is not None and (type(max_failures) is not int or max_failures < 0):
+        raise UsageError(f"max_failures must be a whole number >= 0 or None, not {max_failures!r}")
+
+
 def check_mode(error_handling):
     """Refuse an error policy that is not one of :data:`ERROR_MODES`."""
     if error_handling not in ERROR_MODES:
@@ -91,9 +97,10 @@ class Result:
     outputs, or an error (with the command's output or the function's
     traceback in ``log``)."""
 
-    __slots__ = ("key", "outputs", "error", "log", "sample", "fatal")
+    __slots__ = ("key", "outputs", "error", "log", "sample", "fatal", "note")
 
-    def __init__(self, key, outputs=(), error=None, log=b"", sample=None, fatal=False):
+    def __init__(self, key, outputs=(), error=None, log=b"", sample=None, fatal=False, note=None):
+        self.note = note  # a line for on_error that is not a failure (files a command left uncollected)
         self.fatal = fatal  # stops the run whatever the error policy (command not found)
         self.key = key
         self.outputs = outputs  # list of samples
@@ -102,12 +109,16 @@ class Result:
         self.sample = sample  # the input (function mode, for "ignore")
 
 
-def handler(error_handling, stats, on_error, echo, quiet_log, tail_bytes=None):
+def handler(error_handling, stats, on_error, echo, quiet_log, tail_bytes=None, max_failures=None):
     """``handle(result)``, the consuming thread's part: count, report, apply the error policy.  An
     ``on_error`` with a ``failed(key)`` method is also given the key of
     every failed sample (``tarproc --failed-keys``).  ``tail_bytes``: the
     bytes of a failed sample's output (or traceback) looked at for its
-    message (default :data:`~tarproc.core.limits.TAIL_BYTES`)."""
+    message (default :data:`~tarproc.core.limits.TAIL_BYTES`).
+    ``max_failures``: once more samples than this have failed (each
+    reported), :class:`~tarproc.errors.TooManyFailures` stops the run there
+    instead of running on to an output that will not be written (the work
+    in flight is dropped as when the consumer closes the iterator)."""
 
     reported = 0
     tracebacks = {}  # a traceback's frames and exception type -> the first key it was shown for
@@ -115,6 +126,8 @@ def handler(error_handling, stats, on_error, echo, quiet_log, tail_bytes=None):
 
     def handle(result):
         nonlocal reported
+        if result.note is not None:
+            on_error(result.note)
         if result.error is not None:
             if stats is not None:
                 stats.failed += 1
@@ -145,6 +158,8 @@ def handler(error_handling, stats, on_error, echo, quiet_log, tail_bytes=None):
             if error_handling == "abort":
                 raise SampleFailed(message)
             on_error(message)
+            if max_failures is not None and reported > max_failures:
+                raise TooManyFailures(reported, max_failures)
             if error_handling == "skip":
                 return
         elif result.log and not quiet_log:

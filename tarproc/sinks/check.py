@@ -11,7 +11,8 @@ directly (so it sees what grouping would skip) and returns a report dict::
                "fields", "problems": [...]}}
 
 A problem is ``{"kind", "message", "count", "examples"}``.  Kinds, per shard:
-``split_samples`` (a key comes back after other keys), ``duplicate_fields``
+``split_samples`` (a key comes back after other keys with other fields: one
+sample in two parts), ``duplicate_fields``
 (a field repeats inside one sample), ``missing_fields`` (samples lack a field
 most samples have), ``skipped_members`` (no extension, links, special files),
 ``non_utf8_names``, ``unsafe_names`` (absolute or ``..``), ``too_many_fields``
@@ -26,9 +27,10 @@ pax path: readers disagree on its name),
 it that are not tar: ignored by readers), ``no_samples``, ``unreadable``
 (the shard cannot be opened, or is damaged: a bad checksum, input ending
 inside a member; its example is the error line, its counts are those read
-before the damage); across shards: ``duplicate_keys`` (the same key in more
-than one shard).  Directories are counted, not reported: ``tar c dir`` writes
-them and every reader skips them.  An unreadable shard does not stop the
+before the damage); ``duplicate_keys`` (the same key in more than one shard,
+or back in its shard with a field it had: a sample repeated).  Directories
+are counted, not reported: ``tar c dir`` writes them and every reader skips
+them.  An unreadable shard does not stop the
 check: the other shards are checked and reported.
 Memory stays bounded however many keys there are: every key is remembered
 exactly (:class:`SeenKeys`), the first :data:`~tarproc.core.limits.CHECK_KEYS`
@@ -45,14 +47,20 @@ from ..sources.resume import RETRIES, STALL_TIMEOUT
 from ..core.passthru import fast_members
 from ..core.tario import TYPE_NAMES, REGULAR, DIRECTORY, TarReader
 
+#: The message of ``duplicate_keys``.
+DUPLICATE = "keys seen before: in an earlier shard, or in this one with a field they had (a sample repeated)"
 #: How many example keys or names a problem lists.
 EXAMPLES = 5
 OTHER = "(other fields)"
 
 
+#: The field sets told apart when a key comes back (:meth:`SeenKeys.fields_id`).
+FIELD_SETS = 1 << 12
+
+
 class SeenKeys:
-    """The keys seen so far and the shard each was last seen in: exact, in
-    bounded memory.  The first ``limit`` keys (default
+    """The keys seen so far and where each was last seen (a whole number:
+    :meth:`where`, its shard and field set): exact, in bounded memory.  The first ``limit`` keys (default
     :data:`~tarproc.core.limits.CHECK_KEYS`) are kept in a dict; from then on
     all keys are in a private temporary SQLite database (on disk in
     ``TMPDIR``, unlinked at once by SQLite, with a 16 MiB page cache)."""
@@ -64,16 +72,39 @@ class SeenKeys:
         self.shards = []  # shard names, by number
         self._mem = {}
         self._db = None
+        self._field_sets = {}  # frozenset of field names -> its number (from 1)
+        self._sets_by_id = {}
 
     def new_shard(self, name):
         """Number a shard (the value :meth:`visit` remembers)."""
         self.shards.append(name)
         return len(self.shards) - 1
 
+    def where(self, shard, fields):
+        """The value :meth:`visit` remembers for a sample of shard number
+        ``shard`` with the field names ``fields`` (one int)."""
+        return shard * FIELD_SETS + self.fields_id(fields)
+
+    def fields_id(self, fields):
+        """A number for a set of field names, ``0`` (unknown) past
+        :data:`FIELD_SETS` distinct sets (bounded)."""
+        ids = self._field_sets
+        n = ids.get(fields)
+        if n is None:
+            if len(ids) >= FIELD_SETS - 1:
+                return 0
+            n = ids[fields] = len(ids) + 1
+            self._sets_by_id[n] = fields
+        return n
+
+    def fields_of(self, value):
+        """The field set of a remembered value (``None``: unknown)."""
+        return self._sets_by_id.get(value % FIELD_SETS)
+
     def visit(self, key, shard):
-        """Remember that ``key`` (``str``) was seen in shard number
-        ``shard``; returns the shard number it was last seen in before, or
-        ``None`` when it is new."""
+        """Remember that ``key`` (``str``) was seen at ``shard`` (a shard
+        number, or :meth:`where`); returns the value it was last seen at
+        before, or ``None`` when it is new."""
         db = self._db
         if db is None:
             mem = self._mem
@@ -191,9 +222,20 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False, retries=RETRIES
         if current is None:
             return
         samples += 1
+        # a key seen before: one sample in two parts (split), or a sample repeated (a field again)
+        sig = frozenset(current)
+        before = keys_seen.visit(key, keys_seen.where(me, sig))
+        if before is not None:
+            shard, earlier = before // FIELD_SETS, keys_seen.fields_of(before)
+            if shard != me:
+                probs.add("duplicate_keys", DUPLICATE, f"{key} (also in {printable(keys_seen.shards[shard])})")
+            elif earlier is None or earlier.isdisjoint(sig):
+                probs.add("split_samples", "keys that come back after other keys with other fields (one sample "
+                          "split in two)", key)
+            else:
+                probs.add("duplicate_keys", DUPLICATE, f"{key} (again in this shard)")
         for f in current:
             have[f] = have.get(f, 0) + 1
-        sig = frozenset(current)
         entry = signatures.get(sig)
         if entry is None:
             if len(signatures) < check_fields:  # bounded: examples only
@@ -244,12 +286,6 @@ def check_shard(url, majority=0.5, keys_seen=None, strict=False, retries=RETRIES
                 probs.add("empty_files", "empty files", name)
             if k != key:
                 close_sample()
-                before = keys_seen.visit(k, me)
-                if before == me:
-                    probs.add("split_samples", "keys that come back after other keys (one sample split in two)", k)
-                elif before is not None:
-                    probs.add("duplicate_keys", "keys that are also in an earlier shard",
-                              f"{k} (also in {printable(keys_seen.shards[before])})")
                 key = k
                 current = set()
             if field not in fields and len(fields) >= check_fields:

@@ -485,6 +485,14 @@ class Value(bytes):
         return limits.json_loads(bytes(self), self.json_depth)
 
 
+class MissingField(KeyError):
+    """A field a select expression uses that the sample does not have (``_["x"]``)."""
+
+
+class MissingAttribute(AttributeError):
+    """A field a select expression uses that the sample does not have (``_.x``)."""
+
+
 class SampleView:
     """The ``_`` of a select expression: ``_.cls``, ``_["seg.png"]``,
     ``"cls" in _``, ``_.get("cls")``, ``_.__key__``."""
@@ -496,7 +504,10 @@ class SampleView:
         object.__setattr__(self, "_json_depth", json_depth)
 
     def _value(self, name):
-        v = self._sample[name]
+        try:
+            v = self._sample[name]
+        except KeyError:
+            raise MissingField(name) from None
         if not isinstance(v, (bytes, bytearray, memoryview)):
             return v
         v = Value(v)
@@ -508,7 +519,7 @@ class SampleView:
         try:
             return self._value(name)
         except KeyError:
-            raise AttributeError(name) from None
+            raise MissingAttribute(name) from None
 
     def __getitem__(self, name):
         return self._value(name)
@@ -523,12 +534,13 @@ class SampleView:
         return self._sample.keys()
 
 
-def compile_select(expr, json_depth=None):
+def compile_select(expr, json_depth=None, misses=None):
     """A predicate ``f(sample) -> bool`` from a Python expression over
     ``_`` (a :class:`SampleView`; ``_.x.json`` parses at most
     ``json_depth`` deep).  A sample that lacks a field the
     expression uses does not match; other errors raise :class:`UsageError`
-    naming the sample."""
+    naming the sample.  ``misses`` (a dict): what the expression could not
+    find, counted (:func:`describe_miss`: a few kinds, bounded)."""
     import math
 
     try:
@@ -540,7 +552,11 @@ def compile_select(expr, json_depth=None):
     def predicate(sample):
         try:
             return bool(eval(code, env, {"_": SampleView(sample, json_depth)}))
-        except (KeyError, AttributeError):
+        except (KeyError, AttributeError) as e:
+            if misses is not None:
+                what = describe_miss(e)
+                if what in misses or len(misses) < 5:
+                    misses[what] = misses.get(what, 0) + 1
             return False
         except Exception as e:
             raise UsageError(f"select expression {expr!r} failed on sample {sample.get('__key__')!r}: "
@@ -549,17 +565,37 @@ def compile_select(expr, json_depth=None):
     return predicate
 
 
+def describe_miss(e):
+    """What a select expression could not find, from the ``KeyError`` or
+    ``AttributeError`` it raised: a field, a key (of parsed JSON, a dict),
+    an attribute (a field's value is bytes: ``_.json.name`` meant
+    ``_.json.json["name"]``)."""
+    from ..core.limits import quote
+
+    if isinstance(e, (MissingField, MissingAttribute)):
+        return f"no field {quote(str(e.args[0]))}"
+    if isinstance(e, KeyError):
+        key = e.args[0] if e.args else "?"
+        return f"no key {quote(key) if isinstance(key, str) else repr(key)}"
+    name = getattr(e, "name", None) or "?"
+    if isinstance(getattr(e, "obj", None), Value):
+        return (f"a field's value (bytes) has no attribute {quote(name)} (for a JSON field: "
+                f"_.FIELD.json[{name!r}])")
+    return f"no attribute {quote(name)}"
+
+
 DEFAULT_FIRST_FIELDS = "jpg;jpeg;png;ppm;pgm;gif;bmp;tif;tiff;webp"
 
 
-def find_match(samples, fields=DEFAULT_FIRST_FIELDS, select=None, nth=1, json_depth=None):
+def find_match(samples, fields=DEFAULT_FIRST_FIELDS, select=None, nth=1, json_depth=None, misses=None):
     """``(key, field, bytes)`` of the ``nth`` sample (1-based) that passes
     ``select`` and has one of ``fields`` (``"jpg;png"``: the first present),
-    or ``None``.  Stops pulling samples at the match."""
+    or ``None``.  Stops pulling samples at the match.  ``misses``: as for
+    :func:`compile_select`."""
     candidates = [f for f in re.split(r"[;,\s]+", fields) if f]
     if not candidates:
         raise UsageError("empty field list")
-    pred = compile_select(select, json_depth) if select and select.strip() not in ("", "True") else None
+    pred = compile_select(select, json_depth, misses) if select and select.strip() not in ("", "True") else None
     seen = 0
     for sample in samples:
         field = next((f for f in candidates if f in sample), None)

@@ -43,16 +43,16 @@ from .resume import RETRIES, STALL_TIMEOUT, Resuming, check_settings
 
 def cannot_open(url, error):
     """The message for an input file that cannot be opened; a missing name
-    with glob characters says that they are not expanded (the shell left a
-    quoted or unmatched ``shard-*.tar`` as it was)."""
+    with glob characters says where they are expanded (names given as
+    arguments; never names read from a list, an index or a spec)."""
     import errno
 
     from ..core.limits import shown
 
     message = f"{shown(url)}: cannot open: {error.strerror}"
     if error.errno == errno.ENOENT and any(c in url for c in "*?["):
-        message += (" (tarproc does not expand * ? [ ] in names: leave the pattern unquoted for the shell, "
-                    "or use a brace pattern such as 'shard-{0000..0146}.tar')")
+        message += (" (* ? [ ] are expanded in the names given as arguments, not in names read from a list, "
+                    "an index or a spec: list the names, or use a brace pattern such as 'shard-{0000..0146}.tar')")
     return message
 
 

@@ -21,11 +21,14 @@ def as_urls(urls, what="urls"):
     return (as_url(u, what) for u in items)
 
 
-def expand_urls(args=(), filelist=None, settings=None):
+def expand_urls(args=(), filelist=None, settings=None, globs=True):
     """Yield the URLs of brace patterns (``shard-{0000..0146}.tar``) in every
     argument and in every line of the file list ``filelist`` (a URL, ``-`` for
     stdin; blank lines and ``#`` comments skipped).  With neither, the input
     is stdin (``"-"``).  ``args`` may be one string (a pattern) or a list.
+    A local name in ``args`` with ``* ? [ ]`` is expanded as the shell would
+    (:func:`expand_glob`; ``globs=False``: not, for names that are data or
+    outputs); the lines of a file list never are.
     An argument with a sample range (``PATTERN#START,END``, see
     :mod:`.fragment`) stays one item.
 
@@ -43,7 +46,7 @@ def expand_urls(args=(), filelist=None, settings=None):
         yield "-"
         return
     stdin = filelist == "-"
-    for url in _all_urls(args, filelist, settings):
+    for url in _all_urls(args, filelist, settings, globs):
         if url == "-":
             if stdin:
                 raise UsageError("stdin ('-') is named more than once (as an input or as the file list): it can "
@@ -52,15 +55,43 @@ def expand_urls(args=(), filelist=None, settings=None):
         yield url
 
 
-def _all_urls(args, filelist, settings=None):
+def _all_urls(args, filelist, settings=None, globs=True):
     for pattern in args:
-        if isinstance(pattern, os.PathLike):  # a path names one file, braces and all
+        if isinstance(pattern, os.PathLike):  # a path names one file, braces, * and all
             yield as_url(pattern)
+        elif globs:
+            for url in _expand(as_url(pattern, "pattern")):
+                yield from expand_glob(url)
         else:
             yield from _expand(as_url(pattern, "pattern"))
     if filelist is not None:
         for line in _lines(filelist, settings):
             yield from _expand(line)
+
+
+#: The characters of a shell wildcard.
+GLOB_CHARS = "*?["
+
+
+def expand_glob(url):
+    """The local files a name with ``* ? [ ]`` matches, sorted, as the shell
+    expands an unquoted word (names starting with ``.`` only when the
+    pattern's part does); a file of exactly that name wins (a name with a
+    literal ``*`` still reads, as does ``[*]``); a pattern that matches
+    nothing is a :class:`~tarproc.errors.BadInput` (one line: cannot open).  URLs (``s3://``, ``pipe:``, ``-``)
+    are never expanded: ``url`` is yielded as it is."""
+    if not any(c in url for c in GLOB_CHARS) or scheme_of(url) != "file" or os.path.lexists(url):
+        yield url
+        return
+    import glob
+
+    names = sorted(glob.iglob(url))
+    if not names:
+        from ..core.limits import shown
+        from ..errors import BadInput
+
+        raise BadInput(f"{shown(url)}: cannot open: no such file, and no file matches it as a pattern")
+    yield from names
 
 
 #: Where a list of URLs may come from and still name ``pipe:`` commands: a

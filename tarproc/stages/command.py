@@ -56,7 +56,8 @@ from ..errors import UsageError, describe_exit
 from ..core.blob import Blob, Spooler
 from ..core.limits import quote
 from ..core.rules import bad_field_name, bad_key, is_extra_meta, is_meta
-from ..runtime.engine import Result, check_mode, default_parallel, handler, stderr_echo, stderr_report
+from ..runtime.engine import (Result, check_max_failures, check_mode, default_parallel, handler, stderr_echo,
+                              stderr_report)
 from ..runtime.capture import Capture
 from ..runtime.procs import close_at_exit
 from ..runtime.spawn import Spawner, spawn_loop
@@ -101,6 +102,10 @@ class CommandRunner:
             raise UsageError("the command contains a NUL byte")
         self.base = base
         self.per_command = per_command  # samples in one command's directory (see _prepare_batch)
+        # a command naming sample.FIELD run on several samples at once: its files are sample-NNNNNN.FIELD
+        text = command if command is not None else _head(script)
+        self.batch_hint = (f"; with --per-command the files are {base}-NNNNNN.FIELD, not {base}.FIELD"
+                           if per_command > 1 and f"{base}." in text else "")
         self.subdirs = subdirs
         self.multi = multi
         self.timeout = timeout
@@ -128,6 +133,31 @@ class CommandRunner:
         self.keep_log = True  # False: a successful command's output is not wanted
         self.capture_spill = None  # bytes of output kept in memory (None: capture.SPILL_BYTES)
         self.tail_bytes = None  # bytes of a failed command's output kept for its message (None: limits.TAIL_BYTES)
+        self.noted = False  # the files a command left that are not outputs: said once a run
+        self.notes = True  # False (quiet): no such note
+
+    def uncollected(self, key, names, batch=0):
+        """Once a run: a note naming the files a successful command left in
+        its directory that are not outputs (``thumb.png`` beside
+        ``sample.jpg``), which would otherwise vanish without a word; else
+        ``None``.  ``batch``: the samples of a ``per_command`` job."""
+        if self.noted or self.subdirs or not names:
+            return None
+        if batch:
+            prefix = self.base + "-"
+            left = [n for n in names if not (n.startswith(prefix) and _position(n[len(prefix):], batch) is not None)]
+        else:
+            heads = (self.base + ".", self.base + "-") if self.multi else (self.base + ".",)
+            left = [n for n in names if not n.startswith(heads)]
+        if not left:
+            return None
+        self.noted = True
+        left.sort()
+        shown = ", ".join(quote(n) for n in left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+        pattern = f"{self.base}-NNNNNN.*" if batch else f"{self.base}-N.*" if self.multi else f"{self.base}.*"
+        example = f"{self.base}-{'000000' if batch else '1' if self.multi else ''}".rstrip("-") + f".{left[0]}"
+        return (f"warning: sample {quote(key)}: the command left {shown}, not collected: only files named "
+                f"{pattern} are outputs (e.g. {example}); said once")
 
     def start(self):
         """Make the run directory (mode 0700); ``close()`` removes it."""
@@ -220,10 +250,11 @@ class CommandRunner:
                 for out in outputs:
                     out[self.add_log] = text
                 return Result(key, outputs)
+            note = self.uncollected(key, job.names) if self.notes else None
             if not self.keep_log or log.size() == 0:
-                return Result(key, outputs)
+                return Result(key, outputs, note=note)
             job.log = None  # the main loop copies and closes it
-            return Result(key, outputs, log=log)
+            return Result(key, outputs, log=log, note=note)
         except OSError as e:
             return Result(key, error=self._workdir_failed(e, job))
         finally:
@@ -313,9 +344,12 @@ class CommandRunner:
                     break  # (the run stops here)
                 return _Batch(results)
             why = None if status == 0 else ("command " + ("failed with " if status > 0 else "")
-                                            + describe_exit(status) + f" ({where})")
+                                            + describe_exit(status) + f" ({where}{self.batch_hint})")
+            note = None
             if status == 0:
                 self.any_ok = True
+                if self.notes:
+                    note = self.uncollected(runs[0], job.names, len(entries))
             for i, e in enumerate(entries):
                 if not isinstance(e, dict):
                     results.append(e)
@@ -324,7 +358,8 @@ class CommandRunner:
                 if problem or why:
                     results.append(failed(e["__key__"], outputs, problem or why))
                 else:
-                    results.append(Result(e["__key__"], outputs))
+                    results.append(Result(e["__key__"], outputs, note=note))
+                    note = None
             if status == 0 and self.keep_log and log.size():
                 for r in results:  # printed once, as the first written sample's is
                     if r.error is None:
@@ -631,6 +666,15 @@ def _check_per_command(per_command, subdirs, multi, add_log):
                 raise UsageError(f"--per-command N (several samples in one directory) does not go with {flag}")
 
 
+def _head(path, size=1 << 16):
+    """The first ``size`` bytes of a script, as text ("" when unreadable)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(size).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def _position(name, n):
     """The position ``i`` of ``"<i>.FIELD"`` (six ASCII digits, ``i < n``), or None."""
     digits = name[:6]
@@ -719,7 +763,7 @@ def map_command(samples, command=None, parallel=None, *, script=None, interprete
                 error_handling="skip", subdirs=False, multi=False, ordered=True, timeout=None,
                 workdir=None, keepdir=False, add_log=None, stats=None, on_error=None, echo=None,
                 quiet=False, prog="tarproc", stall=None, spooler=None, per_command=1, capture_spill=None,
-                tail_bytes=None):
+                tail_bytes=None, max_failures=None):
     """Run ``command`` (a shell command line, or ``script=FILE``) on every
     sample; yield the output samples (see the module documentation).
 
@@ -745,8 +789,11 @@ def map_command(samples, command=None, parallel=None, *, script=None, interprete
 
     A command's output past ``capture_spill`` bytes (default 256 KiB) goes to
     a file; at most ``tail_bytes`` of a failed command's output (default
-    8 KiB) are kept for its message."""
+    8 KiB) are kept for its message.  ``max_failures=N``: once more than N
+    samples have failed, stop (:class:`~tarproc.errors.TooManyFailures`,
+    the commands running killed); ``None``: run on."""
     check_mode(error_handling)
+    check_max_failures(max_failures)
     parallel = parallel or default_parallel()
     if parallel < 1:
         raise UsageError("parallel must be >= 1")
@@ -756,10 +803,12 @@ def map_command(samples, command=None, parallel=None, *, script=None, interprete
     runner = CommandRunner(command, script, interpreter, base, subdirs, multi, timeout, workdir, keepdir, add_log,
                            spooler, per_command)
     runner.keep_log = not (quiet or add_log is not None)
+    runner.notes = not quiet
     runner.capture_spill = capture_spill
     runner.tail_bytes = tail_bytes
     gen = _run_commands(samples, runner, parallel, error_handling, ordered, stats,
-                        on_error or stderr_report(prog), _log_echo(echo), quiet or add_log is not None, stall)
+                        on_error or stderr_report(prog), _log_echo(echo), quiet or add_log is not None, stall,
+                        max_failures)
     return close_at_exit(gen, runner.abort)
 
 
@@ -786,10 +835,11 @@ def _log_echo(echo):
     return copy
 
 
-def _run_commands(samples, runner, parallel, error_handling, ordered, stats, on_error, echo, quiet_log, stall=None):
+def _run_commands(samples, runner, parallel, error_handling, ordered, stats, on_error, echo, quiet_log, stall=None,
+                  max_failures=None):
     runner.start()
     try:
-        handle = handler(error_handling, stats, on_error, echo, quiet_log, runner.tail_bytes)
+        handle = handler(error_handling, stats, on_error, echo, quiet_log, runner.tail_bytes, max_failures)
         if runner.per_command > 1:  # the loop runs lists of samples, a job each
             samples, handle = _batches(samples, runner.per_command, _batch_budget(runner.spooler)), _each_sample(handle)
         yield from spawn_loop(samples, runner, parallel, 2 * parallel + 2, ordered, handle, on_stall=stall)

@@ -25,7 +25,7 @@ import threading
 from ..errors import SampleFailed, UsageError
 from ..core.blob import Blob
 from ..core.rules import bad_field_name, bad_key, is_meta
-from ..runtime.engine import Result, check_mode, default_parallel, handler, stderr_report
+from ..runtime.engine import Result, check_max_failures, check_mode, default_parallel, handler, stderr_report
 
 
 def load_function(spec):
@@ -242,7 +242,7 @@ def _worker_setup(spec):
 
 def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=True, batch=32, stats=None,
                  on_error=None, prog="tarproc", start_method=None, stall=None, blobs="bytes", timeout=None,
-                 tail_bytes=None):
+                 tail_bytes=None, max_failures=None):
     """Apply ``fn`` (a callable -- lambdas and closures too --,
     ``"module:function"`` or ``"path/file.py:function"``) to every sample in
     ``parallel`` worker processes; yield the samples it returns, in input
@@ -267,7 +267,10 @@ def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=T
     worker is killed and replaced; the rest of its batch runs again).  It
     needs worker processes: with ``parallel=1`` inside a daemon it is not
     applied.  ``tail_bytes``: the bytes of a failed sample's traceback shown
-    (default :data:`~tarproc.core.limits.TAIL_BYTES`, ``TARPROC_TAIL_BYTES``)."""
+    (default :data:`~tarproc.core.limits.TAIL_BYTES`, ``TARPROC_TAIL_BYTES``).
+    ``max_failures=N``: once more than N samples have failed, stop
+    (:class:`~tarproc.errors.TooManyFailures`, the workers' batches in
+    flight dropped); ``None``: run on."""
     if blobs not in ("bytes", "blob"):
         raise UsageError(f"blobs must be 'bytes' or 'blob', not {blobs!r}")
     if blobs == "bytes":
@@ -293,20 +296,21 @@ def map_function(samples, fn, parallel=None, *, error_handling="skip", ordered=T
     if not callable(fn):
         load_function(fn)  # fail early, with a clear message, in this process
     on_error = on_error or stderr_report(prog)
+    check_max_failures(max_failures)
     if parallel == 1 and in_daemon():
-        return _run_inline(samples, fn, error_handling, stats, on_error, tail_bytes)
+        return _run_inline(samples, fn, error_handling, stats, on_error, tail_bytes, max_failures)
     from ..runtime.procs import close_at_exit
 
     if timeout is not None and not timeout > 0:
         raise UsageError(f"timeout must be a positive number of seconds, not {timeout!r}")
     return close_at_exit(_run_function(samples, fn, parallel, error_handling, ordered, batch, stats, on_error,
-                                       start_method, stall, timeout, tail_bytes))
+                                       start_method, stall, timeout, tail_bytes, max_failures))
 
 
-def _run_inline(samples, fn, error_handling, stats, on_error, tail_bytes=None):
+def _run_inline(samples, fn, error_handling, stats, on_error, tail_bytes=None, max_failures=None):
     """``map_function`` in this process (no worker)."""
     fn = load_function(fn)
-    per_sample = handler(error_handling, stats, on_error, None, True, tail_bytes)
+    per_sample = handler(error_handling, stats, on_error, None, True, tail_bytes, max_failures)
     for sample in samples:
         item = _apply(fn, sample)
         if item[2] is None:
@@ -415,7 +419,7 @@ class _Batcher:
 
 
 def _run_function(samples, fn, parallel, error_handling, ordered, batch, stats, on_error, start_method, stall,
-                  timeout=None, tail_bytes=None):
+                  timeout=None, tail_bytes=None, max_failures=None):
     import pickle
 
     from ..runtime.pool import TaskPool, get_context
@@ -435,7 +439,7 @@ def _run_function(samples, fn, parallel, error_handling, ordered, batch, stats, 
     window = Window(2 * parallel + 2, ordered, on_stall=stall)
     batcher = _Batcher(pool, batch, window)
     hook = batcher.flush
-    per_sample = handler(error_handling, stats, on_error, None, True, tail_bytes)
+    per_sample = handler(error_handling, stats, on_error, None, True, tail_bytes, max_failures)
 
     def handle(payload):
         inputs, reply, exc = payload

@@ -279,7 +279,7 @@ def _source(spec, rng, stats, strict, warn, budget=None, on_bad_shard=None, sett
     from .basic import shuffle as shuffle_stage
 
     # repeated: a list; ``budget`` is what is left of the bound for all sources
-    urls = bounded_list(expand_urls([spec["shards"]]), "the shards of the sources",
+    urls = bounded_list(expand_urls([spec["shards"]], globs=False), "the shards of the sources",
                         None if budget is None else budget[0],
                         max_urls=MAX_URLS if settings is None else settings.max_urls)
     if budget is not None:

@@ -236,3 +236,28 @@ def test_tarcheck_reports_an_unreadable_shard_and_checks_the_rest(sh, tmp_path):
 
     rep = tarproc.check_shards([str(tmp_path / "missing.tar"), str(tmp_path / "a.tar")])
     assert [r["samples"] for r in rep["shards"]] == [0, 4] and not rep["ok"]
+
+
+def test_a_repeated_sample_is_a_duplicate_not_a_split_one(sh, tmp_path):
+    # the user's case: b.tar repeats 10 complete samples of a.tar, joined by tarcat
+    (tmp_path / "a.tar").write_bytes(tar_bytes(image_shard(30)))
+    (tmp_path / "b.tar").write_bytes(tar_bytes(image_shard(30)[10:30]))  # samples 0005..0014: png and cls each
+    sh("tarcat a.tar b.tar -o dups.tar")
+    p = sh("tarcheck dups.tar", ok=False)
+    out = p.stdout.decode()
+    assert p.returncode == 1 and "PROBLEM duplicate_keys: 10" in out and "split_samples" not in out, out
+    assert "0005 (again in this shard)" in out
+    rep = json.loads(sh("tarcheck --json dups.tar", ok=False).stdout)
+    assert [q["kind"] for q in rep["shards"][0]["problems"]] == ["duplicate_keys"]
+    assert rep["total"]["problems"][0]["count"] == 10
+    # across shards, the same thing has the same name
+    rep = json.loads(sh("tarcheck --json a.tar b.tar", ok=False).stdout)
+    assert rep["shards"][1]["problems"][0]["kind"] == "duplicate_keys"
+    assert "0005 (also in a.tar)" in rep["shards"][1]["problems"][0]["examples"]
+    # a key back with fields it had not: one sample in two parts; with one it had (and a new one): repeated
+    split = [("k0.png", b"p"), ("k1.png", b"p"), ("k1.cls", b"1"), ("k0.cls", b"0")]
+    again = [("k0.png", b"p"), ("k1.png", b"p"), ("k0.png", b"p"), ("k0.txt", b"t")]
+    for members, kind in ((split, "split_samples"), (again, "duplicate_keys")):
+        rep = json.loads(run_check(sh, tmp_path, tar_bytes(members), "--json").stdout)
+        kinds = [q["kind"] for q in rep["shards"][0]["problems"]]
+        assert kind in kinds and ({"split_samples", "duplicate_keys"} - {kind}).isdisjoint(kinds), (kind, kinds)

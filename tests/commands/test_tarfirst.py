@@ -94,3 +94,26 @@ def test_tarfirst_output_naming_its_input_is_refused(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["a.tar"]
     assert run("tarfirst -f txt -o first.txt a.tar", tmp_path).returncode == 0
     assert (tmp_path / "first.txt").read_bytes() == b"s 0 "
+
+
+def test_a_select_that_finds_nothing_says_what_it_could_not_find(sh, tmp_path):
+    # the user's expressions: a misspelt JSON key, a JSON field read as an attribute
+    import json as json_module
+
+    (tmp_path / "in.tar").write_bytes(tar_bytes([m for i in range(4) for m in (
+        (f"k{i}.json", json_module.dumps({"name": "cat", "label": i}).encode()), (f"k{i}.jpg", b"x"))]))
+    cases = {
+        """_.json.json["nmae"] == "boat\"""": "no key 'nmae' in 4 of the 4 samples",
+        '_.json.name == "boat"': "a field's value (bytes) has no attribute 'name' (for a JSON field: "
+                                 "_.FIELD.json['name']) in 4 of the 4 samples",
+        '_.lable == "boat"': "no field 'lable' in 4 of the 4 samples",
+        '_["lable"] == "boat"': "no field 'lable' in 4 of the 4 samples",
+    }
+    for expr, said in cases.items():
+        p = sh(f"tarfirst -f json -S '{expr}' in.tar", ok=False)
+        assert p.returncode == 1 and p.stderr.decode() == \
+            f"tarfirst: no sample matched (-S: {said}; their fields: jpg, json)\n", (expr, p.stderr)
+    # found but false: nothing was missing, nothing more to say
+    p = sh("""tarfirst -f json -S '_.json.json["name"] == "boat"' in.tar""", ok=False)
+    assert p.returncode == 1 and p.stderr == b"tarfirst: no sample matched\n"
+    assert b'"label": 2' in sh("""tarfirst -f json -S '_.json.json["label"] == 2' in.tar""").stdout

@@ -643,3 +643,17 @@ def test_a_keyed_table_stays_within_its_memory_budget(tmp_path):
     assert held <= budget, held
     table = KeyedTable(str(tmp_path / "t.jsonl"), 64 << 20)
     assert len(table) == 10000 and table.get("k000007") == {"c": b"short", "n": b"7"}
+
+
+def test_an_inner_join_with_no_common_key_says_so(sh, tmp_path):
+    (tmp_path / "a.tar").write_bytes(tar_bytes([(f"k{i}.cls", b"1") for i in range(4)]))
+    (tmp_path / "b.tar").write_bytes(tar_bytes([(f"x{i}.txt", b"t") for i in range(4)]))
+    p = sh("tarjoin --how inner --order key a.tar b.tar -o j.tar", stderr_ok=True)
+    assert p.stderr.decode() == ("tarjoin: warning: no key is in every input (--how inner): none of the 4 samples "
+                                 "of A joined, the output is empty\n")
+    assert tarfile.open(tmp_path / "j.tar").getnames() == []
+    for i in range(2):
+        sh(f"cp a.tar a-{i}.tar; cp b.tar b-{i}.tar")
+    p = sh("tarjoin -p 2 --how inner --order key 'a-{0..1}.tar' 'b-{0..1}.tar' -o 'j-{0..1}.tar'", stderr_ok=True)
+    assert "no key is in every input (--how inner): the outputs are empty" in p.stderr.decode()
+    assert sh("tarjoin --how inner --order key a.tar a.tar --rename B:cls=c2 -o j.tar").stderr == b""

@@ -256,3 +256,20 @@ def test_tarshow_original_check_and_flags(sh, tmp_path):
     out = sh("tarshow --format blocks in.tar").stdout.decode()
     assert [line.split() for line in out.splitlines()] == [["20"], ["cls", "3", "B", "746"],
                                                             ["wnid", "9", "B", "n07734744"]]
+
+
+def test_a_contact_sheet_with_no_image_is_not_written(sh, tmp_path):
+    # the user's run: -f cls names no image; before, a blank PNG and exit 0
+    (tmp_path / "shard.tar").write_bytes(tar_bytes(image_shard(6)))
+    p = sh("tarshow --grid s3.png -c 4 -f cls shard.tar", ok=False)
+    assert p.returncode == 1 and not (tmp_path / "s3.png").exists()
+    assert p.stderr.decode() == ("tarshow: no image to draw: -f 'cls' names no image or array in the 6 samples "
+                                 "read (their fields: cls, png); s3.png not written\n")
+    p = sh("tarcat -f cls shard.tar | tarshow --grid s4.png", ok=False)
+    assert p.returncode == 1 and not (tmp_path / "s4.png").exists()
+    assert "no field is an image or array in the 6 samples read (their fields: cls)" in p.stderr.decode()
+    p = sh("tarshow --grid s5.png < /dev/null", ok=False)
+    assert p.returncode == 1 and "no image to draw: no samples read; s5.png not written" in p.stderr.decode()
+    # one image is a sheet
+    sh("tarshow --grid s6.png -c 4 -f png shard.tar")
+    assert (tmp_path / "s6.png").read_bytes()[:4] == b"\x89PNG"

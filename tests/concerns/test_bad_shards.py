@@ -90,9 +90,13 @@ def test_exit_1_without_max_bad_shards_and_no_file_output(shards, tmp_path):
     p = run(f"tarcat --on-bad-shard skip {ALL} -o {out}", shards)
     assert p.returncode == 1
     assert not out.exists()  # an output exists only when its command succeeded
-    assert b"4 of 6 shards bad" in p.stderr.splitlines()[-1]
+    # the first bad shard spends the allowance (none): the run stops there, the rest unread
+    last = p.stderr.splitlines()[-1]
+    assert b"1 shard bad and skipped" in last and b"stopped there, the shards after it not read" in last, last
+    assert len([line for line in p.stderr.splitlines() if b"bad shard skipped" in line]) == 1
     p = run(f"tarcat --on-bad-shard skip --max-bad-shards 3 {ALL} -o {out}", shards)
     assert p.returncode == 1 and not out.exists()
+    assert b"4 shards bad and skipped" in p.stderr.splitlines()[-1]
     p = run(f"tarcat --on-bad-shard skip --max-bad-shards 4 {ALL} -o {out}", shards)
     assert p.returncode == 0 and out.exists()
 

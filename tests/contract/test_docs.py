@@ -4,8 +4,11 @@ Each fenced block tagged ``sh``, ``bash`` or ``python`` is one test: it runs
 in a fresh directory holding generated data under the names the docs use
 (``small.tar``, ``data.tar``, ``shard-{0000..0146}.tar``, ``mymodule.py``, ...,
 see :func:`workspace`), shell blocks with ``bash -eo pipefail``, Python
-blocks with this venv's Python, and must exit 0.  Blocks without a tag
-(usage lines, sample output) are not code examples.
+blocks with this venv's Python, and must exit 0; and no tarproc command in
+them may fail, not even one that ``bash -e`` lets pass (the left side of
+``&&`` or ``||``, a command inside ``if``): each runs through a wrapper that
+records a non-zero exit.  Blocks without a tag (usage lines, sample output)
+are not code examples.
 
 A block that cannot run here (it needs the network, a cloud bucket, a
 cluster, or runs a server until stopped) has the marker
@@ -91,6 +94,17 @@ def _jpeg(w, h, seed):
     return out.getvalue()
 
 
+def _pdf(pages, seed):
+    import io
+
+    from PIL import Image
+
+    imgs = [Image.new("RGB", (40, 30), ((seed * 50 + p * 90) % 256, 80, 120)) for p in range(pages)]
+    out = io.BytesIO()
+    imgs[0].save(out, format="PDF", save_all=True, append_images=imgs[1:])
+    return out.getvalue()
+
+
 def _image_samples(n, prefix="n"):
     import json
 
@@ -123,7 +137,7 @@ def workspace(tmp_path_factory):
         _tar(copied / f"in-{i:04d}.tar", _tiny_samples(f"in{i}"))
     (copied / "shards").mkdir()
     _tar(copied / "shards" / "train-0000.tar", _image_samples(4, prefix="t"))
-    shutil.copy(copied / "small.tar", copied / "docs.tar")
+    _tar(copied / "docs.tar", [(f"d{i}", {"pdf": _pdf(2, i), "txt": b"doc"}) for i in range(2)])  # scanned documents
     for pattern, n in (("shard-{:04d}.tar", 147), ("imagenet-{:04d}.tar", 147), ("train-{:06d}.tar", 147),
                        ("train-{:03d}.tar", 100)):
         for i in range(n):
@@ -163,6 +177,32 @@ def workspace(tmp_path_factory):
     return root
 
 
+def console_scripts():
+    """The names of the commands setup.cfg installs."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(ROOT, "setup.cfg"))
+    return [line.split("=")[0].strip() for line in cfg["options.entry_points"]["console_scripts"].splitlines()
+            if "=" in line]
+
+
+@pytest.fixture(scope="session")
+def wrappers(tmp_path_factory):
+    """A directory of wrappers, one per installed command, that run it and
+    append ``NAME ARGS -> exit N`` to ``$DOCS_FAILED`` when it fails: ``bash
+    -e`` ignores a failure left of ``&&`` (``tarindex 'shard-*.tar' -o i.json
+    && tarcheck ...`` passed while tarindex exited 2)."""
+    d = tmp_path_factory.mktemp("wrappers")
+    for name in console_scripts():
+        real = shutil.which(name)
+        assert real, name
+        (d / name).write_text(f'#!/bin/sh\n"{real}" "$@"\nrc=$?\n'
+                              f'[ $rc -eq 0 ] || echo "{name} $* -> exit $rc" >> "$DOCS_FAILED"\nexit $rc\n')
+        (d / name).chmod(0o755)
+    return d
+
+
 def _block_dir(workspace, tmp_path):
     d = tmp_path / "run"
     shutil.copytree(workspace / "copied", d, symlinks=True)
@@ -178,15 +218,18 @@ def _show(code, p):
 
 
 @pytest.mark.parametrize("path, line, lang, code, reason", RUN, ids=[f"{b[0]}:{b[1]}" for b in RUN])
-def test_doc_example_runs(path, line, lang, code, reason, workspace, tmp_path):
+def test_doc_example_runs(path, line, lang, code, reason, workspace, wrappers, tmp_path):
     d = _block_dir(workspace, tmp_path)
-    env = dict(os.environ, PYTHONPATH=str(d), TARPROC_ALLOW_TTY="1")
+    failed = tmp_path / "failed.txt"
+    env = dict(os.environ, PYTHONPATH=str(d), TARPROC_ALLOW_TTY="1", DOCS_FAILED=str(failed),
+               PATH=str(wrappers) + os.pathsep + os.environ["PATH"])
     if lang == "python":
         argv = [sys.executable, "-c", code]
     else:
         argv = ["bash", "-eo", "pipefail", "-c", code]
     p = subprocess.run(argv, cwd=d, env=env, capture_output=True, timeout=TIMEOUT, stdin=subprocess.DEVNULL)
     assert p.returncode == 0, f"{path}:{line}: " + _show(code, p)
+    assert not failed.exists(), f"{path}:{line}: a command failed:\n{failed.read_text()}" + _show(code, p)
 
 
 @pytest.mark.parametrize("path, line, lang, code, reason", MARKED, ids=[f"{b[0]}:{b[1]}" for b in MARKED])
@@ -205,6 +248,16 @@ def test_the_harness_finds_the_examples():
     assert len(ALL) >= 20 and len(RUN) > len(MARKED)
     files = {b[0] for b in RUN}
     assert "README.md" in files and "docs/tarcat.md" in files
+
+
+def test_a_failure_bash_e_lets_pass_is_caught(wrappers, tmp_path):
+    # the left side of && under bash -e: the block exits 0, the wrapper records the failure
+    failed = tmp_path / "failed.txt"
+    env = dict(os.environ, DOCS_FAILED=str(failed), PATH=str(wrappers) + os.pathsep + os.environ["PATH"])
+    p = subprocess.run(["bash", "-eo", "pipefail", "-c", "tarcat nothere.tar -o x.tar && true\necho ok"],
+                       cwd=tmp_path, env=env, capture_output=True, timeout=TIMEOUT)
+    assert p.returncode == 0 and p.stdout == b"ok\n"
+    assert failed.read_text() == "tarcat nothere.tar -o x.tar -> exit 2\n"
 
 
 def test_harness_reads_markers_and_fences(tmp_path, monkeypatch):

@@ -1,7 +1,7 @@
 """What the commands say about what went wrong: one vocabulary for failed
 and skipped samples; --map tracebacks with the user's frames only, in full
 once per error; listed keys never found; binary stdout of a kujob command;
-glob characters in a missing input name."""
+glob characters in input names."""
 
 import io
 import json
@@ -32,7 +32,7 @@ def test_failed_samples_are_failed_everywhere_and_skipped_means_left_out(sh, tmp
 def test_map_traceback_has_the_users_frames_in_full_once(sh):
     lines_tar(sh, 5)
     sh("printf 'def helper(s):\\n    return s[\"nope\"]\\n\\ndef f(s):\\n    return helper(s)\\n' > bad.py")
-    p = sh("tarproc --map bad.py:f in.tar -o out.tar", ok=False)
+    p = sh("tarproc --max-failures 99% --map bad.py:f in.tar -o out.tar", ok=False)
     assert p.returncode == 1
     err = p.stderr.decode()
     assert err.count("Traceback (most recent call last)") == 1, err
@@ -45,7 +45,7 @@ def test_map_traceback_has_the_users_frames_in_full_once(sh):
 def test_map_returning_a_wrong_type_is_one_line_per_sample(sh):
     lines_tar(sh, 20)
     sh("printf 'def g(s):\\n    return 3\\n' > g.py")
-    p = sh("tarproc --map g.py:g in.tar -o out.tar", ok=False)
+    p = sh("tarproc --max-failures 99% --map g.py:g in.tar -o out.tar", ok=False)
     err = p.stderr.decode()
     assert p.returncode == 1 and "Traceback" not in err and "  |" not in err
     per_sample = [line for line in err.splitlines() if "function returned int" in line]
@@ -75,13 +75,40 @@ def test_kujob_counts_binary_stdout_instead_of_printing_it(sh):
     assert "\0" not in err and "ustar" not in err
 
 
-def test_glob_characters_in_a_missing_name_are_explained(sh):
-    lines_tar(sh, 1, "shard-0.tar")
-    for cmd in ("tarcat 'shard-*.tar'", "tarpcat 'shard-?.tar'", "tar2tsv 'shard-[01].tar'"):
+def test_local_names_are_globbed_as_the_shell_would(sh, tmp_path):
+    # the README's line, as the user ran it: quoted, so tarproc expands it
+    for i in (2, 0, 1):
+        (tmp_path / f"shard-{i}.tar").write_bytes(tar_bytes([(f"s{i}-{j:09d}.txt", b"x") for j in range(2)]))
+    (tmp_path / ".shard-9.tar").write_bytes((tmp_path / "shard-0.tar").read_bytes())  # * skips dot files
+    sh("tarindex --checksum -p 4 'shard-*.tar' -o index.json && tarcheck --index index.json")
+    index = json.loads((tmp_path / "index.json").read_text())
+    assert [s["url"] for s in index["shardlist"]] == ["shard-0.tar", "shard-1.tar", "shard-2.tar"]
+    for cmd in ("tarcat 'shard-*.tar'", "tarpcat -p 1 'shard-?.tar'", "tarcat 'shard-[0-2].tar'",
+                "tarcat 'shard-{0,1}*.tar' shard-2.tar"):
+        names = tarfile.open(fileobj=io.BytesIO(sh(cmd).stdout)).getnames()
+        assert names == [f"s{i}-{j:09d}.txt" for i in range(3) for j in range(2)], (cmd, names)
+    assert "s2-" in sh("tar2tsv -f txt 'shard-2*'").stdout.decode()
+    # nothing matches: one line, exit 2, before anything is written
+    for cmd in ("tarcat 'nope-*.tar' -o out.tar", "tarindex 'nope-?.tar' -o i.json", "tarcheck 'x[0-9].tar'"):
         p = sh(cmd, ok=False)
         err = p.stderr.decode()
-        assert p.returncode == 2 and "cannot open" in err and "does not expand * ? [ ]" in err, err
-        assert len(err.strip().splitlines()) == 1
+        assert p.returncode == 2 and len(err.splitlines()) == 1, err
+        assert err.endswith(": cannot open: no such file, and no file matches it as a pattern\n"), err
+    assert not (tmp_path / "out.tar").exists()
+    # a file of exactly that name wins; [*] matches a literal *, as in the shell
+    (tmp_path / "odd*.tar").write_bytes((tmp_path / "shard-1.tar").read_bytes())
+    (tmp_path / "odd-x.tar").write_bytes((tmp_path / "shard-2.tar").read_bytes())
+    for cmd in ("tarcat 'odd*.tar'", "tarcat 'odd[*].tar'"):
+        names = tarfile.open(fileobj=io.BytesIO(sh(cmd).stdout)).getnames()
+        assert names == ["s1-000000000.txt", "s1-000000001.txt"], (cmd, names)
+    # never expanded: names read from a list (data), output names
+    (tmp_path / "list.txt").write_text("shard-*.tar\n")
+    p = sh("tarcat -T list.txt", ok=False)
+    err = p.stderr.decode()
+    assert p.returncode == 2 and "cannot open" in err and "not in names read from a list" in err, err
+    assert len(err.strip().splitlines()) == 1
+    sh("tarcat shard-0.tar -o 'out-*.tar'")
+    assert (tmp_path / "out-*.tar").exists()
     p = sh("tarcat nothere.tar", ok=False)
     assert p.returncode == 2 and "expand" not in p.stderr.decode()
 

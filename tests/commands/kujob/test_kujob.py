@@ -605,3 +605,18 @@ def test_apply_pipes_the_manifest_to_kubectl_as_a_child(tmp_path):
     p = subprocess.run(["kujob", "--apply", *args], cwd=tmp_path, env=dict(env, KUBECTL_EXIT="3"),
                        capture_output=True, timeout=60)
     assert p.returncode == 1 and p.stderr.decode().splitlines()[-1] == "kujob: kubectl apply failed (exit 3)"
+
+
+def test_max_failed_stops_starting_shards_once_spent(sh):
+    # -j 1: shard 1 fails, nothing else starts
+    p = sh("kujob --max-failed 0 -j 1 -s '{1..4}' -- sh -c 'exit {}'", ok=False)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and "[2]" not in err, err
+    assert err.endswith("kujob: 1 of 4 shards failed: 1\nkujob: more than --max-failed 0 shards failed: 3 not "
+                        "started (2 3 4)\n"), err
+    # within the allowance every shard runs; by default too
+    for opts in ("--max-failed 2", ""):
+        p = sh(f"kujob {opts} -j 1 -s '{{1..4}}' -- sh -c 'test {{}} -gt 2'", ok=False)
+        assert p.returncode == 1 and p.stderr.decode().endswith("kujob: 2 of 4 shards failed: 1 2\n"), p.stderr
+    p = sh("kujob --slurm --max-failed 1 -s '{1..2}' -- true", ok=False)
+    assert p.returncode == 2 and b"--max-failed does not go with --slurm" in p.stderr

@@ -2,6 +2,7 @@
 
 import io
 import os
+import re
 import select
 import signal
 import stat
@@ -87,8 +88,10 @@ def test_add_change_remove_fields(sh, tmp_path):
     out = samples_of(sh("tarproc -c 'rm sample.png' in.tar").stdout)
     assert list(out) == ["0000", "0001", "0002"] and all(set(s) == {"txt"} for s in out.values())
     # -b: another base name; files not named base.* are not collected
-    out = samples_of(sh("tarproc -b item -c 'cat item.txt item.txt > item.two; echo x > other.txt' in.tar").stdout)
+    p = sh("tarproc -b item -c 'cat item.txt item.txt > item.two; echo x > other.txt' in.tar", stderr_ok=True)
+    out = samples_of(p.stdout)
     assert out["0001"]["two"] == b"t1t1" and "txt" in out["0001"]
+    assert "left 'other.txt', not collected: only files named item.* are outputs" in p.stderr.decode()
 
 
 # ---------------------------------------------------------------- several outputs
@@ -111,7 +114,7 @@ def test_duplicate_output_keys_fail_naming_the_key(sh, tmp_path):
     p = sh("tarproc -S -c 'mkdir a b; echo x > a/sample.t; echo y > b/sample.t; echo same > a/sample.__key__; "
            "echo same > b/sample.__key__' in.tar > out.tar", ok=False)
     assert p.returncode == 1
-    assert b"same key 'same'" in p.stderr and b"failed 2" in p.stderr
+    assert b"same key 'same'" in p.stderr and b"failed 1" in p.stderr
     assert (tmp_path / "out.tar").read_bytes() == b""  # a failed run on stdout: not even an end marker
 
 
@@ -123,7 +126,7 @@ FAIL3 = "if [ $(cat sample.__key__) = 0003 ]; then echo oops; echo line2 >&2; ex
 
 def test_error_skip(sh, tmp_path):
     write(tmp_path, "in.tar", text_shard(6))
-    p = sh(f"tarproc -p 3 -c '{FAIL3}' in.tar > out.tar", ok=False)
+    p = sh(f"tarproc -p 3 --max-failures 1% -c '{FAIL3}' in.tar > out.tar", ok=False)  # checked at the end
     assert p.returncode == 1
     err = p.stderr.decode()
     assert "'0003'" in err and "exit status 3" in err and "oops" in err and "line2" in err
@@ -159,7 +162,7 @@ def test_timeout_kills_the_process_group(sh, tmp_path):
     cmd = (f"if [ $(cat sample.__key__) = 0001 ]; then sleep 300 & echo $! > {tmp_path}/bg.pid; "
            "echo started; sleep 300; fi; echo done > sample.out")
     t0 = time.monotonic()
-    p = sh(f"tarproc -p 2 --timeout 1.5 -w wd -c '{cmd}' in.tar > out.tar", ok=False)
+    p = sh(f"tarproc -p 2 --max-failures 1% --timeout 1.5 -w wd -c '{cmd}' in.tar > out.tar", ok=False)
     assert time.monotonic() - t0 < 60
     assert p.returncode == 1
     assert b"'0001'" in p.stderr and b"timed out" in p.stderr and b"started" in p.stderr
@@ -252,7 +255,7 @@ def test_map_module_and_file(sh, tmp_path):
     assert list(out)[:3] == ["0000-a", "0000-b", "0001-a"] and out["0000-b"] == {"n": b"1"}
     p = sh("tarproc -v --map mymod:drop in.tar", stderr_ok=True)
     assert keys_of(p.stdout) == ["0000", "0002", "0003"] and b"skipped 1" in p.stderr
-    p = sh("tarproc --map mymod:boom in.tar > out.tar", ok=False)
+    p = sh("tarproc --max-failures 1% --map mymod:boom in.tar > out.tar", ok=False)
     assert p.returncode == 1 and b"'0002'" in p.stderr and b"ValueError: no good" in p.stderr
     assert keys_of((tmp_path / "out.tar").read_bytes()) == ["0000", "0001", "0003"]
     p = sh("tarproc --map mymod:nosuch in.tar", ok=False)
@@ -280,7 +283,7 @@ def test_working_dirs_private_and_removed(sh, tmp_path):
     wd = tmp_path / "wd"
     wd.mkdir()
     cmd = "stat -c %a . > sample.mode; mkdir -p x/y; chmod 500 x; [ $(cat sample.__key__) != 0002 ]"
-    p = sh(f"tarproc -p 2 -w wd -c '{cmd}' in.tar > out.tar", ok=False)
+    p = sh(f"tarproc -p 2 --max-failures 1% -w wd -c '{cmd}' in.tar > out.tar", ok=False)
     assert p.returncode == 1
     out = samples_of((tmp_path / "out.tar").read_bytes())
     assert len(out) == 5 and all(s["mode"] == b"700\n" for s in out.values())
@@ -491,6 +494,7 @@ def run(cmd, cwd, timeout=60, **kw):
 
 PRINTING = '''
 import os
+import re
 print("loaded")
 def f(sample):
     print("debug", sample["__key__"])
@@ -550,3 +554,63 @@ def test_a_map_function_returning_a_bad_key_fails_that_sample_naming_it(sh, tmp_
     # a sample without __key__ keeps the input's
     assert [n for n, _ in read_tar(sh("tarproc --map m.py:dropped -p 1 in.tar").stdout)] == [
         "s000.txt", "s001.txt", "s002.txt"]
+
+
+def test_a_run_stops_once_its_failure_budget_is_spent(sh, tmp_path):
+    # the user's run: a command that fails on every sample (no .png field); default --max-failures 0
+    write(tmp_path, "in.tar", text_shard(2000))
+    for opts in ("-p 4 -c 'gm mogrify -resize 128x96 *.png'", "-p 2 --per-command 10 -c 'exit 1'",
+                 "-p 2 --map os:remove", "--max-failures 0% -p 4 -c 'exit 1'"):
+        p = sh(f"tarproc {opts} in.tar -o out.tar", ok=False)
+        err = p.stderr.decode()
+        lines = err.splitlines()
+        assert p.returncode == 1, err
+        # the first failure, then the summary and the last line: not 2,000 failures
+        assert sum("(failed: not written)" in line for line in lines) == 1, err
+        assert lines[-1] == ("tarproc: 1 sample failed, more than --max-failures 0" + "%" * ("0%" in opts)
+                             + ": stopped there (the samples after it not processed); no output written"), err
+        read = int(re.search(r"samples read (\d+)", err).group(1))
+        assert read < 200, err  # stopped: only what the window had read ahead
+        assert not (tmp_path / "out.tar").exists() and not list(tmp_path.glob(".*"))
+    # a count: stops at the failure past it; on stdout, no end-of-archive marker
+    write(tmp_path, "in.tar", text_shard(300))
+    cmd = "k=$(cat sample.__key__); [ $((10#$k % 50)) != 7 ]"  # 6 of the 300 fail
+    p = sh(f"tarproc -p 2 --max-failures 1 -c '{cmd}' in.tar > out.tar", ok=False)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and err.count("(failed: not written)") == 2, err
+    assert "2 samples failed, more than --max-failures 1: stopped there" in err and "end-of-archive marker" in err
+    assert int(re.search(r"samples read (\d+)", err).group(1)) < 100, err
+    # within the budget, every sample runs; a fraction above 0% is checked at the end (the total is not known)
+    p = sh(f"tarproc -p 2 --max-failures 6 -c '{cmd}' in.tar -o out.tar", stderr_ok=True)
+    assert len(keys_of((tmp_path / "out.tar").read_bytes())) == 294
+    p = sh(f"tarproc -p 2 --max-failures 1% -c '{cmd}' in.tar -o out.tar", ok=False)
+    assert p.returncode == 1 and p.stderr.decode().count("(failed: not written)") == 6
+    assert "6 of 300 samples failed, more than --max-failures 1%" in p.stderr.decode()
+    # -e ignore keeps running (no limit unless given)
+    write(tmp_path, "in.tar", text_shard(50))
+    p = sh("tarproc -e ignore -c 'exit 1' in.tar -o out.tar", stderr_ok=True)
+    assert len(keys_of((tmp_path / "out.tar").read_bytes())) == 50
+
+
+def test_results_that_vanish_are_named(sh, tmp_path):
+    write(tmp_path, "in.tar", text_shard(5))
+    # every sample left out: an empty archive is a result, and it says so
+    p = sh("tarproc -c 'rm sample.*' in.tar -o out.tar", stderr_ok=True)
+    assert keys_of((tmp_path / "out.tar").read_bytes()) == []
+    assert p.stderr.decode() == ("tarproc: warning: no sample written: the command left no sample.* file for any "
+                                 "of the 5 samples it ran on (each skipped)\n")
+    (tmp_path / "none.py").write_text("def f(s):\n    return None\n")
+    p = sh("tarproc --map none.py:f in.tar -o out.tar", stderr_ok=True)
+    assert "no sample written: the function returned no sample for any of the 5 samples" in p.stderr.decode()
+    # a file not named sample.*: said once, named, with the name that would be collected
+    p = sh("tarproc -c 'tr a-z A-Z < sample.txt > upper.txt; touch zz' in.tar -o out.tar", stderr_ok=True)
+    assert p.stderr.decode() == ("tarproc: warning: sample '0000': the command left 'upper.txt', 'zz', not "
+                                 "collected: only files named sample.* are outputs (e.g. sample.upper.txt); "
+                                 "said once\n")
+    assert list(samples_of((tmp_path / "out.tar").read_bytes())["0003"]) == ["txt"]
+    p = sh("tarproc --per-command 2 -c 'touch x' in.tar -o out.tar", stderr_ok=True)
+    assert "left 'x', not collected: only files named sample-NNNNNN.* are outputs (e.g. sample-000000.x)" \
+        in p.stderr.decode()
+    # -q: no word; a command that leaves only outputs: no word
+    assert sh("tarproc -q -c 'touch x' in.tar -o out.tar").stderr == b""
+    assert sh("tarproc -c 'cp sample.txt sample.b' in.tar -o out.tar").stderr == b""

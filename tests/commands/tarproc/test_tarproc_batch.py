@@ -122,9 +122,9 @@ def failing(tmp_path, n=7):
 
 def test_a_failed_command_fails_each_sample_of_its_batch(sh, tmp_path):
     cmd = failing(tmp_path)
-    p = sh(f"tarproc --failed-keys failed.txt {cmd} -o out.tar", ok=False)
+    p = sh(f"tarproc --max-failures 1% --failed-keys failed.txt {cmd} -o out.tar", ok=False)  # checked at the end
     assert p.returncode == 1
-    assert not (tmp_path / "out.tar").exists()  # more failures than --max-failures 0
+    assert not (tmp_path / "out.tar").exists()  # more failures than --max-failures 1%
     assert (tmp_path / "failed.txt").read_bytes() == b"k3\nk4\nk5\n"
     lines = p.stderr.decode().splitlines()
     reports = [line for line in lines if line.startswith("tarproc: sample ")]
@@ -158,7 +158,8 @@ def test_failed_batch_ignore_and_abort(sh, tmp_path):
 
 def test_a_symlink_fails_only_its_sample(sh, tmp_path):
     write(tmp_path, "in.tar", tar_bytes([(f"k{i}.txt", b"%d" % i) for i in range(3)]))
-    p = sh("tarproc --per-command 3 --failed-keys failed.txt -c 'ln -s /etc/passwd sample-000001.pw' in.tar",
+    p = sh("tarproc --max-failures 1% --per-command 3 --failed-keys failed.txt "
+           "-c 'ln -s /etc/passwd sample-000001.pw' in.tar",
            ok=False)
     assert p.returncode == 1
     assert list(samples_of(p.stdout)) == ["k0", "k2"]
@@ -169,7 +170,7 @@ def test_a_symlink_fails_only_its_sample(sh, tmp_path):
 def test_a_key_with_a_newline_fails_only_its_sample(sh, tmp_path):
     # keys from member names have no control characters (the reader refuses them); a command can try
     write(tmp_path, "in.tar", tar_bytes([(f"k{i}.txt", b"%d" % i) for i in range(3)]))
-    p = sh("tarproc --per-command 3 -c \"printf 'a\\nb' > sample-000001.__key__\" in.tar", ok=False)
+    p = sh("tarproc --max-failures 1% --per-command 3 -c \"printf 'a\\nb' > sample-000001.__key__\" in.tar", ok=False)
     assert p.returncode == 1
     assert list(samples_of(p.stdout)) == ["k0", "k2"]
     assert "sample 'k1': output unsafe key: 'a\\nb' has control characters (failed: not written)" \
@@ -178,7 +179,8 @@ def test_a_key_with_a_newline_fails_only_its_sample(sh, tmp_path):
 
 def test_timeout_and_command_not_found(sh, tmp_path):
     write(tmp_path, "in.tar", tar_bytes([(f"k{i}.txt", b"%d" % i) for i in range(4)]))
-    p = sh("tarproc -p 2 --timeout 1 --per-command 2 -c 'grep -qx k2 sample-000000.__key__ && sleep 30; true' "
+    p = sh("tarproc -p 2 --max-failures 1% --timeout 1 --per-command 2 "
+           "-c 'grep -qx k2 sample-000000.__key__ && sleep 30; true' "
            "--failed-keys failed.txt in.tar", ok=False, timeout=20)
     assert p.returncode == 1
     assert list(samples_of(p.stdout)) == ["k0", "k1"]
@@ -285,3 +287,19 @@ def test_python_api_per_command(tmp_path):
     for kw in ({"multi": True}, {"subdirs": True}, {"add_log": "log"}, {"per_command": 0}):
         with pytest.raises(UsageError):
             list(map_command(iter(samples), "true", 1, **dict({"per_command": 2}, **kw)))
+
+
+def test_a_batch_command_naming_sample_dot_gets_a_hint(sh, tmp_path):
+    # the user's command, written for one sample, run with --per-command 10: gm cannot open sample.jpg
+    (tmp_path / "in.tar").write_bytes(tar_bytes([(f"k{i}.jpg", jpeg_bytes(16, 12, seed=i)) for i in range(12)]))
+    p = sh("tarproc --per-command 10 -c 'gm convert sample.jpg -resize 8x6 sample.jpg' in.tar -o out.tar", ok=False)
+    first = p.stderr.decode().splitlines()[0]
+    assert first == ("tarproc: sample 'k0': command failed with exit status 1 (one command for 10 samples, 'k0' to "
+                     "'k9'; with --per-command the files are sample-NNNNNN.FIELD, not sample.FIELD) "
+                     "(failed: not written)"), p.stderr
+    (tmp_path / "one.sh").write_text("gm convert sample.jpg x.jpg\n")
+    p = sh("tarproc --per-command 10 -s one.sh in.tar -o out.tar", ok=False)
+    assert "not sample.FIELD" in p.stderr.decode()
+    # a command that does not name sample.: no hint
+    p = sh("tarproc --per-command 10 -c 'exit 1' in.tar -o out.tar", ok=False)
+    assert "NNNNNN" not in p.stderr.decode()

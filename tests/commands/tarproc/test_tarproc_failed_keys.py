@@ -87,10 +87,14 @@ def test_failed_keys_semantics(tmp_path):
     _shard(tmp_path / "in.tar", KEYS)
     (tmp_path / "flaky.sh").write_text(FLAKY)
     (tmp_path / "marks").mkdir()
-    p = run("tarproc -s flaky.sh --failed-keys failed.txt in.tar -o out.tar", tmp_path)
+    p = run("tarproc -s flaky.sh --max-failures 1% --failed-keys failed.txt in.tar -o out.tar", tmp_path)
     assert p.returncode == 1
     assert not (tmp_path / "out.tar").exists()
     assert len((tmp_path / "failed.txt").read_bytes().splitlines()) == 4
+    # --max-failures 0 (the default): stopped at the first failure, the list would be incomplete
+    p = run("tarproc -c 'exit 1' --failed-keys f1.txt in.tar -o out.tar", tmp_path)
+    assert p.returncode == 1 and not (tmp_path / "f1.txt").exists()
+    assert "stopped there (the samples after it not processed); --failed-keys not written" in p.stderr.decode()
     p = run("tarproc -e abort -c 'exit 1' --failed-keys f2.txt in.tar -o out.tar", tmp_path)
     assert p.returncode == 1 and not (tmp_path / "f2.txt").exists()
     p = run("tarproc -c true --failed-keys f3.txt missing.tar -o out.tar", tmp_path)

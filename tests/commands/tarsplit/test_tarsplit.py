@@ -465,3 +465,23 @@ def test_a_failed_upstream_leaves_its_last_shard_uncommitted(sh, tmp_path):
     p = sh("tarsplit -n 50 -o q in.tar")
     assert sorted(f.name for f in tmp_path.iterdir() if f.name.startswith("q-")) == [
         "q-000000.tar", "q-000001.tar", "q-000002.tar"]
+
+
+def test_without_o_it_says_where_the_shards_go(sh, tmp_path):
+    (tmp_path / "in.tar").write_bytes(tar_bytes([(f"k{i}.txt", b"x") for i in range(25)]))
+    p = sh("tarsplit -n 10 in.tar", stderr_ok=True)
+    assert p.stderr.decode() == f"tarsplit: no -o given: writing the shards as temp-%06d.tar in {tmp_path} " \
+                                "(-o PREFIX names them)\n"
+    assert sorted(glob.glob(str(tmp_path / "temp-*"))) == [str(tmp_path / f"temp-{i:06d}.tar") for i in range(3)]
+    p = sh("tarsplit -q -z -n 10 in.tar", stderr_ok=True)  # said whatever -q
+    assert "writing the shards as temp-%06d.tar.gz in" in p.stderr.decode()
+    assert sh("tarsplit -n 10 -o temp in.tar").stderr == b""  # named: no word
+
+
+def test_a_split_that_gets_no_sample_is_named(sh, tmp_path):
+    (tmp_path / "in.tar").write_bytes(tar_bytes([(f"k{i}.txt", b"x") for i in range(20)]))
+    p = sh("mkdir -p fr fs && tarsplit --fractions 'train=0.99,val=0.01' --seed 1 -o 'fr/{split}-%06d.tar' in.tar", stderr_ok=True)
+    assert "tarsplit: warning: val: no sample fell in this split: no shard written for it\n" in p.stderr.decode()
+    assert sorted(os.listdir(tmp_path / "fr")) == ["train-000000.tar"]
+    p = sh("tarsplit --fractions 'a=0.5,b=0.5' --seed 1 -o 'fs/{split}-%06d.tar' in.tar", stderr_ok=True)
+    assert "no sample fell" not in p.stderr.decode()
