@@ -709,9 +709,11 @@ def _the_sample(data, url, key, where, settings=None):
     with the key the index names; else one error naming ``where``.
     ``settings``: the dataset's bounds (``sparse_holes``)."""
     holes = settings.sparse_holes if settings is not None else None
+    # the bytes alone, no end marker added: a range cut short must not read as members padded with zeros;
+    # not strict: what a reader of the whole shard only warns about (a pax mtime that is no number) reads here too
+    reader = TarReader(io.BytesIO(data), url, strict=False, sparse_holes=holes)
     try:
-        samples = list(group(TarReader(io.BytesIO(data + bytes(1024)), url, strict=True,
-                                       sparse_holes=holes).members(), url))
+        samples = list(group(reader.members(), url))
     except TarprocError as e:
         bound = getattr(e, "bound", None)
         if bound:  # a bound set lower than this sample needs: the shard may well be as indexed
@@ -719,6 +721,9 @@ def _the_sample(data, url, key, where, settings=None):
                            f"set {bound} higher to read it") from None
         raise BadInput(f"{where}: these bytes are not the indexed sample ({getattr(e, 'problem', e)}): the shard "
                        f"changed since it was indexed, or the index is not this shard's (index it again)") from None
+    if not reader.truncated or reader.offset != len(data):  # (truncated: it ended where a member ends, no marker)
+        raise BadInput(f"{where}: these bytes do not end where the sample's last member ends: the shard changed "
+                       f"since it was indexed, or the index is not this shard's (index it again)")
     if len(samples) != 1 or samples[0]["__key__"] != key:
         found = ", ".join(repr(x["__key__"]) for x in samples[:3]) or "no sample"
         raise BadInput(f"{where}: found {found} where the index says {key!r}: the shard changed since it was "

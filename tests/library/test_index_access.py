@@ -8,6 +8,7 @@ test_index, and one that gives an ETag); bytes read by tarindex are counted
 by the kernel (/proc/PID/io rchar of a shell, which adds its children's)."""
 
 import functools
+import io
 import hashlib
 import json
 import os
@@ -437,3 +438,47 @@ def test_parallel_index_is_the_index_of_one_at_a_time(sh, tmp_path):
     p = sh(f"tarindex {names} bad.tar -o bad.json -p 4", ok=False)
     assert p.returncode == 2 and p.stderr.decode().count("\n") == 1 and "bad.tar" in p.stderr.decode()
     assert not (tmp_path / "bad.json").exists()
+
+
+# ------------------------------------------------------------ a lying end of the data
+
+@pytest.mark.parametrize("name", ["s.tar", "s.tar.gz", "s.tar.zst"])
+def test_an_index_whose_end_lies_gives_an_error_or_the_sample(tmp_path, sh, name):
+    """The index's ``end`` of a shard lowered by a few bytes, a block or two:
+    the last sample's range is cut short. Read as members padded with zeros
+    it gave truncated or zero-filled fields; now an error or the right sample."""
+    from tarproc.errors import BadInput
+
+    members = make_shard(tmp_path / "plain.tar", 12, 5)
+    truth = {}
+    for n, data in members:
+        truth.setdefault(n.split(".")[0], {})[n.split(".", 1)[1]] = data
+    sh(f"tarcat plain.tar -o {name}")
+    tarproc.index_shards([str(tmp_path / name)], str(tmp_path / "i.json"))
+    good = json.loads((tmp_path / "i.json").read_text())
+    for cut in (1, 100, 511, 512, 513, 1024, 1536):
+        index = json.loads(json.dumps(good))
+        index["shardlist"][0]["end"] -= cut
+        (tmp_path / "lie.json").write_text(json.dumps(index))
+        try:
+            ds = tarproc.IndexedDataset(str(tmp_path / "lie.json"))
+            sample = ds[len(ds) - 1]
+        except BadInput:
+            continue
+        fields = {k: v for k, v in sample.items() if not k.startswith("__")}
+        assert fields == truth[sample["__key__"]], (cut, sample["__key__"])
+
+
+def test_a_pax_mtime_that_is_no_number_reads_as_it_indexes(tmp_path):
+    """A shard whose pax mtime is not a number indexes (a warning) and its samples read."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
+        for i in range(3):
+            info = tarfile.TarInfo(f"k{i}.txt")
+            info.size = 2
+            info.pax_headers = {"mtime": "soon"}
+            tf.addfile(info, io.BytesIO(b"%02d" % i))
+    (tmp_path / "s.tar").write_bytes(buf.getvalue())
+    tarproc.index_shards([str(tmp_path / "s.tar")], str(tmp_path / "i.json"))
+    ds = tarproc.IndexedDataset(str(tmp_path / "i.json"))
+    assert [ds[i]["txt"] for i in range(3)] == [b"00", b"01", b"02"]
