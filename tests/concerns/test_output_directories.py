@@ -32,6 +32,7 @@ WRITERS = {
     "tarfirst -o": f"tarfirst {IN} -o OUT/x.txt",
     "lines2tar -o": "lines2tar 'pipe:touch read; seq 3' -o OUT/x.tar",
     "tarcreate -o": "tarcreate plan.txt -o OUT/x.tar",
+    "tarreshard -o": f"tarreshard -n 2 {IN} -o 'OUT/%06d.tar'",
 }
 
 

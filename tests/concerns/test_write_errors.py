@@ -85,6 +85,7 @@ CASES = {
 def test_full_disk_names_the_file_exit_1(name, full, tmp_path):
     cmd, room, pattern = CASES[name]
     (tmp_path / "in.tar").write_bytes(shard())
+    (tmp_path / "out").mkdir()  # (no command makes the directory of its output)
     if "in.tar.gz" in cmd:
         subprocess.run(["gzip", "-k", "in.tar"], cwd=tmp_path, check=True)
     d = full(room)

@@ -101,4 +101,5 @@ def test_every_del_in_the_package_is_covered():
                 text = open(os.path.join(d, f), encoding="utf-8").read()
                 if "def __del__" in text or "__del__ =" in text:
                     found.add(os.path.relpath(os.path.join(d, f), root))
-    assert found == {"sources/indexed.py", "core/blob.py", "runtime/capture.py"}
+    # (sources/sidecars.py: a shard's sidecar held open, test_indexed_dataset_at_shutdown reads a sample)
+    assert found == {"sources/indexed.py", "sources/sidecars.py", "core/blob.py", "runtime/capture.py"}
