@@ -182,8 +182,6 @@ class _Index:
 def _after_fork_in_child():
     """A forked child gets new locks: the parent's may have been held by a
     thread (loading the index, opening a shard) that the child does not have."""
-    global _PRELOAD
-    _PRELOAD = threading.RLock()
     for ds in list(_LIVE):
         ds._lock = threading.Lock()
         ds._groups = _Groups(ds._settings.group_cache)
@@ -192,14 +190,16 @@ def _after_fork_in_child():
 
 
 def _preload():
-    """Import every module the read path needs, once, under :data:`_PRELOAD`,
-    which a fork waits for: a child forked while another thread was inside
-    one of these imports would wait forever on that import's lock, which no
-    thread of the child will release (numpy takes ~0.1 s to import)."""
+    """Import every module the read path needs, once, holding the lock a
+    fork waits for (:mod:`tarproc.runtime.forksafe`): a child forked while
+    another thread was inside one of these imports would wait forever on
+    that import's lock (numpy takes ~0.1 s to import)."""
     global _preloaded
     if _preloaded:
         return
-    with _PRELOAD:
+    from ..runtime.forksafe import loading
+
+    with loading():
         if _preloaded:
             return
         import concurrent.futures  # noqa: F401
@@ -211,6 +211,7 @@ def _preload():
 
         import numpy  # noqa: F401  (the offsets)
 
+        from .. import settings  # noqa: F401
         from ..core import indexfile, rules  # noqa: F401
         from ..runtime import child, schemes  # noqa: F401
         from . import keepalive, open, ranges, seekable, stamps  # noqa: F401
@@ -225,13 +226,9 @@ def _preload():
 
 
 _preloaded = False
-_PRELOAD = threading.RLock()
 _LIVE = weakref.WeakSet()
 if hasattr(os, "register_at_fork"):
-    # a fork waits for a thread that is importing what the read path needs (_preload), so the child never
-    # inherits an import half done
-    os.register_at_fork(before=lambda: _PRELOAD.acquire(), after_in_parent=lambda: _PRELOAD.release(),
-                        after_in_child=_after_fork_in_child)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class IndexedDataset:
@@ -263,6 +260,7 @@ class IndexedDataset:
     settings it was made with."""
 
     def __init__(self, index, base=None, _positions=None, verify="stamp", settings=None):
+        _preload()  # first: every import of the read path, before a fork can split one
         from ..settings import Settings
         from .stamps import VERIFY
 
@@ -283,7 +281,6 @@ class IndexedDataset:
         self._groups = _Groups(self._settings.group_cache)
         self._checked = set()
         _LIVE.add(self)
-        _preload()
 
     @property
     def settings(self):
@@ -443,7 +440,7 @@ class IndexedDataset:
 
             tasks += [(self._read_http_runs, (part, spans, indices)) for part in share(curl, workers)]
         if builtin:
-            tasks.append((self._read_builtin_runs, (builtin, spans, indices, workers)))
+            tasks.append((self._read_builtin_runs, (builtin, spans, indices, workers, out)))
         tasks += [(self._read_packed, (s, ks, positions, indices, out, workers)) for s, ks in packed.items()]
         tasks += [(self._read_alone, (k, positions, indices, out)) for k in alone]
         fetched = _run_all(tasks, workers)
@@ -502,17 +499,31 @@ class IndexedDataset:
             raise BadInput(f"index {indices[k]}: {e}") from None
         return list(zip(runs, datas))
 
-    def _read_builtin_runs(self, runs, spans, indices, workers):
-        """Runs of http(s) shards over this process's kept-alive connections."""
+    def _read_builtin_runs(self, runs, spans, indices, workers, out):
+        """Runs of http(s) shards over this process's kept-alive connections,
+        each parsed into its samples by the thread that read it (while the
+        others wait on the network)."""
         shard_of = {r.url: spans[r.tags[0]].shard for r in runs}
-        try:
-            datas = self._http([(r.url, r.start, r.stop) for r in runs], shard_of, workers)
-        except BadInput as e:
-            k = runs[getattr(e, "request", 0)].tags[0]
-            raise BadInput(f"index {indices[k]}: {e}") from None
-        return list(zip(runs, datas))
 
-    def _http(self, requests, shard_of, workers):
+        def parse(n, data):
+            run = runs[n]
+            for k in run.tags:
+                sp = spans[k]
+                try:
+                    out[k] = _sample_of(sp, data[sp.start - run.start : sp.stop - run.start], self._settings)
+                except BadInput as e:
+                    e.index = indices[k]
+                    raise
+
+        try:
+            self._http([(r.url, r.start, r.stop) for r in runs], shard_of, workers, parse)
+        except BadInput as e:
+            at = getattr(e, "index", None)
+            raise BadInput(f"index {indices[runs[getattr(e, 'request', 0)].tags[0]] if at is None else at}: "
+                           f"{e}") from None
+        return ()
+
+    def _http(self, requests, shard_of, workers, done=None):
         """The bytes of each ``(url, start, stop)``, read in process
         (:mod:`tarproc.sources.keepalive`); each answer's stamp checked
         against its shard's entry (``shard_of[url]``)."""
@@ -523,7 +534,7 @@ class IndexedDataset:
             check_stamp(url, _entry(shard_of.get(url)), stamp_of_headers(headers), self._verify)
 
         st = self._settings
-        return pool().fetch(requests, workers, check, st.stall_timeout, st.open_files)
+        return pool().fetch(requests, workers, check, st.stall_timeout, st.open_files, done)
 
     # ------------------------------------------------------------ reading
 
@@ -832,6 +843,11 @@ def _member_of(block, key):
 
     from ..core.rules import split_name
 
+    # most often the next sample's header: a name field without the key's last part cannot be the key's
+    # (a ustar name prefix could hold it: then the whole header is parsed)
+    if not (block[257:263] == b"ustar\0" and block[345:346] not in (b"", b"\0")) \
+            and key.rpartition("/")[2].encode("utf-8", "surrogateescape") not in block[:100].partition(b"\0")[0]:
+        return None
     try:
         info = tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
     except tarfile.HeaderError:

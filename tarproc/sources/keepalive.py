@@ -205,10 +205,12 @@ class Pool:
 
     # ------------------------------------------------------------ requests
 
-    def fetch(self, requests, concurrency=8, check=None, timeout=60.0, keep=32):
+    def fetch(self, requests, concurrency=8, check=None, timeout=60.0, keep=32, done=None):
         """The bytes of each ``(url, start, stop)`` of ``requests``, in order.
         ``check(url, headers)`` sees each answer's headers (a dict, lower-case
-        names); ``keep``: idle connections kept afterwards.  A
+        names); ``keep``: idle connections kept afterwards; ``done(n, data)``,
+        when given, is called with each answer as it comes, in the thread
+        that read it (its result is put in the list instead of the bytes).  A
         :class:`BadInput` names the first request that failed (``e.request``:
         its position)."""
         out = [None] * len(requests)
@@ -226,10 +228,10 @@ class Pool:
             shares += [(origin, ns[p::parts]) for p in range(parts)]
         timeout = timeout if timeout and timeout > 0 else None
         if len(shares) == 1:
-            self._share(shares[0][0], shares[0][1], requests, out, check, timeout, keep)
+            self._share(shares[0][0], shares[0][1], requests, out, check, timeout, keep, done)
         else:
             ex = self._executor(concurrency)
-            futures = [ex.submit(self._share, origin, ns, requests, out, check, timeout, keep)
+            futures = [ex.submit(self._share, origin, ns, requests, out, check, timeout, keep, done)
                        for origin, ns in shares]
             errors = []
             for f in futures:
@@ -252,7 +254,7 @@ class Pool:
                 self.threads = n
             return self.executor
 
-    def _share(self, origin, ns, requests, out, check, timeout, keep):
+    def _share(self, origin, ns, requests, out, check, timeout, keep, done=None):
         """Requests ``ns`` (all of ``origin``) over one connection, pipelined
         once the server is seen to keep it alive."""
         todo = list(ns)
@@ -266,7 +268,7 @@ class Pool:
                 depth = DEPTH if conn.alive else 1
                 batch = todo[:depth]
                 try:
-                    self._exchange(conn, batch, requests, out, check)
+                    self._exchange(conn, batch, requests, out, check, done)
                 except _Failed as e:
                     conn.close()
                     conn = None
@@ -296,7 +298,7 @@ class Pool:
             if conn is not None:
                 self._give(conn, keep)
 
-    def _exchange(self, conn, batch, requests, out, check):
+    def _exchange(self, conn, batch, requests, out, check, done=None):
         """Send the requests of ``batch`` on ``conn``, read their answers into
         ``out``; :class:`_Failed` ``(answers read, why)`` when the connection
         broke before an answer began."""
@@ -317,6 +319,14 @@ class Pool:
             except BadInput as e:
                 e.request = n
                 raise
+            if done is not None:
+                try:
+                    out[n] = done(n, out[n])
+                except BadInput as e:
+                    e.request = n
+                    raise
+            if not conn.alive and k + 1 < len(batch):  # the server closes it: the rest again, on a new one
+                raise _Failed(k + 1, "closed by the server")
 
     def _follow(self, url, location, start, stop, check, timeout, n):
         """The range read from where ``url`` redirects (each hop's answer checked)."""

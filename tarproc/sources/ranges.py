@@ -190,5 +190,21 @@ def share(items, parts):
     return [o for o in out if o]
 
 
-#: Concurrent reads of one batch (threads; for HTTP, curl processes).
-WORKERS = 8
+def probe_servers(urls, settings=None):
+    """One ranged request (the first byte) to the server of the first
+    ``http(s)://`` URL of each server in ``urls`` (whose ranged reads are not
+    replaced by a ``TARPROC_RANGE_`` command): a server that ignores Range is
+    a :class:`BadInput` saying what to use instead, found when the index is
+    made rather than at the first sample."""
+    from ..runtime.schemes import override, scheme_of
+    from .keepalive import probe
+
+    seen = set()
+    for url in urls:
+        scheme = scheme_of(url)
+        if scheme not in ("http", "https") or override("RANGE", scheme, settings) is not None:
+            continue
+        origin = url.partition("://")[2].partition("/")[0]
+        if (scheme, origin) not in seen:
+            seen.add((scheme, origin))
+            probe(url, settings.stall_timeout if settings is not None else 60.0)

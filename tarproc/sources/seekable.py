@@ -383,6 +383,33 @@ class SeekTable:
 _READBUF = 1 << 16  # compressed bytes indexed_gzip reads at a time (and decoded bytes it buffers)
 
 
+def amplification(record, starts, end, where="seek record"):
+    """``(compressed bytes read, sample bytes)`` summed over every sample of a
+    shard (``starts``: where each begins in the decoded tar, ``end``: where
+    the last ends) read alone, one ``ds[i]`` at a time, through its seek
+    ``record``: their ratio is the read amplification ``tarindex`` reports."""
+    table = SeekTable(record, where)
+    bounds = list(starts) + [end]
+    fetched = wanted = 0
+    for a, b in zip(bounds, bounds[1:]):
+        if b <= a:
+            continue
+        wanted += b - a
+        if table.kind == "groups":
+            us = table.ustart
+            ga = bisect.bisect_right(us, a) - 1
+            gb = bisect.bisect_left(us, b) - 1
+            fetched += table.cend[gb] - table.cstart[ga]
+        else:
+            us = table.ustarts
+            pa = bisect.bisect_right(us, a) - 1
+            pb = bisect.bisect_left(us, b)
+            lo = table.points[pa][0] if pa else 0
+            hi = min(table.points[pb][0] + _READBUF + 1, table.size) if pb < len(table.points) else table.size
+            fetched += hi - lo
+    return fetched, wanted
+
+
 class _Ranged(io.RawIOBase):
     """The compressed shard as a file for indexed_gzip: the bytes fetched
     from ``lo``, and more fetched on demand (``fetch(a, b)``)."""
