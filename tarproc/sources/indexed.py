@@ -813,10 +813,46 @@ def _sample_of(span, data, settings=None):
     return _the_sample(data, url, key, where, settings)
 
 
+def _plain_sample(data, url, key):
+    """The sample in ``data`` when it is the common case, read without the
+    general reader (a third of the time of a batch over HTTP): only plain
+    ustar/GNU headers of regular members, checksums right, every name a
+    field of ``key`` by THE name rule, each field once, the members filling
+    ``data`` exactly.  ``None`` for anything else: the general reader then
+    reads it, and says what is wrong."""
+    from ..core.rules import classify
+
+    sample = {"__key__": key, "__source__": url}
+    pos, end = 0, len(data)
+    while pos < end:
+        head = data[pos:pos + 512]
+        if len(head) < 512 or head[156:157] not in (b"0", b"\0") or head[257:262] != b"ustar":
+            return None
+        size_field = head[124:136].rstrip(b" \0")
+        chk_field = head[148:156].rstrip(b" \0")
+        if not size_field.isdigit() or not chk_field.isdigit() or max(size_field + chk_field) > 0x37:
+            return None
+        if int(chk_field, 8) != sum(head) - sum(head[148:156]) + 256:
+            return None
+        name = head[:100].partition(b"\0")[0]
+        if head[257:263] == b"ustar\0" and head[345] != 0:
+            name = head[345:500].partition(b"\0")[0] + b"/" + name
+        parts = classify(name.decode("utf-8", "surrogateescape"))
+        size = int(size_field, 8)
+        if type(parts) is not tuple or parts[0] != key or parts[1] in sample or pos + 512 + size > end:
+            return None
+        sample[parts[1]] = data[pos + 512:pos + 512 + size]
+        pos += 512 + (size + 511) // 512 * 512
+    return sample if pos == end and len(sample) > 2 else None
+
+
 def _the_sample(data, url, key, where, settings=None):
     """The one sample that ``data`` (the bytes of an indexed range) must hold,
     with the key the index names; else one error naming ``where``.
     ``settings``: the dataset's bounds (``sparse_holes``)."""
+    fast = _plain_sample(data, url, key)
+    if fast is not None:
+        return fast
     holes = settings.sparse_holes if settings is not None else None
     try:
         samples = list(group(TarReader(io.BytesIO(data + bytes(1024)), url, strict=True,
