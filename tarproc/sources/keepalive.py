@@ -420,7 +420,7 @@ def _answer(conn, url, start, stop, check, k):
     if status == 200:
         conn.alive = False
         raise problem("the server ignored the range request (status 200, the whole shard): it cannot serve one "
-                      "sample; use a server that honours Range (nginx, S3, GCS, tarserve), or a local copy")
+                      "sample; use a server that honours Range (nginx, S3, GCS), or a local copy")
     if status != 206:
         conn.alive = False
         raise problem(f"range request failed with HTTP status {status}")
@@ -502,7 +502,7 @@ def probe(url, timeout=60.0):
         if "ignored the range request" in str(e):
             raise BadInput(f"{url}: the server ignores Range requests (it answered the whole file to a request for "
                            f"one byte): IndexedDataset could not read one sample from it; serve the shards with a "
-                           f"server that honours Range (nginx, S3, GCS, tarserve; not python -m http.server), or "
+                           f"server that honours Range (nginx, S3, GCS; not python -m http.server or tarserve), or "
                            f"index a local copy") from None
         raise
 

@@ -1,13 +1,15 @@
-"""Reading many byte ranges at once: coalescing nearby ranges, and many
-HTTP range requests through few curl processes.
+"""Reading many byte ranges at once: coalescing nearby ranges, HTTP range
+requests through a curl that replaces the in-process client, and the Range
+probe of ``tarindex``.
 
 :func:`coalesce` merges ranges of one URL whose gap is at most ``gap``
 bytes into runs (one read each, up to ``max_run`` bytes); duplicates merge
 into one.  :func:`http_ranges` reads ranges with one curl process (the
-scheme table's ``RANGES`` command) per share
-of them: the requests of a share go one after another over one kept-alive
-connection, the shares at once; each answer must be a 206 with exactly the
-range asked for.
+command of ``TARPROC_RANGES_HTTP(S)``, which replaces the in-process client
+of :mod:`tarproc.sources.keepalive`) per share of them: the requests of a
+share go one after another over one kept-alive connection, the shares at
+once; each answer must be a 206 with exactly the range asked for.
+:func:`probe_servers` asks each server once for one byte.
 
     runs = coalesce([("a.tar", 0, 1024, "x"), ("a.tar", 1536, 2048, "y")], gap=4096)
     runs[0].start, runs[0].stop, runs[0].tags   # 0, 2048, ["x", "y"]
