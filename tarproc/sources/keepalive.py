@@ -32,6 +32,8 @@ from ..errors import BadInput
 
 #: Requests sent at once on a kept-alive connection before their answers are read.
 DEPTH = 16
+#: Requests of one call a connection takes before another one is used.
+SHARE = 8
 #: Redirects followed for one range.
 MAX_REDIRECTS = 10
 #: Header lines and bytes of one header line accepted in an answer.
@@ -224,7 +226,7 @@ class Pool:
             by_origin.setdefault(t.origin, []).append(n)
         shares = []
         for origin, ns in by_origin.items():
-            parts = max(1, min(concurrency, len(ns)))
+            parts = max(1, min(concurrency, -(-len(ns) // SHARE)))  # (a thread hand-off costs more than a request)
             shares += [(origin, ns[p::parts]) for p in range(parts)]
         timeout = timeout if timeout and timeout > 0 else None
         if len(shares) == 1:
