@@ -15,6 +15,7 @@ from .core.blob import Blob, Spooler
 from .core.rules import split_name
 from .core.stats import Stats
 from .core.tario import Member, TarReader, TarWriter, read_members
+from .runtime.forksafe import loading
 from .errors import (BadArchive, BadInput, BadSample, OutputError, SampleFailed, TarprocError,
                      UsageError)
 from .sinks.output import Sink, open_sink
@@ -44,9 +45,13 @@ def __getattr__(name):
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tarproc' has no attribute {name!r}")
-    import importlib
+    with loading():  # a fork waits for it (runtime/forksafe.py)
+        import importlib
 
-    return getattr(importlib.import_module(f"tarproc.{module}"), name)
+        loaded = importlib.import_module(f"tarproc.{module}")
+    return getattr(loaded, name)
+
+
 
 
 __all__ = list(_LAZY) + [

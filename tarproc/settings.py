@@ -61,6 +61,11 @@ _SPEC = (
     _field("max_index", 1 << 28, "TARPROC_MAX_INDEX",
            "bytes of one read of an index: its JSON, a shard's sidecar or seek record", "size"),
     _field("max_sample", 1 << 34, "TARPROC_MAX_SAMPLE", "bytes of one sample read through an index", "size"),
+    _field("group_cache", 32 << 20, "TARPROC_GROUP_CACHE",
+           "bytes of decoded compressed groups an IndexedDataset keeps for the next reads (0: none)", "size0"),
+    _field("open_files", 32, "TARPROC_OPEN_FILES",
+           "shard files an IndexedDataset keeps open, and kept-alive connections a process keeps "
+           "(the least recently used closed first)"),
     _field("sample_memory", 16 << 20, "TARPROC_SAMPLE_MEMORY",
            "bytes of one sample's small fields packed in memory", "size"),
     _field("capture_spill", 256 << 10, "TARPROC_CAPTURE_SPILL",
@@ -84,6 +89,9 @@ _SPEC = (
     _field("stall_timeout", 60.0, "TARPROC_STALL_TIMEOUT",
            "seconds without a byte that count as a broken download (0: no limit)",
            "seconds"),
+    _field("range_concurrency", 8, "TARPROC_RANGE_CONCURRENCY",
+           "ranged reads an IndexedDataset has in flight at once (connections for http(s), client "
+           "processes for s3 and gs)"),
     _field("debug", False, "TARPROC_DEBUG", "1: show the traceback of an error (--debug)", "flag"),
     _field("commands", (), "TARPROC_<KIND>_<SCHEME>",
            "client command replacing a scheme's default (" + ", ".join(COMMAND_KINDS) + ")", "commands"),

@@ -94,12 +94,21 @@ def tarindex_command(
         rep.say("index on stdout: counts only (give -o FILE, or --offsets FILE, for per-sample offsets)")
     if args.output == "-" and offsets is True:
         offsets = False
+    if offsets:  # a server that ignores Range found now, not at the first sample read (one request a server)
+        from ..sources.ranges import probe_servers
+
+        probe_servers(urls, args.settings)
     stats = S.Stats()
     done = [0, 0]
+    amp = [0, 0]  # compressed shards: bytes fetched and sample bytes, every sample read alone
 
     def progress(info):
         done[0] += 1
         done[1] += info.nsamples
+        if info.seek is not None and info.starts is not None and len(info.starts):
+            from ..sources.seekable import amplification
+
+            amp[:] = [x + y for x, y in zip(amp, amplification(info.seek, info.starts, info.end, info.url))]
         rep.info(f"{info.url}: {info.nsamples} samples" + (f" ({info.compression}: counts only)"
                                                             if info.compression and info.seek is None else ""))
         rep.bar.update(done[0], text=f"{done[0]}/{len(urls)} shards, {done[1]} samples")
@@ -120,6 +129,8 @@ def tarindex_command(
     if stats.members_skipped:
         why = ", ".join(f"{n} {reason}" for reason, n in sorted(stats.reasons.items()))
         text += f"; members skipped {stats.members_skipped} ({why})"
+    if amp[1]:
+        text += f"; compressed shards: {amp[0] / amp[1]:.2f} bytes fetched per sample byte (one sample read alone)"
     rep.done(stats, summary=text)
     return 0
 

@@ -32,6 +32,7 @@ import os
 import sys
 import threading
 import weakref
+from collections import OrderedDict
 
 from ..core.grouping import group
 from ..core.limits import json_loads, shorten
@@ -249,10 +250,48 @@ def _after_fork_in_child():
         ds._lock = threading.Lock()
         if ds._index is not None and ds._index.sidecars is not None:
             ds._index.sidecars.lock = threading.Lock()
+        ds._groups = _Groups(ds._settings.group_cache)
         for f in ds._fds.values():
             f.users = 0  # the reads that used them were the parent's threads'
 
 
+def _preload():
+    """Import every module the read path needs, once, holding the lock a
+    fork waits for (:mod:`tarproc.runtime.forksafe`): a child forked while
+    another thread was inside one of these imports would wait forever on
+    that import's lock (numpy takes ~0.1 s to import)."""
+    global _preloaded
+    if _preloaded:
+        return
+    from ..runtime.forksafe import loading
+
+    with loading():
+        if _preloaded:
+            return
+        import concurrent.futures  # noqa: F401
+        import posixpath  # noqa: F401
+        import shlex  # noqa: F401
+        import tarfile  # noqa: F401
+        import tempfile  # noqa: F401
+        import urllib.parse  # noqa: F401
+
+        import numpy  # noqa: F401  (the offsets)
+
+        from .. import settings  # noqa: F401
+        from ..core import indexfile, rules  # noqa: F401
+        from ..runtime import child, schemes  # noqa: F401
+        from . import keepalive, open, ranges, seekable, stamps  # noqa: F401
+        from .compression import zstd_module
+
+        for optional in (zstd_module, lambda: __import__("indexed_gzip"), lambda: __import__("ssl")):
+            try:
+                optional()
+            except Exception:  # noqa: BLE001 - not installed: the read that needs it says so
+                pass
+        _preloaded = True
+
+
+_preloaded = False
 _LIVE = weakref.WeakSet()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -287,6 +326,7 @@ class IndexedDataset:
     settings it was made with."""
 
     def __init__(self, index, base=None, _positions=None, verify="stamp", settings=None):
+        _preload()  # first: every import of the read path, before a fork can split one
         from ..settings import Settings
         from .stamps import VERIFY
 
@@ -303,7 +343,8 @@ class IndexedDataset:
         self._settings = Settings.from_environ() if settings is None else settings
         self._index = None
         self._lock = threading.Lock()
-        self._fds = {}
+        self._fds = OrderedDict()  # url -> _File, least recently used first (at most open_files)
+        self._groups = _Groups(self._settings.group_cache)
         self._checked = set()
         _LIVE.add(self)
 
@@ -344,11 +385,12 @@ class IndexedDataset:
         if lock is None:  # __init__ did not finish
             return
         with lock:
-            files, self._fds = self._fds, {}
+            files, self._fds = self._fds, OrderedDict()
             for f in files.values():
                 f.closed = True
                 if not f.users:
                     _close_quietly(f.fd)
+            self._groups.clear()
 
     # ------------------------------------------------------------ positions
 
@@ -436,33 +478,39 @@ class IndexedDataset:
 
         Samples of one shard whose byte ranges are less than ``gap`` bytes
         apart are read with one request (one ``pread``, one HTTP range),
-        and the requests go out at once, ``workers`` at a time (default
-        :data:`~tarproc.sources.ranges.WORKERS`): threads, and for HTTP one
-        curl process per share of the requests, each keeping its connection
-        alive.  An error names the index it was reading, and the shard."""
+        and the requests go out at once, ``workers`` at a time (default: the
+        setting ``range_concurrency``): over http(s), kept-alive connections
+        of this process (:mod:`tarproc.sources.keepalive`), kept for the next
+        call; s3 and gs, one client process per request.  In a compressed
+        shard, each group (or checkpoint span) the samples need is read and
+        decoded once, and kept for the next calls (``group_cache`` bytes).
+        An error names the index it was reading, and the shard."""
         from ..runtime.schemes import override
-        from .ranges import WORKERS, coalesce
+        from .ranges import coalesce
 
         indices = list(indices)
-        workers = WORKERS if workers is None else workers
+        workers = self._settings.range_concurrency if workers is None else workers
         if not isinstance(gap, int) or gap < 0 or not isinstance(workers, int) or workers < 1:
             raise UsageError(f"get_many: gap {gap!r} and workers {workers!r}: gap >= 0 bytes, workers >= 1")
         positions = [self._position(i) for i in indices]
         out = [None] * len(positions)
-        spans, alone = {}, []
+        spans, packed, alone = {}, {}, []
         idx = self.index
         for k, pos in enumerate(positions):
-            shard = idx.shards[bisect.bisect_right(idx.cum, pos) - 1]
+            s = bisect.bisect_right(idx.cum, pos) - 1
+            shard = idx.shards[s]
             if shard.get("offsets") and not shard.get("compression"):
                 spans[k] = _about(indices[k], self._span, pos)
-            else:  # read as ds[i] reads it
+            elif shard.get("offsets") and shard.get("seek") is not None:
+                packed.setdefault(s, []).append(k)  # its groups read and decoded once for all of them
+            else:  # read as ds[i] reads it (and fails as it does)
                 alone.append(k)
         runs = coalesce([(sp.url, sp.start, sp.stop, k) for k, sp in spans.items()], gap)
-        http, local, other = [], [], []
+        builtin, curl, local, other = [], [], [], []
         for r in runs:
             scheme = scheme_of(r.url)
             if scheme in ("http", "https") and override("RANGE", scheme, self._settings) is None:
-                http.append(r)
+                (curl if override("RANGES", scheme, self._settings) is not None else builtin).append(r)
             else:
                 (local if scheme == "file" else other).append(r)
         # local files: the kernel is told of every range first (it reads them ahead, at once), then
@@ -470,10 +518,13 @@ class IndexedDataset:
         self._willneed(local)
         # the threads read bytes (the GIL is free meanwhile); this thread parses them, in order
         tasks = [(self._read_run, (r, spans, indices)) for r in other]
-        if http:
+        if curl:
             from .ranges import share
 
-            tasks += [(self._read_http_runs, (part, spans, indices)) for part in share(http, workers)]
+            tasks += [(self._read_http_runs, (part, spans, indices)) for part in share(curl, workers)]
+        if builtin:
+            tasks.append((self._read_builtin_runs, (builtin, spans, indices, workers, out)))
+        tasks += [(self._read_packed, (s, ks, positions, indices, out, workers)) for s, ks in packed.items()]
         tasks += [(self._read_alone, (k, positions, indices, out)) for k in alone]
         fetched = _run_all(tasks, workers)
         fetched.append(self._read_run(r, spans, indices)[0] for r in local)
@@ -515,6 +566,7 @@ class IndexedDataset:
                              first.shard))]
 
     def _read_http_runs(self, runs, spans, indices):
+        """Runs read by the RANGES command that replaces the in-process client (a curl config on its stdin)."""
         from .ranges import http_ranges
         from .stamps import check_stamp, stamp_of_headers
 
@@ -530,6 +582,43 @@ class IndexedDataset:
             raise BadInput(f"index {indices[k]}: {e}") from None
         return list(zip(runs, datas))
 
+    def _read_builtin_runs(self, runs, spans, indices, workers, out):
+        """Runs of http(s) shards over this process's kept-alive connections,
+        each parsed into its samples by the thread that read it (while the
+        others wait on the network)."""
+        shard_of = {r.url: spans[r.tags[0]].shard for r in runs}
+
+        def parse(n, data):
+            run = runs[n]
+            for k in run.tags:
+                sp = spans[k]
+                try:
+                    out[k] = _sample_of(sp, data[sp.start - run.start : sp.stop - run.start], self._settings)
+                except BadInput as e:
+                    e.index = indices[k]
+                    raise
+
+        try:
+            self._http([(r.url, r.start, r.stop) for r in runs], shard_of, workers, parse)
+        except BadInput as e:
+            at = getattr(e, "index", None)
+            raise BadInput(f"index {indices[runs[getattr(e, 'request', 0)].tags[0]] if at is None else at}: "
+                           f"{e}") from None
+        return ()
+
+    def _http(self, requests, shard_of, workers, done=None):
+        """The bytes of each ``(url, start, stop)``, read in process
+        (:mod:`tarproc.sources.keepalive`); each answer's stamp checked
+        against its shard's entry (``shard_of[url]``)."""
+        from .keepalive import pool
+        from .stamps import check_stamp, stamp_of_headers
+
+        def check(url, headers):
+            check_stamp(url, _entry(shard_of.get(url)), stamp_of_headers(headers), self._verify)
+
+        st = self._settings
+        return pool().fetch(requests, workers, check, st.stall_timeout, st.open_files, done)
+
     # ------------------------------------------------------------ reading
 
     def _read(self, pos):
@@ -544,6 +633,19 @@ class IndexedDataset:
         uncompressed shard with offsets (an error for a shard without); for
         a compressed shard with a seek record, the sample itself (its
         group, read and decoded: :meth:`_read_compressed`)."""
+        idx, s, shard, url, j, start, end, key = self._locate(pos)
+        if shard.get("seek") is not None:
+            return self._read_compressed(idx, s, shard, url, j, start, end, key)
+        filesize = shard.get("filesize")
+        # and the header after the sample, when the shard has one: a member of this same sample there
+        # means the shard changed (a rewrite of the same size can move a member across the boundary)
+        peek = 512 if isinstance(filesize, int) and end + 512 <= filesize else 0
+        return _Span(url, j, key, start, end, end + peek, filesize, shard)
+
+    def _locate(self, pos):
+        """``(index, shard number, entry, url, j, start, end, key)`` of the
+        sample at ``pos``: its byte range (in the decoded tar of a
+        compressed shard), checked against the bounds."""
         idx = self.index
         s = bisect.bisect_right(idx.cum, pos) - 1
         shard = idx.shards[s]
@@ -561,13 +663,7 @@ class IndexedDataset:
         limit = self._settings.max_sample
         if not 0 <= start < end or end - start > limit:
             raise BadInput(f"{url}: sample {j} ({key!r}): the index gives bytes {start}-{end}: a damaged index")
-        if shard.get("seek") is not None:
-            return self._read_compressed(idx, s, shard, url, j, start, end, key)
-        filesize = shard.get("filesize")
-        # and the header after the sample, when the shard has one: a member of this same sample there
-        # means the shard changed (a rewrite of the same size can move a member across the boundary)
-        peek = 512 if isinstance(filesize, int) and end + 512 <= filesize else 0
-        return _Span(url, j, key, start, end, end + peek, filesize, shard)
+        return idx, s, shard, url, j, start, end, key
 
     # ------------------------------------------------------------ compressed shards (sources/seekable.py)
 
@@ -589,13 +685,42 @@ class IndexedDataset:
 
     def _read_compressed(self, idx, s, shard, url, j, start, end, key):
         """Sample ``j`` of a gzip/zstd shard: its group(s) (or the span between
-        two checkpoints) read with one range request and decoded."""
+        two checkpoints) read with one range request and decoded (or found
+        in the cache of decoded groups)."""
         table = self._seek_table(idx, s, shard)
-        filesize = shard.get("filesize")
         where = f"{url}: sample {j} ({key!r}) at decoded bytes {start}-{end}"
-        data = table.read(lambda a, b: self._range(url, a, b, filesize, shard), shard.get("compression"), start, end, where,
-                          self._settings.max_sample)
+        data = table.read_many(lambda pairs: self._fetch_many(url, shard, pairs, 1), shard.get("compression"),
+                               [(start, end, where)], self._settings.max_sample, self._groups, url)[0]
         return _the_sample(data, url, key, where, self._settings)
+
+    def _read_packed(self, s, ks, positions, indices, out, workers):
+        """The samples ``ks`` (of ``get_many``) of compressed shard ``s``:
+        every group (or checkpoint span) they need read and decoded once."""
+        spans = []
+        for k in ks:
+            idx, s, shard, url, j, start, end, key = _about(indices[k], self._locate, positions[k])
+            spans.append((start, end, f"{url}: sample {j} ({key!r}) at decoded bytes {start}-{end}", key))
+        table = _about(indices[ks[0]], self._seek_table, idx, s, shard)
+        try:
+            datas = table.read_many(lambda pairs: self._fetch_many(url, shard, pairs, workers),
+                                    shard.get("compression"), [sp[:3] for sp in spans], self._settings.max_sample,
+                                    self._groups, url)
+        except BadInput as e:
+            at = next((k for k, sp in zip(ks, spans) if str(e).startswith(sp[2])), ks[0])
+            raise BadInput(f"index {indices[at]}: {e}") from None
+        for k, (start, end, where, key), data in zip(ks, spans, datas):
+            out[k] = _about(indices[k], _the_sample, data, url, key, where, self._settings)
+        return ()
+
+    def _fetch_many(self, url, shard, pairs, workers):
+        """Bytes ``a``..``b`` of ``url`` for each ``(a, b)`` of ``pairs``:
+        over http(s), at once on kept-alive connections; else one by one."""
+        from ..runtime.schemes import override
+
+        scheme = scheme_of(url)
+        if scheme in ("http", "https") and override("RANGE", scheme, self._settings) is None and len(pairs) > 1:
+            return self._http([(url, a, b) for a, b in pairs], {url: shard}, workers)
+        return [self._range(url, a, b, shard.get("filesize"), shard) for a, b in pairs]
 
     def _range(self, url, start, end, filesize, shard=None):
         """Bytes ``start`` to ``end`` of ``url``: ``pread`` for a file, else
@@ -612,7 +737,7 @@ class IndexedDataset:
                            f"http(s)://, s3:// or gs:// URL, or TARPROC_RANGE_{scheme.upper()})")
         if override("RANGE", scheme, self._settings) is None:
             if scheme in ("http", "https"):
-                return _range_http(url, start, end, shard, self._verify, self._settings)
+                return self._http([(url, start, end)], {url: shard}, 1)[0]
             if scheme == "s3":
                 return _range_s3(url, start, end, shard, self._verify, self._settings)
         return _range_command(url, start, end, self._settings)  # the bytes alone on its stdout
@@ -624,13 +749,10 @@ class IndexedDataset:
         with self._lock:
             f = self._fds.get(url)
             if f is None:
-                try:
-                    fd = os.open(url, os.O_RDONLY)
-                except OSError as e:
-                    from .open import cannot_open
-
-                    raise BadInput(cannot_open(url, e)) from None
-                f = self._fds[url] = _File(fd)
+                f = self._fds[url] = _File(self._open(url))
+                self._evict(self._settings.open_files)
+            else:
+                self._fds.move_to_end(url)
             f.users += 1  # close() leaves it open until this read ends
         try:
             # on every read (an fstat is cheap): a shard rewritten in place since it was opened is seen too
@@ -652,6 +774,73 @@ class IndexedDataset:
                 if f.closed and not f.users:
                     _close_quietly(f.fd)
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+    def _open(self, url):
+        """A descriptor of the shard file ``url`` (with the lock held); out
+        of descriptors, the files this dataset holds idle are closed, and
+        it is tried once more."""
+        import errno
+
+        for attempt in (0, 1):
+            try:
+                return os.open(url, os.O_RDONLY)
+            except OSError as e:
+                if attempt == 0 and e.errno in (errno.EMFILE, errno.ENFILE) and self._evict(0):
+                    continue
+                from .open import cannot_open
+
+                raise BadInput(cannot_open(url, e)) from None
+
+    def _evict(self, keep):
+        """Close the least recently used files until at most ``keep`` are held
+        (with the lock held; a file being read is closed when its read ends).
+        Whether any was closed."""
+        closed = False
+        while len(self._fds) > max(keep, 0):
+            _, f = self._fds.popitem(last=False)
+            f.closed = True
+            if not f.users:
+                _close_quietly(f.fd)
+                closed = True
+        return closed
+
+
+class _Groups:
+    """Decoded groups of compressed shards (``(url, kind, n)`` -> bytes),
+    the least recently used dropped past ``limit`` bytes; shared by the
+    threads of one dataset."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.held = OrderedDict()
+        self.size = 0
+        self.lock = threading.Lock()
+
+    def get(self, key):
+        with self.lock:
+            data = self.held.get(key)
+            if data is not None:
+                self.held.move_to_end(key)
+            return data
+
+    def put(self, key, data):
+        if len(data) > self.limit:
+            return
+        with self.lock:
+            old = self.held.pop(key, None)
+            if old is not None:
+                self.size -= len(old)
+            self.held[key] = data
+            self.size += len(data)
+            while self.size > self.limit:
+                _, gone = self.held.popitem(last=False)
+                self.size -= len(gone)
+
+    def clear(self):
+        with self.lock:
+            self.held.clear()
+            self.size = 0
 
 
 def _about(i, fn, *args):
@@ -704,10 +893,46 @@ def _sample_of(span, data, settings=None):
     return _the_sample(data, url, key, where, settings)
 
 
+def _plain_sample(data, url, key):
+    """The sample in ``data`` when it is the common case, read without the
+    general reader (a third of the time of a batch over HTTP): only plain
+    ustar/GNU headers of regular members, checksums right, every name a
+    field of ``key`` by THE name rule, each field once, the members filling
+    ``data`` exactly.  ``None`` for anything else: the general reader then
+    reads it, and says what is wrong."""
+    from ..core.rules import classify
+
+    sample = {"__key__": key, "__source__": url}
+    pos, end = 0, len(data)
+    while pos < end:
+        head = data[pos:pos + 512]
+        if len(head) < 512 or head[156:157] not in (b"0", b"\0") or head[257:262] != b"ustar":
+            return None
+        size_field = head[124:136].rstrip(b" \0")
+        chk_field = head[148:156].rstrip(b" \0")
+        if not size_field.isdigit() or not chk_field.isdigit() or max(size_field + chk_field) > 0x37:
+            return None
+        if int(chk_field, 8) != sum(head) - sum(head[148:156]) + 256:
+            return None
+        name = head[:100].partition(b"\0")[0]
+        if head[257:263] == b"ustar\0" and head[345] != 0:
+            name = head[345:500].partition(b"\0")[0] + b"/" + name
+        parts = classify(name.decode("utf-8", "surrogateescape"))
+        size = int(size_field, 8)
+        if type(parts) is not tuple or parts[0] != key or parts[1] in sample or pos + 512 + size > end:
+            return None
+        sample[parts[1]] = data[pos + 512:pos + 512 + size]
+        pos += 512 + (size + 511) // 512 * 512
+    return sample if pos == end and len(sample) > 2 else None
+
+
 def _the_sample(data, url, key, where, settings=None):
     """The one sample that ``data`` (the bytes of an indexed range) must hold,
     with the key the index names; else one error naming ``where``.
     ``settings``: the dataset's bounds (``sparse_holes``)."""
+    fast = _plain_sample(data, url, key)
+    if fast is not None:
+        return fast
     holes = settings.sparse_holes if settings is not None else None
     # the bytes alone, no end marker added: a range cut short must not read as members padded with zeros;
     # not strict: what a reader of the whole shard only warns about (a pax mtime that is no number) reads here too
@@ -739,6 +964,11 @@ def _member_of(block, key):
 
     from ..core.rules import split_name
 
+    # most often the next sample's header: a name field without the key's last part cannot be the key's
+    # (a ustar name prefix could hold it: then the whole header is parsed)
+    if not (block[257:263] == b"ustar\0" and block[345:346] not in (b"", b"\0")) \
+            and key.rpartition("/")[2].encode("utf-8", "surrogateescape") not in block[:100].partition(b"\0")[0]:
+        return None
     try:
         info = tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
     except tarfile.HeaderError:
@@ -819,64 +1049,6 @@ def _tail_bytes(settings):
 def _entry(shard, filesize=None):
     """The index entry a stamp is checked against (a caller may have only the size)."""
     return shard if isinstance(shard, dict) else {"filesize": shard if isinstance(shard, int) else filesize}
-
-
-def _range_http(url, start, end, shard, verify="stamp", settings=None):
-    """One range request with curl (the table's RANGE: the headers, then the
-    bytes), reading its headers first: a server that answers anything but
-    206 with exactly this range is an error (and curl is stopped before it
-    downloads a whole shard)."""
-    from ..runtime.child import Child
-
-    cmd = _range_argv(url, start, end, settings)
-    try:
-        proc = Child(cmd, url, tail_bytes=_tail_bytes(settings))
-    except OSError as e:
-        raise BadInput(Child.start_error(url, "curl", e)) from None
-    try:
-        status, headers = None, {}
-        for _ in range(12):  # 1xx and redirects come before the answer
-            line = proc.stdout.readline(8192)
-            if not line:
-                break
-            parts = line.split()
-            status = int(parts[1]) if len(parts) > 1 and parts[0].startswith(b"HTTP/") and parts[1].isdigit() else -1
-            headers = {}
-            for _ in range(200):
-                line = proc.stdout.readline(65536)
-                if not line.strip():
-                    break
-                name, _, value = line.decode("latin-1").partition(":")
-                headers[name.strip().lower()] = value.strip()
-            if not (100 <= status < 200 or 300 <= status < 400):
-                break
-        if status is None:
-            proc.wait()
-            raise BadInput(proc.failure())
-        if status == 200:
-            raise BadInput(f"{url}: the server ignored the range request (status 200, the whole shard): it cannot "
-                           f"serve one sample; use a server that honours Range, or a local copy")
-        if status != 206:
-            raise BadInput(f"{url}: range request failed with HTTP status {status}")
-        unit, _, rng = headers.get("content-range", "").partition(" ")
-        span, _, total = rng.partition("/")
-        if unit != "bytes" or span != f"{start}-{end - 1}":
-            raise BadInput(f"{url}: the server answered bytes {span or '?'} to a request for {start}-{end - 1}: "
-                           f"refusing a range it did not honour")
-        from .stamps import check_stamp, stamp_of_headers
-
-        check_stamp(url, _entry(shard), stamp_of_headers(headers), verify)
-        data = proc.stdout.read(end - start)
-        proc.stdout.close()
-        rc = proc.wait()
-        if rc != 0 and len(data) != end - start:
-            raise BadInput(f"{url}: curl failed with exit status {rc} during a range request")
-        return data
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        if not proc.stdout.closed:
-            proc.stdout.close()
 
 
 def _range_s3(url, start, end, shard, verify="stamp", settings=None):

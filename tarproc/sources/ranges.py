@@ -1,13 +1,15 @@
-"""Reading many byte ranges at once: coalescing nearby ranges, and many
-HTTP range requests through few curl processes.
+"""Reading many byte ranges at once: coalescing nearby ranges, HTTP range
+requests through a curl that replaces the in-process client, and the Range
+probe of ``tarindex``.
 
 :func:`coalesce` merges ranges of one URL whose gap is at most ``gap``
 bytes into runs (one read each, up to ``max_run`` bytes); duplicates merge
 into one.  :func:`http_ranges` reads ranges with one curl process (the
-scheme table's ``RANGES`` command) per share
-of them: the requests of a share go one after another over one kept-alive
-connection, the shares at once; each answer must be a 206 with exactly the
-range asked for.
+command of ``TARPROC_RANGES_HTTP(S)``, which replaces the in-process client
+of :mod:`tarproc.sources.keepalive`) per share of them: the requests of a
+share go one after another over one kept-alive connection, the shares at
+once; each answer must be a 206 with exactly the range asked for.
+:func:`probe_servers` asks each server once for one byte.
 
     runs = coalesce([("a.tar", 0, 1024, "x"), ("a.tar", 1536, 2048, "y")], gap=4096)
     runs[0].start, runs[0].stop, runs[0].tags   # 0, 2048, ["x", "y"]
@@ -190,5 +192,21 @@ def share(items, parts):
     return [o for o in out if o]
 
 
-#: Concurrent reads of one batch (threads; for HTTP, curl processes).
-WORKERS = 8
+def probe_servers(urls, settings=None):
+    """One ranged request (the first byte) to the server of the first
+    ``http(s)://`` URL of each server in ``urls`` (whose ranged reads are not
+    replaced by a ``TARPROC_RANGE_`` command): a server that ignores Range is
+    a :class:`BadInput` saying what to use instead, found when the index is
+    made rather than at the first sample."""
+    from ..runtime.schemes import override, scheme_of
+    from .keepalive import probe
+
+    seen = set()
+    for url in urls:
+        scheme = scheme_of(url)
+        if scheme not in ("http", "https") or override("RANGE", scheme, settings) is not None:
+            continue
+        origin = url.partition("://")[2].partition("/")[0]
+        if (scheme, origin) not in seen:
+            seen.add((scheme, origin))
+            probe(url, settings.stall_timeout if settings is not None else 60.0)

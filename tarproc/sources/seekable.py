@@ -50,6 +50,8 @@ PROBE = 4 << 20
 #: A zstd shard of one frame that decodes to more than this is one stream:
 #: counts only (every access would decode all of it).
 MAX_GROUP = 8 << 20
+#: Compressed bytes of consecutive groups read with one request (``read_many``).
+RUN_MAX = 16 << 20
 #: Output chunks of the decoders.
 CHUNK = 1 << 20
 #: The seek sidecar's magic.
@@ -185,6 +187,108 @@ class SeekTable:
             return self._read_groups(bounded, codec, start, end, where, limit)
         return self._read_checkpoint(bounded, start, end, where)
 
+    def read_many(self, fetch_many, codec, spans, limit=1 << 34, cache=None, name=None):
+        """The decoded bytes of each ``(start, end, where)`` of ``spans``,
+        each group (or checkpoint span) they need read and decoded once:
+        ``fetch_many([(a, b), ...])`` gives compressed bytes ``a``..``b`` of
+        each pair (consecutive groups are one pair).  ``cache`` (get/put of
+        ``(name, kind, n)``) keeps decoded groups for the next calls.  An
+        error names the ``where`` of a span that needed what failed."""
+        def bounded(pairs, wheres):
+            for (a, b), where in zip(pairs, wheres):
+                if b - a > limit:
+                    raise BadInput(f"{where}: the index says to read {b - a} bytes for it, more than "
+                                   f"TARPROC_MAX_SAMPLE ({limit}): a damaged index")
+            return fetch_many(pairs)
+
+        if self.kind == "groups":
+            return self._groups_many(bounded, codec, spans, limit, cache, name)
+        return self._checkpoints_many(bounded, spans, cache, name)
+
+    def _groups_many(self, fetch_many, codec, spans, limit, cache, name):
+        us = self.ustart
+        plan, need = [], {}
+        for start, end, where in spans:
+            if not 0 <= start < end <= us[-1]:
+                raise BadInput(f"{where}: outside the shard's {us[-1]} decoded bytes: a damaged index")
+            ga = bisect.bisect_right(us, start) - 1
+            gb = bisect.bisect_left(us, end) - 1
+            if us[gb + 1] - us[ga] > limit:
+                raise BadInput(f"{where}: its groups decode to {us[gb + 1] - us[ga]} bytes, more than "
+                               f"TARPROC_MAX_SAMPLE ({limit}): a damaged index")
+            plan.append((ga, gb))
+            for g in range(ga, gb + 1):
+                need.setdefault(g, where)
+        decoded = {}
+        runs = []
+        for g in sorted(need):
+            hit = cache.get((name, "g", g)) if cache is not None else None
+            if hit is not None:
+                decoded[g] = hit
+            elif runs and runs[-1][-1] == g - 1 and self.cstart[g] == self.cend[g - 1] \
+                    and self.cend[g] - self.cstart[runs[-1][0]] <= RUN_MAX:
+                runs[-1].append(g)  # the next group's bytes follow: one read
+            else:
+                runs.append([g])
+        pairs = [(self.cstart[r[0]], self.cend[r[-1]]) for r in runs]
+        datas = fetch_many(pairs, [need[r[0]] for r in runs]) if runs else []
+        for r, (base, stop), data in zip(runs, pairs, datas):
+            if len(data) != stop - base:
+                raise BadInput(f"{need[r[0]]}: got {len(data)} bytes of the compressed shard instead of "
+                               f"{stop - base}: the shard is shorter than when it was indexed (index it again)")
+            for g in r:
+                decoded[g] = out = self._decode(g, codec, data[self.cstart[g] - base:self.cend[g] - base], need[g])
+                if cache is not None:
+                    cache.put((name, "g", g), out)
+        result = []
+        for (ga, gb), (start, end, _where) in zip(plan, spans):
+            if ga == gb:
+                result.append(decoded[ga][start - us[ga]:end - us[ga]])
+            else:
+                result.append(b"".join(decoded[g] for g in range(ga, gb + 1))[start - us[ga]:end - us[ga]])
+        return result
+
+    def _decode(self, g, codec, piece, where):
+        """Group ``g``'s compressed bytes ``piece``, checked (CRC-32) and decoded (length checked)."""
+        us = self.ustart
+        if zlib.crc32(piece) != self.crc[g]:
+            raise BadInput(f"{where}: compressed bytes {self.cstart[g]}-{self.cend[g]} are not those indexed "
+                           f"(CRC-32 differs): the shard changed since it was indexed (index it again)")
+        out = _decode_group(codec, piece, where, us[g + 1] - us[g])
+        if len(out) != us[g + 1] - us[g]:
+            raise BadInput(f"{where}: a group decodes to {len(out)} bytes, {us[g + 1] - us[g]} when indexed: "
+                           f"the shard changed since it was indexed (index it again)")
+        return out
+
+    def _checkpoints_many(self, fetch_many, spans, cache, name):
+        """From each checkpoint the spans start after, one decoding as far as
+        the furthest of them ends (kept: a later span within it is served)."""
+        us = self.ustarts
+        reach = {}
+        for start, end, where in spans:
+            if not 0 <= start < end:
+                raise BadInput(f"{where}: the index gives decoded bytes {start}-{end}: a damaged index")
+            a = bisect.bisect_right(us, start) - 1
+            if a < 0:
+                raise BadInput(f"{where}: before the shard's first checkpoint: a damaged index")
+            far = reach.get(a)
+            reach[a] = (max(far[0], end), far[1]) if far else (end, where)
+        decoded = {}
+        for a, (end, where) in reach.items():
+            hit = cache.get((name, "c", a)) if cache is not None else None
+            if hit is not None and us[a] + len(hit) >= end:
+                decoded[a] = hit
+                continue
+            data = self._read_checkpoint(lambda lo, hi: fetch_many([(lo, hi)], [where])[0], us[a], end, where)
+            decoded[a] = data
+            if cache is not None:
+                cache.put((name, "c", a), data)
+        result = []
+        for start, end, _where in spans:
+            a = bisect.bisect_right(us, start) - 1
+            result.append(decoded[a][start - us[a]:end - us[a]])
+        return result
+
     def _read_groups(self, fetch, codec, start, end, where, limit):
         us = self.ustart
         if not 0 <= start < end <= us[-1]:
@@ -277,6 +381,33 @@ class SeekTable:
 
 
 _READBUF = 1 << 16  # compressed bytes indexed_gzip reads at a time (and decoded bytes it buffers)
+
+
+def amplification(record, starts, end, where="seek record"):
+    """``(compressed bytes read, sample bytes)`` summed over every sample of a
+    shard (``starts``: where each begins in the decoded tar, ``end``: where
+    the last ends) read alone, one ``ds[i]`` at a time, through its seek
+    ``record``: their ratio is the read amplification ``tarindex`` reports."""
+    table = SeekTable(record, where)
+    bounds = list(starts) + [end]
+    fetched = wanted = 0
+    for a, b in zip(bounds, bounds[1:]):
+        if b <= a:
+            continue
+        wanted += b - a
+        if table.kind == "groups":
+            us = table.ustart
+            ga = bisect.bisect_right(us, a) - 1
+            gb = bisect.bisect_left(us, b) - 1
+            fetched += table.cend[gb] - table.cstart[ga]
+        else:
+            us = table.ustarts
+            pa = bisect.bisect_right(us, a) - 1
+            pb = bisect.bisect_left(us, b)
+            lo = table.points[pa][0] if pa else 0
+            hi = min(table.points[pb][0] + _READBUF + 1, table.size) if pb < len(table.points) else table.size
+            fetched += hi - lo
+    return fetched, wanted
 
 
 class _Ranged(io.RawIOBase):
