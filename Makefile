@@ -8,7 +8,7 @@ export PATH := $(BIN):$(PATH)
 # Debian packages the tests drive as real, independent tools (command:package).
 SYSTOOLS := zsh:zsh jq:jq fish:fish bsdtar:libarchive-tools gm:graphicsmagick zstd:zstd tmux:tmux curl:curl xz:xz-utils bzip2:bzip2 gzip:gzip script:bsdutils /usr/bin/time:time
 
-.PHONY: all install demo test test-fast bench fuzz sysdeps clean completion
+.PHONY: all install demo test test-fast bench fuzz sysdeps benchdeps clean completion
 # a single-node Slurm cluster for kujob --slurm (tests/slurm_cluster.py)
 SYSTOOLS += /usr/sbin/munged:munge /usr/sbin/slurmctld:slurmctld /usr/sbin/slurmd:slurmd /usr/bin/sbatch:slurm-client
 
@@ -38,6 +38,11 @@ sysdeps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+# The benches' real servers: nginx serves Range requests for bench_netread (Python's http.server does not).
+BENCHTOOLS := /usr/sbin/nginx:nginx-light
+benchdeps:
+	@$(MAKE) -s sysdeps SYSTOOLS="$(BENCHTOOLS)"
+
 demo: install
 	@bash testdata/demo.sh
 
@@ -54,7 +59,7 @@ test-fast: $(VENV)/.test-deps
 	$(PY) -m compileall -q -j 0 tarproc
 	$(PY) -m pytest -n 2 -q -m "not sysdeps" tests
 
-bench: $(VENV)/.test-deps sysdeps
+bench: $(VENV)/.test-deps sysdeps benchdeps
 	$(PY) bench/run.py
 
 fuzz: $(VENV)/.test-deps
