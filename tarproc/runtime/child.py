@@ -447,10 +447,12 @@ class Child:
                     pass
 
 
-def run(command, name, what=None, stdin=None, error=None, **kw):
+def run(command, name, what=None, stdin=None, error=None, accept=None, **kw):
     """Run ``command`` to its end as a :class:`Child` and return its stdout
     (``bytes``); a failure (or a start that failed) raises ``error``
-    (an exception class) with :meth:`Child.failure`'s message."""
+    (an exception class) with :meth:`Child.failure`'s message, unless
+    ``accept(child, out)`` says the failure is an answer (``aws s3 ls`` of an
+    empty prefix exits 1)."""
     try:
         child = Child(command, name, what, stdin=stdin, stdout="pipe", **kw)
     except OSError as e:
@@ -463,7 +465,7 @@ def run(command, name, what=None, stdin=None, error=None, **kw):
     finally:
         child.stdout.close()
     child.wait()
-    if child.returncode != 0:
+    if child.returncode != 0 and not (accept is not None and accept(child, out)):
         raise error(child.failure(what))
     return out
 

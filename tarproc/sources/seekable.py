@@ -209,13 +209,7 @@ class SeekTable:
         us = self.ustart
         plan, need = [], {}
         for start, end, where in spans:
-            if not 0 <= start < end <= us[-1]:
-                raise BadInput(f"{where}: outside the shard's {us[-1]} decoded bytes: a damaged index")
-            ga = bisect.bisect_right(us, start) - 1
-            gb = bisect.bisect_left(us, end) - 1
-            if us[gb + 1] - us[ga] > limit:
-                raise BadInput(f"{where}: its groups decode to {us[gb + 1] - us[ga]} bytes, more than "
-                               f"TARPROC_MAX_SAMPLE ({limit}): a damaged index")
+            ga, gb = self._groups_of(start, end, where, limit)
             plan.append((ga, gb))
             for g in range(ga, gb + 1):
                 need.setdefault(g, where)
@@ -289,7 +283,8 @@ class SeekTable:
             result.append(decoded[a][start - us[a]:end - us[a]])
         return result
 
-    def _read_groups(self, fetch, codec, start, end, where, limit):
+    def _groups_of(self, start, end, where, limit):
+        """The first and last group holding decoded bytes ``start``..``end``, checked against the shard and ``limit``."""
         us = self.ustart
         if not 0 <= start < end <= us[-1]:
             raise BadInput(f"{where}: outside the shard's {us[-1]} decoded bytes: a damaged index")
@@ -298,6 +293,11 @@ class SeekTable:
         if us[gb + 1] - us[ga] > limit:
             raise BadInput(f"{where}: its groups decode to {us[gb + 1] - us[ga]} bytes, more than "
                            f"TARPROC_MAX_SAMPLE ({limit}): a damaged index")
+        return ga, gb
+
+    def _read_groups(self, fetch, codec, start, end, where, limit):
+        us = self.ustart
+        ga, gb = self._groups_of(start, end, where, limit)
         base = self.cstart[ga]
         data = fetch(base, self.cend[gb])
         if len(data) != self.cend[gb] - base:

@@ -264,27 +264,15 @@ def list_remote(url, settings=None):
     and ``[name/]``, names relative to ``url``.  Reads ``aws s3 ls``'s lines
     (date, time, size, name; ``PRE name/``) and ``gsutil ls``'s (URLs; a
     prefix ends in ``/``)."""
-    from ..runtime.child import Child
+    from ..runtime.child import run
     from ..runtime.schemes import command
 
     cmd = command("LIST", url, settings)
     tail = settings.tail_bytes if settings is not None else None
-    try:
-        child = Child(cmd, url, tail_bytes=tail)
-    except OSError as e:
-        raise BadInput(Child.start_error(url, cmd, e)) from None
-    try:
-        out = child.stdout.read()
-    except BaseException:
-        child.kill()
-        raise
-    finally:
-        child.stdout.close()
-    rc = child.wait()
-    if rc != 0:
-        if rc == 1 and not out and not child.kept_stderr()[0].strip():
-            return [], []  # `aws s3 ls` of an empty (or absent) prefix
-        raise BadInput(f"{child.name}: cannot list: {child.failed()}")
+    out = run(cmd, url, error=BadInput, tail_bytes=tail,
+              accept=lambda child, out: child.returncode == 1 and not out and not child.kept_stderr()[0].strip())
+    if not out:
+        return [], []  # `aws s3 ls` of an empty (or absent) prefix
     objects, prefixes = [], []
     for line in _dec(out).split("\n"):
         line = line.rstrip("\r")
