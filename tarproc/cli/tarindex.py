@@ -105,10 +105,8 @@ def tarindex_command(
     def progress(info):
         done[0] += 1
         done[1] += info.nsamples
-        if info.seek is not None and info.starts is not None and len(info.starts):
-            from ..sources.seekable import amplification
-
-            amp[:] = [x + y for x, y in zip(amp, amplification(info.seek, info.starts, info.end, info.url))]
+        if info.amplification is not None:
+            amp[:] = [x + y for x, y in zip(amp, info.amplification)]
         rep.info(f"{info.url}: {info.nsamples} samples" + (f" ({info.compression}: counts only)"
                                                             if info.compression and info.seek is None else ""))
         rep.bar.update(done[0], text=f"{done[0]}/{len(urls)} shards, {done[1]} samples")

@@ -97,6 +97,10 @@ class _Writer:
             self._write(shard_sidecar(self.work_dir, n), blob)
         self.keys.add(n, key_hashes(info.keys))
         info.sidecar_bytes = len(blob)
+        if info.seek is not None and len(info.starts):  # (before the offsets go: tarindex -v reports it)
+            from ..sources.seekable import amplification
+
+            info.amplification = amplification(info.seek, info.starts, info.end, info.url)
         info.starts = info.keys = None
         if info.seek is not None and self.kept is None:  # (up to 32 KiB a checkpoint: not held either)
             from ..sources.seekable import record_kind

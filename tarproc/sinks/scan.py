@@ -44,7 +44,7 @@ class ShardIndex:
     made it."""
 
     __slots__ = ("url", "nsamples", "compression", "filesize", "starts", "end", "keys", "seek", "stamp", "sha256",
-                 "sidecar_bytes")
+                 "sidecar_bytes", "amplification")
 
     def __init__(self, url):
         self.seek = None  # a compressed shard's seek record (sources/seekable.py), when it has random access
@@ -53,6 +53,7 @@ class ShardIndex:
         self.compression = None
         self.filesize = None
         self.starts = None
+        self.amplification = None  # (compressed bytes fetched, sample bytes) of reading each sample alone
         self.end = None
         self.keys = None
         self.stamp = None

@@ -946,7 +946,7 @@ def _the_sample(data, url, key, where, settings=None):
                            f"set {bound} higher to read it") from None
         raise BadInput(f"{where}: these bytes are not the indexed sample ({getattr(e, 'problem', e)}): the shard "
                        f"changed since it was indexed, or the index is not this shard's (index it again)") from None
-    if not reader.truncated or reader.offset != len(data):  # (truncated: it ended where a member ends, no marker)
+    if reader.offset != len(data):  # (zero blocks may lead: a shard of concatenated archives)
         raise BadInput(f"{where}: these bytes do not end where the sample's last member ends: the shard changed "
                        f"since it was indexed, or the index is not this shard's (index it again)")
     if len(samples) != 1 or samples[0]["__key__"] != key:
@@ -1109,7 +1109,11 @@ def read_range(url, start, end, settings=None):
         raise BadInput(f"{url}: cannot read a byte range of a {scheme}: input (give a file, http(s)://, s3:// "
                        f"or gs:// URL, or TARPROC_RANGE_{scheme.upper()})")
     elif override("RANGE", scheme, settings) is None and scheme in ("http", "https"):
-        data = _range_http(url, start, end, {}, "none", settings)
+        from .keepalive import pool
+        from ..settings import Settings
+
+        st = settings if settings is not None else Settings()
+        data = pool().fetch([(url, start, end)], 1, lambda url, headers: None, st.stall_timeout, st.open_files)[0]
     elif override("RANGE", scheme, settings) is None and scheme == "s3":
         data = _range_s3(url, start, end, {}, "none", settings)
     else:

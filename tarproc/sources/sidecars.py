@@ -43,14 +43,25 @@ class LocalFile:
 
     __slots__ = ("fd",)
 
-    def __init__(self, path, size, what):
+    def __init__(self, path, size, what, release=None):
         try:
             self.fd = os.open(path, os.O_RDONLY)
         except OSError as e:
-            from .open import cannot_open
+            import errno
 
-            self.fd = None
-            raise BadInput(cannot_open(path, e)) from None
+            fd = None
+            if e.errno in (errno.EMFILE, errno.ENFILE) and release is not None:
+                release()  # out of descriptors: close what this dataset holds and try once more
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except OSError as again:
+                    e = again
+            if fd is None:
+                from .open import cannot_open
+
+                self.fd = None
+                raise BadInput(cannot_open(path, e)) from None
+            self.fd = fd
         got = os.fstat(self.fd).st_size
         if got != size:
             raise BadInput(f"{path}: {what} has {got} bytes, the index says {size}: not this index's (index the "
@@ -79,6 +90,7 @@ class ShardSidecars:
         self.local = OrderedDict()  # url -> ShardTable, least recently used first
         self.remote = OrderedDict()
         self.held = 0  # bytes of remote sidecars held
+        self.on_emfile = None  # what else may be closed when the process is out of descriptors
 
     @property
     def tables(self):
@@ -97,7 +109,7 @@ class ShardSidecars:
             raise BadInput(f"{url}: the index gives its offsets file {size} bytes for {count} samples: a damaged "
                            f"index (or more than TARPROC_MAX_INDEX, {self.settings.max_index})")
         if scheme_of(url) == "file":
-            f = LocalFile(url, size, "offsets file")
+            f = LocalFile(url, size, "offsets file", release=self.release)
             table = ShardTable(f.read, size, count, url, f)
             with self.lock:
                 self.local[url] = table
@@ -113,6 +125,13 @@ class ShardSidecars:
             while len(self.remote) > 1 and (len(self.remote) > CACHE_COUNT or self.held > CACHE_BYTES):
                 self.held -= self.remote.popitem(last=False)[1].size
         return table
+
+    def release(self):
+        """Close the local sidecars held (a process out of descriptors)."""
+        with self.lock:
+            self.local.clear()
+        if self.on_emfile is not None:
+            self.on_emfile()
 
     def clear(self):
         with self.lock:

@@ -348,7 +348,7 @@ def test_three_hundred_shards_under_ulimit_n_64(tmp_path):
         got = ds.get_many(list(range(len(ds)))[::-1])
         assert [s["txt"] for s in got][:2] == [b"shard 299 sample 1", b"shard 299 sample 0"]
         fds = len(os.listdir("/proc/self/fd"))
-        assert fds <= 32 + 16, fds
+        assert fds <= 32 + 16 + 16, fds  # shard files, idle connections, offsets sidecars (16 kept open)
         small = tarproc.IndexedDataset({str(d / 'index.json')!r}, settings=tarproc.Settings(open_files=4))
         [small[i] for i in range(0, 600, 7)]
         assert len(small._fds) <= 4
