@@ -267,10 +267,7 @@ class ZstdScanner:
                     self.skippable += 1
                     data = data[used:]
                     continue
-                if magic != 0xFD2FB528:
-                    if not buf.strip(b"\0"):
-                        self.pos += len(data)
-                        break
+                if magic != 0xFD2FB528:  # zero padding too: zstd -dc (and so tarcat) refuses it
                     raise BadInput(f"{self.url}: zstd stream is damaged (no frame at byte {self.pos - len(self.hbuf)})")
                 self.d = self.zstd.ZstdDecompressor()
                 self.fstart = (self.pos - len(self.hbuf), self.out_total)
@@ -303,7 +300,7 @@ class ZstdScanner:
         return out
 
     def finish(self):
-        if self.d is not None or self.skip or (self.hbuf and self.hbuf.strip(b"\0")):
+        if self.d is not None or self.skip or self.hbuf:
             raise BadInput(f"{self.url}: zstd stream is truncated")
         if not self.frames and not self.skippable:
             raise BadInput(f"{self.url}: zstd stream has no frame")
@@ -418,9 +415,18 @@ def open_checkpointed(path, url, spacing=SPACING):
             large members, cat a.gz b.gz, is refused here too: safe, if rare)."""
             import os
 
-            size = os.fstat(f.fileno()).st_size
-            tail = os.pread(f.fileno(), 8, max(0, size - 8))
-            if len(tail) < 8 or struct.unpack("<I", tail[4:])[0] != self.decoded & 0xFFFFFFFF:
+            fd = f.fileno()
+            end = os.fstat(fd).st_size
+            while end > 0:  # zero bytes after the member are padding (gzip -d and tarcat take them)
+                piece = os.pread(fd, min(end, CHUNK), max(0, end - CHUNK))
+                stripped = piece.rstrip(b"\0")
+                end -= len(piece) - len(stripped)
+                if stripped:
+                    break
+            # the trailer ends at or up to 7 zero bytes past the last non-zero byte (its length may end in zeros)
+            tail = os.pread(fd, 16, max(0, end - 8))
+            want = struct.pack("<I", self.decoded & 0xFFFFFFFF)
+            if not any(tail[k + 4:k + 8] == want for k in range(max(0, len(tail) - 7))):
                 raise BadInput(f"{url}: gzip stream is truncated (or has several members, which random access "
                                f"through checkpoints does not take: decoded {self.decoded} bytes)")
 
