@@ -21,7 +21,7 @@ from typing import Annotated, List, Literal, Optional
 
 import typer
 
-from ..errors import EXIT_USAGE, TarprocError, UsageError
+from ..errors import EXIT_USAGE, TarprocError, TooManyBadShards, UsageError
 
 # ---------------------------------------------------------------- option bundles
 
@@ -145,7 +145,8 @@ OnBadShard = Annotated[Literal["fail", "skip", "partial"], opt(
          "after the samples read before the damage (partial); a summary ends the run, exit 1 unless "
          "--max-bad-shards allows them (default: fail)")]
 MaxBadShards = Annotated[Optional[int], opt("--max-bad-shards", metavar="N", parser=nonneg(),
-                         help="with --on-bad-shard skip|partial: up to N bad shards still exit 0 (default: 0)")]
+                         help="with --on-bad-shard skip|partial: up to N bad shards still exit 0 (default: 0; "
+                              "every shard bad and no sample read is exit 1)")]
 Retries = Annotated[Optional[int], opt("--retries", metavar="N", parser=nonneg(),
                                        help="resume a broken http(s)/s3/gs download where it broke, up to N times "
                                             "in a row (0: never) (default: $TARPROC_RETRIES or 5)")]
@@ -870,9 +871,12 @@ def end_bad_shards(bad, rep, args=None, stats=None):
     bad.ended = True
     if bad.count:
         bad.max_bad = bad.limit
-        if not bad.exceeded():
-            rep.say(bad.summary(stats.inputs if stats is not None else None))
-        bad.check(stats.inputs if stats is not None else None)
+        inputs = stats.inputs if stats is not None else None
+        if not bad.exceeded() and not bad.nothing_read(inputs):
+            rep.say(bad.summary(inputs))
+        bad.check(inputs)
+        if bad.nothing_read(inputs):  # exit 1, the output not committed
+            raise TooManyBadShards(f"every shard was bad and no sample was read: {bad.summary(inputs)}")
 
 
 def selection_stages(args, middle=(), slice_parser=None):
