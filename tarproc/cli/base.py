@@ -879,6 +879,19 @@ def end_bad_shards(bad, rep, args=None, stats=None):
             raise TooManyBadShards(f"every shard was bad and no sample was read: {bad.summary(inputs)}")
 
 
+def missing_keys_warning(rep, keys, keyfile):
+    """``on_missing`` of :func:`~tarproc.stages.keys.select_keys` for
+    ``--keys FILE`` (tarcat, tarproc): one warning naming a few listed keys
+    never found, written as in the key list."""
+    from ..core.keylines import escape_key
+
+    def missing(n, examples):
+        shown = ", ".join(f"'{escape_key(k)}'" for k in examples)
+        rep.warn(f"{n} of the {len(keys)} keys listed in {keyfile} were never found (e.g. {shown})")
+
+    return missing
+
+
 def selection_stages(args, middle=(), slice_parser=None):
     """Stages for the shared selection options, in their order of meaning:
     ``--skip``, ``--slice``, then ``middle`` (filters such as ``-f``), then
