@@ -79,8 +79,9 @@ def test_each_sample_gets_its_own_files(work, name):
 
 
 def test_a_sample_whose_files_cannot_be_written_fails_alone(work):
-    p = subprocess.run(["tarproc", "--per-command", "4", "-c", "for f in *.txt; do tr a-z A-Z < $f > ${f%.txt}.up; done",
-                        "long.tar", "-o", "out.tar", "--max-failures", "1"], cwd=work, capture_output=True, timeout=60)
+    up = "for f in *.txt; do tr a-z A-Z < $f > ${f%.txt}.up; done"
+    p = subprocess.run(["tarproc", "--per-command", "4", "-c", up, "long.tar", "-o", "out.tar", "--max-failures", "1"],
+                       cwd=work, capture_output=True, timeout=60)
     err = p.stderr.decode()
     assert p.returncode == 0 and "sample 'k1'" in err, err
     got = members((work / "out.tar").read_bytes())
