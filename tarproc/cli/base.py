@@ -22,7 +22,7 @@ from typing import Annotated, List, Literal, Optional
 
 import typer
 
-from ..errors import EXIT_FAILED, EXIT_USAGE, TarprocError, UsageError
+from ..errors import EXIT_FAILED, EXIT_USAGE, TarprocError, TooManyBadShards, UsageError
 from . import interrupted_early  # noqa: E402
 
 # ---------------------------------------------------------------- option bundles
@@ -192,7 +192,8 @@ OnBadShard = Annotated[Literal["fail", "skip", "partial"], opt(
          "after the samples read before the damage (partial); a summary ends the run, exit 1 unless "
          "--max-bad-shards allows them (default: fail)")]
 MaxBadShards = Annotated[Optional[int], opt("--max-bad-shards", metavar="N", parser=nonneg(),
-                         help="with --on-bad-shard skip|partial: up to N bad shards still exit 0 (default: 0)")]
+                         help="with --on-bad-shard skip|partial: up to N bad shards still exit 0 (default: 0; "
+                              "every shard bad and no sample read is exit 1)")]
 Retries = Annotated[Optional[int], opt("--retries", metavar="N", parser=nonneg(),
                                        help="resume a broken http(s)/s3/gs download where it broke, up to N times "
                                             "in a row (0: never) (default: $TARPROC_RETRIES or 5)")]
@@ -1016,9 +1017,25 @@ def end_bad_shards(bad, rep, args=None, stats=None):
     bad.ended = True
     if bad.count:
         bad.max_bad = bad.limit
-        if not bad.exceeded():
-            rep.say(bad.summary(stats.inputs if stats is not None else None))
-        bad.check(stats.inputs if stats is not None else None)
+        inputs = stats.inputs if stats is not None else None
+        if not bad.exceeded() and not bad.nothing_read(inputs):
+            rep.say(bad.summary(inputs))
+        bad.check(inputs)
+        if bad.nothing_read(inputs):  # exit 1, the output not committed
+            raise TooManyBadShards(f"every shard was bad and no sample was read: {bad.summary(inputs)}")
+
+
+def missing_keys_warning(rep, keys, keyfile):
+    """``on_missing`` of :func:`~tarproc.stages.keys.select_keys` for
+    ``--keys FILE`` (tarcat, tarproc): one warning naming a few listed keys
+    never found, written as in the key list."""
+    from ..core.keylines import escape_key
+
+    def missing(n, examples):
+        shown = ", ".join(f"'{escape_key(k)}'" for k in examples)
+        rep.warn(f"{n} of the {len(keys)} keys listed in {keyfile} were never found (e.g. {shown})")
+
+    return missing
 
 
 def _said_if_empty(stage, option, args):

@@ -33,6 +33,27 @@ def refuse_overwriting_inputs(outputs, urls, why):
     return map(check, urls)
 
 
+def refuse_shared_outputs(named):
+    """``named``: ``[(what, path), ...]``, the files one run writes (the
+    output, a key list, a manifest, an index).  Two that are the same local
+    file however they are spelled (``./x``, ``d/../x``, a directory through a
+    symbolic link) are a usage error before anything is written: the commit
+    of one would replace the other."""
+    from ..core.limits import shown
+    from ..errors import UsageError
+    from ..sources.open import scheme_of
+
+    seen = {}
+    for what, path in named:
+        if not path or path == "-" or scheme_of(path) != "file" or "{" in path or "%" in path:
+            continue
+        real = os.path.join(os.path.realpath(os.path.dirname(path) or "."), os.path.basename(path))
+        if real in seen:
+            first, given = seen[real]
+            raise UsageError(f"{first} {shown(given)} and {what} {shown(path)} are the same file: give each its own")
+        seen[real] = (what, path)
+
+
 def refuse_one_stream_twice(urls, why):
     """Inputs read at the same time (a join's A and B) must not be one
     stream: ``-`` and ``/dev/stdin`` on a pipe, or a FIFO named twice,

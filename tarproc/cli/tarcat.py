@@ -3,7 +3,7 @@
 from typing import Annotated, Optional
 
 from .base import GroupSize, group_size_of
-from .base import MaxBadShards, OnBadShard
+from .base import MaxBadShards, OnBadShard, missing_keys_warning
 from .base import (BlobThreshold, TmpDir, BraceExpand, Args, FileList, Fields, Inputs, Output,
                    ProgressFlag, Quiet, Seed, Skip,
                    Slice, Strict, Retries, Verbose, command, nonneg, open_inputs, opt, progress_stage, read_inputs,
@@ -131,10 +131,7 @@ def tarcat_command(
             raise UsageError("the key list and the samples cannot both come from stdin")
         keys = read_keys(keyfile, args.settings)
 
-        def missing(n, examples):  # every listed key is looked for: say which never came
-            rep.warn(f"{n} of the {len(keys)} keys listed in {keyfile} were never found (e.g. "
-                     f"{', '.join(map(repr, examples))})")
-
+        missing = missing_keys_warning(rep, keys, keyfile)  # every listed key is looked for: say which never came
         stages.insert(0, select_keys(keys, exclude=bool(args.exclude_keys), stats=stats,
                                      on_missing=None if args.exclude_keys else missing))
     middle = []

@@ -6,7 +6,7 @@ import typer
 
 from .base import given, output_directory_exists, Retries, resume_of
 from .base import GroupSize, group_size_of
-from .base import MaxBadShards, OnBadShard, seconds
+from .base import MaxBadShards, OnBadShard, missing_keys_warning, seconds
 from .base import (replaced, BlobThreshold, TmpDir, spooler_of, Args, FileList, Output, ProgressFlag, Quiet, StartMethod, Strict, Verbose, command, nonneg, open_inputs, opt,
                    positive, progress_stage, read_inputs, run, Reporter, selection_stages, Slice)
 
@@ -178,21 +178,30 @@ def main(args, prog="tarproc"):
         from .guards import refuse_reading_stdout
 
         refuse_reading_stdout([args.script])  # `tarproc -s x.sh in.tar > x.sh`
+    urls = open_inputs(args, tar=args.mode == "tar")
+    if args.failed_keys is not None:  # a file of its own: never the output, an input, the script or -T's list
+        from .guards import refuse_overwriting_inputs, refuse_shared_outputs
+
+        if args.failed_keys == "-":
+            raise UsageError("--failed-keys needs a file of its own (not '-', not the output)")
+        refuse_shared_outputs([("-o", args.output), ("--failed-keys", args.failed_keys)])
+        why = "--failed-keys needs a file of its own"
+        refuse_overwriting_inputs([args.failed_keys], [u for u in (args.script, args.filelist) if u], why)
+        urls = refuse_overwriting_inputs([args.failed_keys], urls, why)
     if args.mode == "tar":
         # the inputs are named now, while fd 1 is still stdout (see _stdout_to_stderr)
-        inputs = read_inputs(args, rep, stats, urls=open_inputs(args))
+        inputs = read_inputs(args, rep, stats, urls=urls)
     else:
-        inputs = iter_text_samples(open_inputs(args, tar=False), args.mode, stats, stall=rep.stall,
+        inputs = iter_text_samples(urls, args.mode, stats, stall=rep.stall,
                                    settings=args.settings, **resume_of(args))
-    if args.failed_keys in ("-", args.output):
-        raise UsageError("--failed-keys needs a file of its own (not '-', not the output)")
     if args.keys == "-" and ("-" in (args.inputs or []) or not (args.inputs or args.filelist)):
         raise UsageError("the key list and the samples cannot both come from stdin")
     middle = []
     if args.keys is not None:
         from ..stages.keys import read_keys, select_keys
 
-        middle.append(select_keys(read_keys(args.keys, args.settings), stats=stats))
+        keys = read_keys(args.keys, args.settings)
+        middle.append(select_keys(keys, stats=stats, on_missing=missing_keys_warning(rep, keys, args.keys)))
     # --skip, --slice, --keys, --count, as in tarcat
     inputs = S.pipeline(inputs, *selection_stages(args, middle=middle))
     report = rep.say

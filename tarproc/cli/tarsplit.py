@@ -151,7 +151,7 @@ def tarsplit_command(
     import itertools
 
     from .base import URLS_AHEAD
-    from .guards import refuse_overwriting_inputs
+    from .guards import refuse_overwriting_inputs, refuse_shared_outputs
 
     index_of = _index_names(args.index, args.fractions)  # split (None without --fractions) -> index file
     urls = open_inputs(args)
@@ -163,6 +163,7 @@ def tarsplit_command(
 
     written = [f for path in index_of.values() for f in index_files(path)]
     refuse_overwriting_inputs([args.manifest, *written], ahead, "choose another --manifest or --index")
+    refuse_shared_outputs([("--manifest", args.manifest), *(("--index", f) for f in written)])
 
     shards = []
     total_bytes = 0

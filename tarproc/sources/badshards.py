@@ -155,6 +155,11 @@ class BadShards:
         if self.exceeded():
             raise TooManyBadShards(self.summary(inputs))
 
+    def nothing_read(self, inputs):
+        """Whether all ``inputs`` shards were bad and none gave a sample (the
+        commands fail then: an empty result is not a success with nothing in it)."""
+        return bool(inputs) and self.count >= inputs and not self.kept
+
     def guard(self, url, samples):
         """The samples of shard ``url`` (the iterator ``samples``) under the
         policy: a :class:`~tarproc.errors.BadInput` from it is recorded and

@@ -239,6 +239,16 @@ class KeyedTable:
             self.fresh.append(key)
         return row[0]
 
+    def near(self, key):
+        """The key of a row that differs from ``key`` only in Unicode
+        normalization, or ``None`` (for the message of a key with no row)."""
+        import unicodedata
+
+        want = unicodedata.normalize("NFC", key)
+        if want == key and key.isascii():
+            return None
+        return next((k for k in self.rows if k != key and unicodedata.normalize("NFC", k) == want), None)
+
     def unused(self):
         """``(key, line)`` of the first row (in file order) never asked for, or ``None``."""
         if self.used == len(self.rows):

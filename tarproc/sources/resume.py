@@ -151,6 +151,11 @@ class _Http:
                            fields.get("last-modified"))
         elif status == 206:
             start, total = _content_range(fields.get("content-range", ""))
+            if start is None:
+                raise Fatal(f"the server answered 206 with an unreadable Content-Range "
+                            f"({fields.get('content-range', 'none')[:80]!r})")
+            if offset == 0 and start != 0:
+                raise Fatal(f"the server answered a part (from byte {start}) to a request for the whole object")
             if start != offset:
                 raise Changed(f"the server answered from byte {start}, not {offset}")
             new = Identity(total, fields.get("etag"), fields.get("last-modified"))
@@ -504,11 +509,12 @@ class Resuming(io.RawIOBase):
             if n:
                 if not attempt.checked:
                     self._check(attempt)
+                size = self.ident.size if self.ident is not None else None
+                if size is not None and self.offset + n > size:  # (none of those bytes is handed out)
+                    self._fail(f"the server sent more than the object's {size} bytes "
+                               f"({'resumed' if attempt.offset else 'read'} from byte {attempt.offset})")
                 attempt.got += n
                 self.offset += n
-                size = self.ident.size if self.ident is not None else None
-                if size is not None and self.offset > size:
-                    self._changed(f"more than its {size} bytes arrived")
                 return n
             self._ended()
 

@@ -424,15 +424,18 @@ def open_checkpointed(path, url, spacing=SPACING):
             large members, cat a.gz b.gz, is refused here too: safe, if rare)."""
             import os
 
-            size = os.fstat(f.fileno()).st_size
-            # the trailer ends where the file does, or within zero padding after it (gzip -d, bsdtar and
-            # our readers take zeros after the last member): its length field ends in at most 8 of them
-            back = os.pread(f.fileno(), 1 << 16, max(0, size - (1 << 16)))
-            zeros = len(back) - len(back.rstrip(b"\0"))
-            last = size - zeros  # just after the last byte that is not zero
+            fd = f.fileno()
+            end = os.fstat(fd).st_size
+            while end > 0:  # zero bytes after the member are padding (gzip -d and tarcat take them)
+                piece = os.pread(fd, min(end, CHUNK), max(0, end - CHUNK))
+                stripped = piece.rstrip(b"\0")
+                end -= len(piece) - len(stripped)
+                if stripped:
+                    break
+            # the trailer ends at or up to 7 zero bytes past the last non-zero byte (its length may end in zeros)
+            tail = os.pread(fd, 16, max(0, end - 8))
             want = struct.pack("<I", self.decoded & 0xFFFFFFFF)
-            if zeros == len(back) or not any(os.pread(f.fileno(), 4, end - 4) == want
-                                             for end in range(max(last, 8), min(size, last + 8) + 1)):
+            if not any(tail[k + 4:k + 8] == want for k in range(max(0, len(tail) - 7))):
                 raise BadInput(f"{url}: gzip stream is truncated (or has several members, which random access "
                                f"through checkpoints does not take: decoded {self.decoded} bytes)")
 

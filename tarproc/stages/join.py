@@ -228,8 +228,9 @@ class _Joiner:
             row = table.get(key)
             if row is None:
                 if self.how == "strict":
+                    near = table.near(key)
                     raise BadInput(f"key {quote(key)}{_where(a)} has no row in {name} "
-                                   f"({shown(table.path)})")
+                                   f"({shown(table.path)}){_normal_form_note(key, near)}")
                 if self.how == "inner":
                     return None
                 continue
@@ -398,7 +399,8 @@ def _in_order(streams, names, joiner, how):
                     c.advance()
                     continue
                 if how == "strict":
-                    here = (f"{c.name} has key {quote(b['__key__'])}{_where(b)} in its place" if b is not None
+                    here = (f"{c.name} has key {quote(b['__key__'])}{_where(b)} in its place"
+                            f"{_normal_form_note(key, b['__key__'])}" if b is not None
                             else f"{c.name} has ended" + (f" (its last shard: {shown(c.last)})" if c.last else ""))
                     raise BadInput(f"key {quote(key)}{_where(a)} is missing from {c.name}: {here} (inputs joined "
                                    f"in input order have the same keys in the same order; --order key joins "
@@ -448,14 +450,19 @@ def _by_key(streams, names, joiner, how, memory, tmpdir):
             if a is None:  # a key A lacks
                 c = here[0]
                 if how == "strict":
-                    raise BadInput(f"key {quote(c.head['__key__'])} of {c.name}{_where(c.head)} is not in A")
+                    head = cursors[0].head
+                    note = _normal_form_note(c.head["__key__"], head["__key__"] if head is not None else None)
+                    raise BadInput(f"key {quote(c.head['__key__'])} of {c.name}{_where(c.head)} is not in A"
+                                   + note.replace(" there ", " in A "))
                 for c in here:
                     c.advance()
                 continue
             if how != "left" and len(here) < len(cursors):
                 if how == "strict":
                     missing = next(c for c in cursors if c not in here)
-                    raise BadInput(f"key {quote(a['__key__'])}{_where(a)} is missing from {missing.name}")
+                    other = missing.head["__key__"] if missing.head is not None else None
+                    raise BadInput(f"key {quote(a['__key__'])}{_where(a)} is missing from {missing.name}"
+                                   f"{_normal_form_note(a['__key__'], other)}")
                 for c in here:
                     c.advance()
                 continue
@@ -488,3 +495,16 @@ def _unique(samples, name, keyf):
         last, prev = k, s
         yield s
 
+
+def _normal_form_note(key, other):
+    """A note for two keys that differ only in Unicode normalization (they
+    look the same in a message, and keys are compared as they are): ``""``
+    when ``other`` is ``None`` or not such a key."""
+    if other is None or other == key:
+        return ""
+    import unicodedata
+
+    if unicodedata.normalize("NFC", key) != unicodedata.normalize("NFC", other):
+        return ""
+    return (f" (the key {ascii(other)} there differs from {ascii(key)} only in Unicode normalization; "
+            f"keys are compared byte for byte)")
