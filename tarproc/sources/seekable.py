@@ -170,7 +170,8 @@ class SeekTable:
                 raise BadInput(f"{where}: the seek record is damaged (index the shards again)")
             self.ustarts = [p[1] for p in self.points]
             for a, b in zip(self.points, self.points[1:]):
-                if not (a[0] <= b[0] <= self.size and a[1] <= b[1]):
+                # (deflate expands at most 1032 times: a span decoding to more was not measured, it was damaged)
+                if not (a[0] <= b[0] <= self.size and a[1] <= b[1] <= a[1] + (b[0] - a[0] + 1) * 1032):
                     raise BadInput(f"{where}: the seek record is damaged (index the shards again)")
 
     def read(self, fetch, codec, start, end, where, limit=1 << 34):
@@ -450,6 +451,8 @@ class _Ranged(io.RawIOBase):
 def _decode_group(codec, piece, where, size):
     """A group's decoded bytes: at most ``size`` + 1 of them are made (more
     is a changed shard, found by the caller without decoding a bomb)."""
+    if size < 0:
+        raise BadInput(f"{where}: the seek record gives a group a negative size: a damaged index (index it again)")
     if codec == "zstd":
         from .compression import zstd_module
 
