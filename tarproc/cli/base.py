@@ -856,9 +856,14 @@ def _refuse_outputs_on_inputs(args, urls):
     output = getattr(args, "output", None)
     if (args.prog or current_prog()) in ("tarsplit", "tarjoin"):
         output = None  # (a prefix or pattern of several outputs; tarjoin checks its own)
-    outputs = own + ([output] if isinstance(output, str) else [])
+    outputs = [o for o in (getattr(args, "grid", None), output) if isinstance(o, str)]
     if side and outputs:
         refuse_overwriting_inputs(outputs, side, "it is a list this command reads")
+    failed = getattr(args, "failed_keys", None)
+    # (--failed-keys may be the --keys list: read whole at the start, replaced at the end; rerunning the failures)
+    lists = [f for f in side if f != getattr(args, "keys", None)]
+    if isinstance(failed, str) and lists:
+        refuse_overwriting_inputs([failed], lists, "it is a list this command reads")
     return refuse_overwriting_inputs(own, urls, "it is not a copy of the input") if own else urls
 
 

@@ -267,7 +267,9 @@ def main(args, prog="tarproc"):
     finally:
         if isinstance(report, _Failures):
             report.keys.abort()  # (once committed, nothing) a run that stopped early: its list would be incomplete
-    if stats.skipped and not stats.written and not stats.failed:  # an empty output is a result: say why
+    # an empty output is a result: say why (a key list's own skips are said by its warning)
+    if stats.skipped and not stats.written and not stats.failed and not getattr(args, "keys", None) \
+            and not getattr(args, "exclude_keys", None):
         made = ("the function returned no sample" if args.map is not None
                 else f"the command left no {args.base}.* file")
         rep.warn(f"no sample written: {made} for any of the {stats.skipped} samples it ran on (each skipped)")

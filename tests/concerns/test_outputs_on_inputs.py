@@ -18,7 +18,6 @@ from helpers import text_shard as shard
     ("tarcat --keys k.txt a.tar -o k.txt", "k.txt"),
     ("tarcat --exclude-keys k.txt a.tar -o ./k.txt", "k.txt"),
     ("tarcat -T list.txt -o list.txt", "list.txt"),
-    ("tarproc -c true --keys k.txt --failed-keys k.txt a.tar -o out.tar", "k.txt"),
     ("tarproc -c true --keys k.txt a.tar -o k.txt", "k.txt"),
     ("tarproc -c 'exit 1' -e ignore --failed-keys a.tar a.tar -o out.tar", "a.tar"),
     ("tarshow --grid a.tar a.tar", "a.tar"),

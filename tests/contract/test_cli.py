@@ -60,7 +60,8 @@ def test_completion_answers_options_and_choices(shell):
 
 def test_bash_completion_end_to_end(tmp_path):
     # the script bash sources, driven as bash drives it on TAB
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS" and not k.endswith("_COMPLETE")}
+    # a clean environment: what other tests of the same worker left in it must not choose the shell
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TMPDIR")}
     env["HOME"] = str(tmp_path)
     p = subprocess.run(["bash", "-c", "tarsplit --show-completion bash"], capture_output=True, env=env, timeout=60)
     script = p.stdout.decode()  # named: not guessed from the parent process
