@@ -54,6 +54,34 @@ def refuse_shared_outputs(named):
         seen[real] = (what, path)
 
 
+def refuse_outputs_among_shards(named, pattern, splits=()):
+    """``named``: ``[(what, path), ...]``, the other files a run of shard
+    ``pattern`` writes (a manifest, an index): one that is also a shard
+    name (``--manifest s-0.tar`` with ``-o 's-%d.tar'``) is a usage error
+    before anything is written.  A shard's name holds its number, so each
+    run of digits in ``path`` is tried as one (and each split's name for
+    ``{split}``)."""
+    import re
+
+    from ..core.limits import shown
+    from ..errors import UsageError
+    from ..sinks.split import shard_name
+    from ..sources.open import scheme_of
+
+    def real(path):
+        return os.path.join(os.path.realpath(os.path.dirname(path) or "."), os.path.basename(path))
+
+    for what, path in named:
+        if not path or path == "-" or scheme_of(path) != "file":
+            continue
+        for digits in set(re.findall(r"\d+", path)):
+            for split in (splits or [None]):
+                filled = pattern if split is None else pattern.replace("{split}", split)
+                if real(shard_name(filled, int(digits))) == real(path):
+                    raise UsageError(f"{what} {shown(path)} is also the name of shard {int(digits)}: give it "
+                                     f"another name")
+
+
 def refuse_one_stream_twice(urls, why):
     """Inputs read at the same time (a join's A and B) must not be one
     stream: ``-`` and ``/dev/stdin`` on a pipe, or a FIFO named twice,

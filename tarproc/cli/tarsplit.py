@@ -151,7 +151,7 @@ def tarsplit_command(
     import itertools
 
     from .base import URLS_AHEAD
-    from .guards import refuse_overwriting_inputs, refuse_shared_outputs
+    from .guards import refuse_outputs_among_shards, refuse_overwriting_inputs, refuse_shared_outputs
 
     index_of = _index_names(args.index, args.fractions)  # split (None without --fractions) -> index file
     urls = open_inputs(args)
@@ -164,6 +164,9 @@ def tarsplit_command(
     written = [f for path in index_of.values() for f in index_files(path)]
     refuse_overwriting_inputs([args.manifest, *written], ahead, "choose another --manifest or --index")
     refuse_shared_outputs([("--manifest", args.manifest), *(("--index", f) for f in written)])
+    splits = [part.split("=")[0].strip() for part in args.fractions.split(",")] if args.fractions else []
+    refuse_outputs_among_shards([("--manifest", args.manifest), *(("--index", f) for f in written)], pattern,
+                                splits)
 
     shards = []
     total_bytes = 0

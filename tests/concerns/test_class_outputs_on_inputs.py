@@ -26,6 +26,10 @@ CASES = {
     "failed_keys_is_stdout": (f"tarproc {FAIL} in.tar -o out.tar --failed-keys -", "file of its own"),
     "manifest_is_the_index": ("tarsplit --shards 1 in.tar -o 's-%d.tar' --manifest m.txt --index ./m.txt",
                               "same file"),
+    "manifest_is_a_shard": ("tarsplit -n 2 in.tar -o 's-%d.tar' --manifest s-1.tar", "name of shard 1"),
+    "manifest_is_a_shard_of_a_prefix": ("tarsplit -n 2 in.tar -o s --manifest ./s-000000.tar", "name of shard 0"),
+    "index_is_a_split_shard": ("tarsplit --fractions 'a=0.5,b=0.5' in.tar -o '{split}-%d.tar' --index '{split}-0.tar'",
+                               "name of shard 0"),
 }
 
 
