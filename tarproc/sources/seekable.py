@@ -306,15 +306,7 @@ class SeekTable:
                            f"{self.cend[gb] - base}: the shard is shorter than when it was indexed (index it again)")
         parts = []
         for g in range(ga, gb + 1):
-            piece = data[self.cstart[g] - base:self.cend[g] - base]
-            if zlib.crc32(piece) != self.crc[g]:
-                raise BadInput(f"{where}: compressed bytes {self.cstart[g]}-{self.cend[g]} are not those indexed "
-                               f"(CRC-32 differs): the shard changed since it was indexed (index it again)")
-            out = _decode_group(codec, piece, where, us[g + 1] - us[g])
-            if len(out) != us[g + 1] - us[g]:
-                raise BadInput(f"{where}: a group decodes to {len(out)} bytes, {us[g + 1] - us[g]} when indexed: "
-                               f"the shard changed since it was indexed (index it again)")
-            parts.append(out)
+            parts.append(self._decode(g, codec, data[self.cstart[g] - base:self.cend[g] - base], where))
         decoded = b"".join(parts)
         return decoded[start - us[ga]:end - us[ga]]
 

@@ -63,6 +63,9 @@ def test_bash_completion_end_to_end(tmp_path):
     # a clean environment: what other tests of the same worker left in it must not choose the shell
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TMPDIR")}
     env["HOME"] = str(tmp_path)
+    # typer takes the shell's name as a value only so; else it guesses it from the process tree, which a
+    # test run started without a shell above it (a reparented run, some CI runners) does not have
+    env["_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION"] = "1"
     p = subprocess.run(["bash", "-c", "tarsplit --show-completion bash"], capture_output=True, env=env, timeout=60)
     script = p.stdout.decode()  # named: not guessed from the parent process
     assert "_tarsplit_completion()" in script, (p.stdout, p.stderr)
