@@ -734,22 +734,72 @@ class TarWriter:
             b"%06o\0 " % chk, tail, prefix, bytes(167 - len(prefix)),
         ))
 
+    def _plain(self, nameb, size):
+        """The bytes of ``self._header(nameb, size)`` for a plain member (a
+        name of at most 100 ASCII bytes, a size below 8 GiB), the size part
+        cached; ``None`` for any other."""
+        if len(nameb) > 100 or size > _MAX_OCTAL_SIZE or not nameb.isascii():
+            return None
+        mid = self._sizes.get(size)
+        if mid is None:
+            sizef = _octal_field(size, 12)
+            mid = (self._pre + sizef + self._mtime, sum(sizef))
+            if len(self._sizes) < 4096:
+                self._sizes[size] = mid
+        return b"".join((nameb, bytes(100 - len(nameb)), mid[0],
+                         b"%06o\0 " % (self._const + sum(nameb) + mid[1]), self._end))
+
+    def write_members(self, names, datas):
+        """Write members ``names[i]`` (``str``) holding ``datas[i]`` (bytes-like
+        or a :class:`~tarproc.core.blob.Blob`): the bytes of :meth:`write` one
+        by one, in fewer calls: gathered into one ``write_pieces`` when the
+        stream has it (a :class:`~tarproc.sinks.output.Sink`), the data not
+        copied; else headers, padding and members up to 64 KiB joined."""
+        out = []
+        gather = getattr(self.stream, "write_pieces", None)
+        w = self.stream.write
+        zeros = self._zeros
+        written = 0
+        for name, data in zip(names, datas):
+            nameb = name.encode("utf-8", "surrogateescape")
+            size = len(data)
+            header = self._plain(nameb, size)
+            if header is None:
+                header = self._slow_header(nameb, size)
+            out.append(header)
+            if type(data) is Blob:
+                if gather is not None:
+                    gather(out)
+                else:
+                    w(b"".join(out))
+                out = []
+                data.copy_to(self.stream)
+            elif gather is None and size > 65536:
+                w(b"".join(out))
+                out = []
+                w(data)
+            else:
+                out.append(data)
+            pad = -size % BLOCK
+            if pad:
+                out.append(zeros[:pad])
+            written += len(header) + size + pad
+            self.members_written += 1
+        if out:
+            if gather is not None:
+                gather(out)
+            else:
+                w(b"".join(out))
+        self.bytes_written += written
+
     def write(self, name, data):
         """Write one regular-file member named ``name`` (``str``) holding ``data``
         (``bytes``, or a :class:`~tarproc.core.blob.Blob`, copied in chunks)."""
         nameb = name.encode("utf-8", "surrogateescape")
         size = len(data)
         w = self.stream.write
-        if len(nameb) <= 100 and size <= _MAX_OCTAL_SIZE and nameb.isascii():
-            # the bytes of self._header(nameb, size), with the size part cached
-            mid = self._sizes.get(size)
-            if mid is None:
-                sizef = _octal_field(size, 12)
-                mid = (self._pre + sizef + self._mtime, sum(sizef))
-                if len(self._sizes) < 4096:
-                    self._sizes[size] = mid
-            header = b"".join((nameb, bytes(100 - len(nameb)), mid[0],
-                               b"%06o\0 " % (self._const + sum(nameb) + mid[1]), self._end))
+        header = self._plain(nameb, size)
+        if header is not None:
             if size <= 8192 and type(data) is bytes:
                 # a small member in one write: header, data and padding
                 pad = -size % BLOCK

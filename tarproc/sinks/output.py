@@ -379,6 +379,27 @@ def strategy_for(url, settings=None):
     return Move() if remote_mode(row.name, settings) == "move" else SpoolUpload()
 
 
+def writev_all(fd, pieces, most=1024):
+    """Write every byte of the bytes-like ``pieces`` to ``fd``, ``most`` of
+    them a call (``os.writev``; a short write goes on where it stopped).
+    Returns the bytes written."""
+    total = 0
+    views = [memoryview(p) for p in pieces]
+    at = 0
+    while at < len(views):
+        chunk = views[at:at + most]
+        n = os.writev(fd, chunk)
+        total += n
+        for v in chunk:  # skip what was written
+            if n >= len(v):
+                n -= len(v)
+                at += 1
+            else:
+                views[at] = v[n:]
+                break
+    return total
+
+
 class Sink:
     """A binary output opened by URL.  ``write`` bytes, then ``close()``
     (complete it and commit, or hand it to the active :class:`CommitGate`)
@@ -504,6 +525,21 @@ class Sink:
             n = self.stream.write(data)
             self._written += n
             return n
+        except BrokenPipeError:
+            self._broken_pipe()
+        except OSError as e:
+            raise self._write_failed(e) from None
+
+    def write_pieces(self, pieces):
+        """Write the bytes-like ``pieces`` in order: gathered, one ``writev``
+        for up to 1,024 of them, when the output is not compressed."""
+        if self.compression is not None:
+            for p in pieces:
+                self.write(p)
+            return
+        try:
+            self.stream.flush()
+            self._written += writev_all(self._raw.fileno(), pieces)
         except BrokenPipeError:
             self._broken_pipe()
         except OSError as e:

@@ -184,15 +184,56 @@ class ParquetTable:
         return max(1, min(BATCH_ROWS, BATCH_BYTES // per_row))
 
     def __iter__(self):
+        fields = [c.field for c in self.columns]
+        for key, cells in self.rows():
+            sample = {"__key__": key}
+            for f, v in zip(fields, cells):
+                if v is not None:
+                    sample[f] = v
+            yield sample
+
+    def rows(self):
+        """``(key, cells)`` of each row, checked, in order: ``cells`` in the
+        order of :attr:`columns`, each bytes-like (``@`` cells fetched) or
+        ``None``."""
+        cols = self.columns
+        convs = [_converter(self.pa, self.schema.field(c.index).type, c, self.name) for c in cols]
+        fetch = any(c.fetch or getattr(conv, "paths", False) for c, conv in zip(cols, convs))
+        row = 0
+        last_key = None
+        for group, batch, keys, values in self._batches(convs):
+            cells = zip(*values) if values else ((),) * len(keys)
+            for key, cells in zip(keys, cells):
+                if (type(key) is not str or not key or key == last_key or key[0] == "/" or ".." in key
+                        or not key.isprintable() or len(key) > 4096 or key[-1] == "/"
+                        or "." in key[key.rfind("/") + 1:]):
+                    self._refuse_key(row, key, last_key)  # (the common key passes the line above)
+                last_key = key
+                if fetch:
+                    cells = tuple(self._fetched(row, c, v) for c, v in zip(cols, cells))
+                row += 1
+                yield key, cells
+
+    def _fetched(self, row, col, v):
+        if v is None:
+            return None
+        if type(v) is _PathCell:  # a media struct's path (no bytes)
+            return self._fetch_media(f"{self.name}: row {row}", col, str(v))
+        if col.fetch:  # a path or URL
+            return self._fetch(f"{self.name}: row {row}", col, bytes(v).decode("utf-8"))
+        return v
+
+    def _batches(self, convs):
+        """``(group, batch, keys, values)`` of each batch: its keys, and the
+        cells of each column (converted by ``convs``); a :class:`BadInput`
+        naming the row group when one cannot be read."""
         from .create import format_key
 
         pa = self.pa
         cols = self.columns
-        convs = [_converter(pa, self.schema.field(c.index).type, c, self.name) for c in cols]
         keyconv = _converter(pa, self.schema.field(self.key.index).type, self.key, self.name) if self.key else None
         names = ([self.key.name] if self.key else []) + [c.name for c in cols]
         row = 0
-        last_key = None
         for group in range(self.meta.num_row_groups):
             batches = self.file.iter_batches(batch_size=self.batch_rows(group), row_groups=[group],
                                              columns=names, use_threads=False) if names else None
@@ -217,23 +258,8 @@ class ParquetTable:
                     keys = [format_key(self.key_format, i) for i in range(row, row + nrows)]
                 else:
                     keys = keyconv(batch.column(self.key.name), row)
-                cells = zip(*values) if values else ((),) * nrows
-                for key, cells in zip(keys, cells):
-                    if (type(key) is not str or not key or key == last_key or key[0] == "/" or ".." in key
-                            or not key.isprintable() or len(key) > 4096 or key[-1] == "/"
-                            or "." in key[key.rfind("/") + 1:]):
-                        self._refuse_key(row, key, last_key)  # (the common key passes the line above)
-                    last_key = key
-                    sample = {"__key__": key}
-                    for c, v in zip(cols, cells):
-                        if v is not None:
-                            if type(v) is _PathCell:  # a media struct's path (no bytes)
-                                v = self._fetch_media(f"{self.name}: row {row}", c, str(v))
-                            elif c.fetch:  # a path or URL
-                                v = self._fetch(f"{self.name}: row {row}", c, bytes(v).decode("utf-8"))
-                            sample[c.field] = v
-                    row += 1
-                    yield sample
+                yield group, batch, keys, values
+                row += nrows
 
     def _refuse_key(self, row, key, last_key):
         """Raise the error of a key that is not a sample's (or pass a good one
@@ -342,7 +368,9 @@ def _converter(pa, typ, col, table):
             and typ.field("bytes").type in (pa.binary(), pa.large_binary())
             and typ.field("path").type in (pa.string(), pa.large_string())):
         return _media(pa, col, table)
-    if t.is_integer(typ) or t.is_boolean(typ) or t.is_decimal(typ) or t.is_temporal(typ) or typ == pa.float64():
+    if t.is_integer(typ):
+        return _int_text
+    if t.is_boolean(typ) or t.is_decimal(typ) or t.is_temporal(typ) or typ == pa.float64():
         # Python's text (repr of a float is its shortest form, as Arrow writes it; dates in ISO 8601)
         def as_text(arr, row):
             try:
@@ -401,6 +429,17 @@ class _Large:
 _LARGE = _Large()
 
 
+def _int_text(arr, row=0):
+    """The cells of an integer array as decimal text (numpy formats them)."""
+    if arr.null_count:
+        return [None if v is None else b"%d" % v for v in arr.to_pylist()]
+    import numpy
+
+    # (the values buffer read directly: pyarrow's to_numpy imports pandas, 0.3 s, when it is installed)
+    values = numpy.frombuffer(arr.buffers()[1], dtype=str(arr.type))[arr.offset:arr.offset + len(arr)]
+    return values.astype("S21").tolist()  # (21: a sign and the 20 digits of 2**64 - 1)
+
+
 def _fixed_views(arr, row=0):
     n = len(arr)
     width = arr.type.byte_width
@@ -431,6 +470,7 @@ def _media(pa, col, table):
         paths = children["path"].to_pylist()
         return [v if v is not None else _PathCell(p) if p else None for v, p in zip(data, paths)]
 
+    media.paths = True  # (its cells may be paths to fetch)
     return media
 
 

@@ -55,6 +55,58 @@ def test_fast_path_writes_the_same_bytes(defaults):
     assert ours(members, **defaults) == reference(members, **defaults)
 
 
+def test_gathered_members_are_the_bytes_of_one_by_one(tmp_path):
+    """write_members (Parquet rows: a Sink's gathered writev, or a plain
+    stream's joins) writes the bytes of write() one by one, for every name
+    form, size, bytes-like type and a Blob, in groups of any size."""
+    from tarproc.core.blob import Blob, SharedFile
+    from tarproc.sinks.output import open_sink
+
+    r = random.Random(1)
+    members = [(name, r.randbytes(size)) for name in NAMES for size in SIZES]
+    members = [(n, memoryview(d) if i % 3 == 0 else bytearray(d) if i % 3 == 1 else d)
+               for i, (n, d) in enumerate(members)]
+    blob_bytes = r.randbytes(200_000)
+    (tmp_path / "blob").write_bytes(blob_bytes)
+    fd = os.open(tmp_path / "blob", os.O_RDONLY)
+    members.insert(7, ("big.bin", Blob(SharedFile(fd, None, False), 0, len(blob_bytes))))
+    want = reference([(n, blob_bytes if isinstance(d, Blob) else bytes(d)) for n, d in members])
+    plain = io.BytesIO()
+    w = TarWriter(plain)
+    for k in range(0, len(members), 5):
+        w.write_members([n for n, _ in members[k:k + 5]], [d for _, d in members[k:k + 5]])
+    w.close()
+    assert plain.getvalue() == want and w.bytes_written == len(want)
+    for group in (1, 13, len(members)):
+        out = tmp_path / f"g{group}.tar"
+        with open_sink(str(out)) as sink:
+            w = TarWriter(sink)
+            for k in range(0, len(members), group):
+                w.write_members([n for n, _ in members[k:k + group]], [d for _, d in members[k:k + group]])
+            w.close()
+        assert out.read_bytes() == want, group
+    os.close(fd)
+
+
+def test_gathered_writes_of_more_pieces_than_one_writev_takes():
+    """writev_all: 3,000 pieces (three writev calls) into a pipe read by a
+    thread arrive whole and in order."""
+    import threading
+
+    from tarproc.sinks.output import writev_all
+
+    pieces = [bytes([i % 251]) * (i % 700) for i in range(3000)]
+    rfd, wfd = os.pipe()
+    got = []
+    t = threading.Thread(target=lambda: got.append(b"".join(iter(lambda: os.read(rfd, 1 << 16), b""))))
+    t.start()
+    assert writev_all(wfd, pieces) == sum(map(len, pieces))
+    os.close(wfd)
+    t.join()
+    os.close(rfd)
+    assert got[0] == b"".join(pieces)
+
+
 def test_size_cache_is_bounded():
     w = TarWriter(io.BytesIO())
     for i in range(5000):
