@@ -7,37 +7,41 @@ child, which never touches its parent's sockets): connections by origin,
 kept between calls (``get_many`` batches, ``__getitems__`` of a DataLoader
 worker), at most ``open_files`` of them idle (the least recently used
 closed first).  :meth:`Pool.fetch` spreads the requests of a call over at
-most ``concurrency`` connections, one thread each; on a connection that the
-server keeps alive the requests of a share are sent together (pipelined,
-:data:`DEPTH` at a time), so a thread pays one wake-up per share, not per
-request.  (``http.client`` over threads was measured at half the speed of
-one ``http.client`` loop: its header parser and the GIL; a pipelined reader
-of our own reaches 3x.)  Every answer is checked before its bytes are
-used: status 206, ``Content-Range`` exactly the range asked for, a body of
-exactly that length, nothing after it; anything else is one
-:class:`~tarproc.errors.BadInput` naming the URL and range (a request
-whose connection broke before its answer began is sent again once, on a
-new connection).  Redirects to http(s) are followed (at most
-:data:`MAX_REDIRECTS`), and the answer at the end is checked the same way.
+most ``concurrency`` connections and drives them all from the calling
+thread (a ``selectors`` loop: no thread hand-offs, no GIL between readers);
+on a connection the server keeps alive, up to :data:`DEPTH` requests are in
+flight (pipelined), so a near server costs one send and a few reads per
+share, and a far one is waited for on every connection at once.  Every
+answer is checked before its bytes are used: status 206, ``Content-Range``
+exactly the range asked for, a body of exactly that length, nothing after
+it; anything else is one :class:`~tarproc.errors.BadInput` naming the URL
+and range (a request whose connection broke before its answer began is sent
+again once, on a new connection).  Redirects to http(s) are followed (at
+most :data:`MAX_REDIRECTS`), and the answer at the end is checked the same
+way.
 
     data = pool().fetch([("http://host/a.tar", 0, 1024)], concurrency=8)[0]
 """
 
 import os
+import selectors
 import socket
 import threading
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
 
 from ..errors import BadInput
 
-#: Requests sent at once on a kept-alive connection before their answers are read.
+#: Requests in flight at once on a kept-alive connection.
 DEPTH = 16
 #: Requests of one call a connection takes before another one is used.
 SHARE = 8
 #: Redirects followed for one range.
 MAX_REDIRECTS = 10
-#: Header lines and bytes of one header line accepted in an answer.
-MAX_HEADERS, MAX_LINE = 200, 65536
+#: Header lines, bytes of one header line, and bytes of one answer's headers accepted.
+MAX_HEADERS, MAX_LINE, MAX_HEAD = 200, 65536, 256 << 10
+#: Bytes asked of a socket at a time.
+RECV = 256 << 10
 
 _OK_SCHEMES = ("http", "https")
 
@@ -55,7 +59,7 @@ class _Target:
     """A URL split for requests: origin ``(scheme, host, port)``, the request
     target (bytes), the Host header and the Authorization header (user:password@)."""
 
-    __slots__ = ("origin", "path", "host", "auth")
+    __slots__ = ("origin", "path", "host", "auth", "_pre")
 
     def __init__(self, url):
         from urllib.parse import quote, unquote, urlsplit
@@ -82,22 +86,22 @@ class _Target:
 
             cred = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode("utf-8", "surrogateescape")
             self.auth = b"Basic " + base64.b64encode(cred)
+        self._pre = (b"GET " + self.path + b" HTTP/1.1\r\nHost: "
+                     + self.host.encode("idna" if not self.host.isascii() else "ascii") + b"\r\n"
+                     + (b"Authorization: " + self.auth + b"\r\n" if self.auth else b""))
 
     def request(self, start, stop):
-        head = (b"GET " + self.path + b" HTTP/1.1\r\nHost: " + self.host.encode("idna" if not self.host.isascii()
-                                                                                else "ascii")
-                + b"\r\nRange: bytes=%d-%d\r\nAccept-Encoding: identity\r\nUser-Agent: tarproc\r\n" % (start, stop - 1))
-        if self.auth:
-            head += b"Authorization: " + self.auth + b"\r\n"
-        return head + b"\r\n"
+        return self._pre + (b"Range: bytes=%d-%d\r\nAccept-Encoding: identity\r\nUser-Agent: tarproc\r\n\r\n"
+                            % (start, stop - 1))
 
 
 class _Conn:
-    """One connection: its socket, a buffered reader, and whether the server
-    keeps it alive (learnt from its first answer: only then are requests
-    pipelined on it)."""
+    """One connection: its socket (in timeout mode: sends wait at most the
+    timeout; reads are made when the loop sees bytes), and whether the
+    server keeps it alive (learnt from its first answer: only then are
+    requests pipelined on it)."""
 
-    __slots__ = ("origin", "sock", "rfile", "alive", "pid")
+    __slots__ = ("origin", "sock", "alive", "pid", "tls")
 
     def __init__(self, origin, timeout):
         scheme, host, port = origin
@@ -106,7 +110,8 @@ class _Conn:
         except OSError as e:
             raise BadInput(f"{scheme}://{host}:{port}: cannot connect: {e.strerror or e}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if scheme == "https":
+        self.tls = scheme == "https"
+        if self.tls:
             import ssl
 
             try:
@@ -115,35 +120,43 @@ class _Conn:
                 sock.close()
                 raise BadInput(f"https://{host}:{port}: TLS failed: {e}") from None
         self.origin, self.sock, self.alive, self.pid = origin, sock, None, os.getpid()
-        self.rfile = sock.makefile("rb", buffering=1 << 16)
 
     def close(self):
-        for f in (self.rfile, self.sock):
-            try:
-                f.close()
-            except OSError:
-                pass
+        try:
+            self.sock.close()
+        except OSError:
+            pass
 
     def quiet(self):
         """Whether nothing came after the last answer (bytes more would be a
-        lying server's: they would be taken for the next answer)."""
+        lying server's: they would be taken for the next answer).  A server
+        that has closed the connection leaves it not alive."""
+        sock = self.sock
         try:
-            self.sock.settimeout(0)
+            if self.tls and sock.pending():
+                return False
+            timeout = sock.gettimeout()
+            sock.settimeout(0)
             try:
-                extra = self.rfile.peek(1)
-            except (BlockingIOError, OSError):
-                extra = b""
+                extra = sock.recv(1) if self.tls else sock.recv(1, socket.MSG_PEEK)
+            except (BlockingIOError, InterruptedError):
+                return True
+            except OSError as e:
+                if type(e).__name__ in ("SSLWantReadError", "SSLWantWriteError"):  # (nothing came)
+                    return True
+                self.alive = False
+                return True
             finally:
-                self.sock.settimeout(self.sock_timeout())
+                sock.settimeout(timeout)
         except OSError:
-            return False
-        return not extra
+            self.alive = False
+            return True
+        if not extra:
+            self.alive = False  # (closed by the server: nothing more, but not kept)
+            return True
+        return False
 
-    def sock_timeout(self):
-        return _TIMEOUTS.get(self.origin)
 
-
-_TIMEOUTS = {}
 _SSL = []
 
 
@@ -155,16 +168,404 @@ def _ssl_context():
     return _SSL[0]
 
 
+class _Flow:
+    """The requests ``ns`` of one share over one connection, answered in
+    order: the requests not yet sent (``todo``), those sent and not answered
+    (``sent``), and the answer being read: its bytes from ``buf[pos:]``, what
+    it is reading (``state``: ``head``, ``body``, ``chunked``, ``close``,
+    ``skip``), its ``headers`` once read, the body ``parts`` taken so far."""
+
+    def __init__(self, pool, origin, ns, requests, out, check, done, timeout):
+        self.pool, self.origin, self.requests, self.out = pool, origin, requests, out
+        self.check, self.done, self.timeout = check, done, timeout
+        self.ns = ns
+        self.todo = deque(ns)
+        self.sent = deque()
+        self.conn = None
+        self.fresh = False
+        self.retried = False
+        self.last = time.monotonic()  # when a byte last came
+        self.error = None
+        self.redirects = []  # (n, location): followed after the loop
+        self.fd = self.watched = None  # the descriptor and connection the loop watches
+        self._reset()
+
+    def _reset(self):
+        self.buf, self.pos = b"", 0
+        self.state = "head"
+        self.started = False  # a byte of the current answer seen
+        self.parts, self.got = [], 0
+        self.want = self.headers = self.chunk = None
+
+    # -- sending
+
+    def start_flow(self):
+        self.open()
+        self.send()
+
+    def open(self):
+        self.conn = self.pool._take(self.origin, self.timeout)
+        self.fresh = self.conn.alive is None
+        self._reset()
+
+    def send(self):
+        """Send requests: up to :data:`DEPTH` in flight on a kept-alive
+        connection, one while that is not known."""
+        room = (DEPTH if self.conn.alive else 1) - len(self.sent)
+        if room <= 0 or not self.todo:
+            return
+        batch = [self.todo.popleft() for _ in range(min(room, len(self.todo)))]
+        self.sent.extend(batch)
+        reqs = self.requests
+        try:
+            self.conn.sock.sendall(b"".join(self.pool.target(reqs[n][0]).request(reqs[n][1], reqs[n][2])
+                                            for n in batch))
+        except OSError as e:
+            raise _Failed(e.strerror or str(e)) from None
+
+    @property
+    def finished(self):
+        return self.error is not None or (not self.todo and not self.sent)
+
+    # -- reading
+
+    def readable(self):
+        """Read what the socket has and take the answers it completes."""
+        sock = self.conn.sock
+        try:
+            data = sock.recv(RECV)
+            if self.conn.tls:
+                while sock.pending():  # (decrypted bytes the selector cannot see)
+                    data += sock.recv(RECV)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            if self.conn.tls and type(e).__name__ in ("SSLWantReadError", "SSLWantWriteError"):
+                return
+            self.broke(e.strerror or str(e))
+            return
+        if not data:
+            self.broke(None)
+            return
+        self.last = time.monotonic()
+        self.feed(data)
+
+    def feed(self, data):
+        """Take ``data``, the next bytes the connection brought."""
+        if self.pos < len(self.buf):
+            self.buf = self.buf[self.pos:] + data
+        else:
+            self.buf = data
+        self.pos = 0
+        self.started = True
+        self.take()
+
+    def take(self):
+        """Parse what ``buf`` holds: finish answers, send more requests."""
+        while self.sent and self.error is None:
+            body = self.parse()
+            if body is None:
+                return
+            n = self.sent.popleft()
+            self.retried = self.fresh = False
+            self.answered(n, body)
+            if not self.conn.alive:  # the rest again, on a new connection
+                self.requeue()
+                return
+            self.state, self.started = "head", self.pos < len(self.buf)
+            if self.todo and len(self.sent) <= DEPTH // 2:  # (topped up in batches: a send per few answers)
+                self.send()
+
+    def answered(self, n, body):
+        try:
+            if self.check is not None:
+                self.check(self.requests[n][0], self.headers)
+            self.out[n] = self.done(n, body) if self.done is not None else body
+        except BadInput as e:
+            e.request = n
+            raise
+
+    def requeue(self):
+        """The connection is not kept: the requests sent and not answered go
+        first again, on a new connection when any is left."""
+        self.todo.extendleft(reversed(self.sent))
+        self.sent.clear()
+        self.conn.close()
+        self.conn = None
+        if self.todo:
+            self.open()
+            self.send()
+
+    def parse(self):
+        """The body of the answer at ``buf[pos:]`` once it is whole (``None``
+        until then), checked against the range asked for."""
+        while True:
+            if self.state == "head":
+                if not self.read_head():
+                    return None
+                continue
+            if self.state == "body":
+                need = self.want - self.got
+                have = len(self.buf) - self.pos
+                if have < need:
+                    if have:
+                        self.parts.append(self.buf[self.pos:])
+                        self.got += have
+                        self.buf, self.pos = b"", 0
+                    return None
+                if not self.parts:
+                    body = self.buf[self.pos:self.pos + need]
+                else:
+                    self.parts.append(self.buf[self.pos:self.pos + need])
+                    body = b"".join(self.parts)
+                self.pos += need
+                self.parts, self.got = [], 0
+                return body
+            if self.state == "chunked":
+                body = self.read_chunks()
+                if body is None:
+                    return None
+                return body
+            if self.state == "skip":  # a redirect's body
+                have = len(self.buf) - self.pos
+                if have < self.want:
+                    self.want -= have
+                    self.buf, self.pos = b"", 0
+                    return None
+                self.pos += self.want
+                return self.redirect(self.headers["location"])
+            if self.state == "close":  # the body ends with the connection
+                have = len(self.buf) - self.pos
+                if have:
+                    self.parts.append(self.buf[self.pos:])
+                    self.got += have
+                    self.buf, self.pos = b"", 0
+                if self.got > self.want:
+                    raise self.problem(f"the server sent more bytes ({self.got}+) than the {self.want} of the "
+                                       f"range: a short or broken answer")
+                return None
+            raise AssertionError(self.state)
+
+    def redirect(self, location):
+        """A redirect answered the request at the head: followed after the
+        loop; the rest again on a new connection (``None``: no body here)."""
+        n = self.sent.popleft()
+        self.redirects.append((n, location))
+        self.conn.alive = False
+        self.requeue()
+        return None
+
+    def problem(self, text):
+        n = self.sent[0]
+        url, start, stop = self.requests[n]
+        e = BadInput(f"{url}: bytes {start}-{stop - 1}: {text}")
+        e.request = n
+        return e
+
+    def read_head(self):
+        buf, pos = self.buf, self.pos
+        end = buf.find(b"\n\r\n", pos, pos + MAX_HEAD)
+        end2 = buf.find(b"\n\n", pos, end if end >= 0 else pos + MAX_HEAD)  # (bare newlines: before it only)
+        if end2 >= 0:
+            end, stop = end2, end2 + 2
+        elif end >= 0:
+            stop = end + 3
+        else:
+            line_end = buf.find(b"\n", pos)
+            if line_end >= 0 or len(buf) - pos > MAX_HEAD:
+                self.check_status(buf[pos:line_end + 1 if line_end >= 0 else pos + 60])
+            if len(buf) - pos > MAX_HEAD:
+                raise self.problem(f"an answer with more than {MAX_HEAD} bytes of headers")
+            return False
+        lines = buf[pos:end + 1].split(b"\n")
+        parts = self.check_status(lines[0])
+        if len(lines) - 2 > MAX_HEADERS:
+            raise self.problem(f"an answer with more than {MAX_HEADERS} header lines")
+        headers = {}
+        for h in lines[1:-1]:
+            if len(h) > MAX_LINE:
+                raise self.problem(f"a header line of more than {MAX_LINE} bytes")
+            name, sep, value = h.decode("latin-1").partition(":")
+            if sep:
+                name = name.strip().lower()
+                value = value.strip()
+                headers[name] = f"{headers[name]}, {value}" if name in headers and name != "content-range" \
+                    else value
+        self.pos = stop
+        status = int(parts[1])
+        if 100 <= status < 200:
+            return True  # (an interim answer: the real one follows)
+        self.headers = headers
+        self.framing(parts[0], status, headers)
+        return True
+
+    def check_status(self, line):
+        parts = line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit() or len(parts[1]) != 3:
+            raise self.problem(f"not an HTTP answer ({bytes(line[:60])!r}): a server that does not frame its "
+                               f"answers (bytes after an answer's Content-Length?)")
+        return parts
+
+    def framing(self, version, status, headers):
+        """Check the answer's head against the range asked for; set how its body is read."""
+        conn = self.conn
+        tokens = headers.get("connection", "").lower()
+        conn.alive = "close" not in tokens and (version != b"HTTP/1.0" or "keep-alive" in tokens)
+        url, start, stop = self.requests[self.sent[0]]
+        if 300 <= status < 400 and status != 304 and headers.get("location"):
+            size = headers.get("content-length", "")
+            if size.isdigit() and int(size) <= 1 << 16:
+                self.state, self.want = "skip", int(size)
+            else:
+                conn.alive = False
+                self.state, self.want = "skip", 0
+            return
+        if status == 200:
+            conn.alive = False
+            raise self.problem("the server ignored the range request (status 200, the whole shard): it cannot "
+                               "serve one sample; use a server that honours Range (nginx, S3, GCS), or a local "
+                               "copy")
+        if status != 206:
+            conn.alive = False
+            raise self.problem(f"range request failed with HTTP status {status}")
+        unit, _, rng = headers.get("content-range", "").partition(" ")
+        span = rng.partition("/")[0]
+        if unit != "bytes" or span != f"{start}-{stop - 1}":
+            conn.alive = False
+            raise self.problem(f"the server answered bytes {span or '?'} to a request for {start}-{stop - 1}: "
+                               f"refusing a range it did not honour")
+        coding = headers.get("content-encoding", "identity").lower()
+        if coding not in ("identity", ""):
+            conn.alive = False
+            raise self.problem(f"the server sent the range {coding}-encoded (asked for identity): refusing it")
+        want = stop - start
+        self.want, self.parts, self.got = want, [], 0
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            self.state, self.chunk = "chunked", None
+        elif headers.get("content-length", "").isdigit():
+            if int(headers["content-length"]) != want:
+                conn.alive = False
+                raise self.problem(f"the server answered {headers['content-length']} bytes (Content-Length) to "
+                                   f"a request for {want}: refusing a range it did not honour")
+            self.state = "body"
+        else:
+            conn.alive = False
+            self.state = "close"
+
+    def read_chunks(self):
+        """The body of a chunked answer once whole (its trailers read), else ``None``."""
+        while True:
+            buf, pos = self.buf, self.pos
+            if self.chunk is None:  # a chunk-size line
+                end = buf.find(b"\n", pos)
+                if end < 0:
+                    if len(buf) - pos > 1024:
+                        raise self.problem("a broken chunked answer")
+                    return None
+                try:
+                    n = int(buf[pos:end].split(b";", 1)[0].strip(), 16)
+                except ValueError:
+                    raise self.problem("a broken chunked answer") from None
+                self.pos = end + 1
+                if n < 0:
+                    raise self.problem("a broken chunked answer")
+                if n == 0:
+                    self.chunk = -1
+                    continue
+                if self.got + n > self.want:
+                    raise self.problem(f"the server sent more bytes than the {self.want} of the range")
+                self.chunk = n
+                continue
+            if self.chunk == -1:  # trailers, up to an empty line
+                end = buf.find(b"\n", pos)
+                if end < 0:
+                    if len(buf) - pos > MAX_HEAD:
+                        raise self.problem("a broken chunked answer")
+                    return None
+                line = buf[pos:end + 1]
+                self.pos = end + 1
+                if line in (b"\r\n", b"\n"):
+                    body = b"".join(self.parts)
+                    self.parts, self.chunk = [], None
+                    if len(body) != self.want:
+                        raise self.problem(f"the server sent fewer bytes ({len(body)}) than the {self.want} of "
+                                           f"the range: a short or broken answer")
+                    return body
+                continue
+            if self.chunk > 0:  # the chunk's bytes, taken as they come (never gathered in buf)
+                take = min(len(buf) - pos, self.chunk)
+                self.parts.append(buf[pos:pos + take])
+                self.got += take
+                self.chunk -= take
+                self.pos = pos + take
+                if self.chunk:
+                    return None
+                continue
+            if len(buf) - pos < 2:  # the line end after a chunk
+                return None
+            if buf[pos:pos + 2] != b"\r\n":
+                raise self.problem("a broken chunked answer (the connection broke in a chunk)")
+            self.pos = pos + 2
+            self.chunk = None
+
+    def broke(self, why):
+        """The connection ended (``why``: its error, ``None`` for a close by
+        the server) with answers not read."""
+        if not self.sent:
+            self.requeue()
+            return
+        if self.state == "close" and why is None:  # the body ended with the connection, as it may
+            body = b"".join(self.parts)
+            if len(body) != self.want:
+                raise self.problem(f"the server sent fewer bytes ({len(body)}) than the {self.want} of the "
+                                   f"range: a short or broken answer")
+            n = self.sent.popleft()
+            self.answered(n, body)
+            self.requeue()
+            return
+        text = why or "closed by the server"
+        if self.state == "head" and not self.started:  # no byte of this answer: sent again, once
+            if self.fresh or self.retried:
+                raise self.problem(f"the connection broke before the answer ({text})")
+            self.retried = True
+            self.requeue()
+            return
+        if self.state == "head":
+            raise self.problem("the connection broke in the answer's headers" + (f" ({why})" if why else ""))
+        if self.state == "body":
+            got = self.got + len(self.buf) - self.pos
+            if why is None:
+                raise self.problem(f"the server sent fewer bytes ({got}) than the {self.want} of the range: a "
+                                   f"short or broken answer")
+            raise self.problem(f"the connection broke in the answer's body ({why})")
+        if self.state == "chunked":
+            raise self.problem("a broken chunked answer (the connection broke in a chunk)")
+        raise self.problem(f"the connection broke ({text})")
+
+    def close(self, keep):
+        """The flow is over: its connection kept when it is quiet and alive."""
+        conn, self.conn = self.conn, None
+        if conn is None:
+            return
+        if self.error is None and not self.sent:
+            if self.pos < len(self.buf) or not conn.quiet():
+                self.error = _error(self.requests, self.ns[-1], "the server sent more bytes than its answer said "
+                                    "(bytes after its Content-Length): refusing a server that does not frame its "
+                                    "answers")
+            elif conn.alive:
+                self.pool._give(conn, keep)
+                return
+        conn.close()
+
+
 class Pool:
-    """The kept-alive connections of this process, and the threads that use them."""
+    """The kept-alive connections of this process."""
 
     def __init__(self):
         self.pid = os.getpid()
         self.lock = threading.Lock()
         self.idle = OrderedDict()  # id -> _Conn, least recently used first
         self.targets = {}
-        self.executor = None
-        self.threads = 0
 
     # ------------------------------------------------------------ connections
 
@@ -173,8 +574,8 @@ class Pool:
             for k, c in self.idle.items():
                 if c.origin == origin:
                     del self.idle[k]
+                    c.sock.settimeout(timeout)
                     return c
-        _TIMEOUTS[origin] = timeout
         return _Conn(origin, timeout)
 
     def _give(self, conn, limit):
@@ -211,10 +612,9 @@ class Pool:
         """The bytes of each ``(url, start, stop)`` of ``requests``, in order.
         ``check(url, headers)`` sees each answer's headers (a dict, lower-case
         names); ``keep``: idle connections kept afterwards; ``done(n, data)``,
-        when given, is called with each answer as it comes, in the thread
-        that read it (its result is put in the list instead of the bytes).  A
-        :class:`BadInput` names the first request that failed (``e.request``:
-        its position)."""
+        when given, is called with each answer as it comes (its result is
+        put in the list instead of the bytes).  A :class:`BadInput` names the
+        first request that failed (``e.request``: its position)."""
         out = [None] * len(requests)
         by_origin = {}
         for n, (url, start, stop) in enumerate(requests):
@@ -224,111 +624,59 @@ class Pool:
                 e.request = n
                 raise
             by_origin.setdefault(t.origin, []).append(n)
-        shares = []
-        for origin, ns in by_origin.items():
-            parts = max(1, min(concurrency, -(-len(ns) // SHARE)))  # (a thread hand-off costs more than a request)
-            shares += [(origin, ns[p::parts]) for p in range(parts)]
         timeout = timeout if timeout and timeout > 0 else None
-        if len(shares) == 1:
-            self._share(shares[0][0], shares[0][1], requests, out, check, timeout, keep, done)
-        else:
-            ex = self._executor(concurrency)
-            futures = [ex.submit(self._share, origin, ns, requests, out, check, timeout, keep, done)
-                       for origin, ns in shares]
-            errors = []
-            for f in futures:
-                try:
-                    f.result()
-                except BadInput as e:
-                    errors.append(e)
-            if errors:
-                raise min(errors, key=lambda e: getattr(e, "request", 0))
+        flows = []
+        for origin, ns in by_origin.items():
+            parts = max(1, min(concurrency, -(-len(ns) // SHARE)))
+            flows += [_Flow(self, origin, ns[p::parts], requests, out, check, done, timeout)
+                      for p in range(parts)]
+        try:
+            self._run(flows, timeout)
+        finally:
+            for f in flows:
+                f.close(keep)
+        errors = [f.error for f in flows if f.error is not None]
+        if errors:
+            raise min(errors, key=lambda e: getattr(e, "request", 0))
+        for f in flows:
+            for n, location in f.redirects:
+                url, start, stop = requests[n]
+                data = self._follow(url, location, start, stop, check, timeout, n)
+                out[n] = done(n, data) if done is not None else data
         return out
 
-    def _executor(self, n):
-        from concurrent.futures import ThreadPoolExecutor
-
-        with self.lock:
-            if self.executor is None or self.threads < n:
-                if self.executor is not None:
-                    self.executor.shutdown(wait=False)
-                self.executor = ThreadPoolExecutor(n, thread_name_prefix="tarproc-ranges")
-                self.threads = n
-            return self.executor
-
-    def _share(self, origin, ns, requests, out, check, timeout, keep, done=None):
-        """Requests ``ns`` (all of ``origin``) over one connection, pipelined
-        once the server is seen to keep it alive."""
-        todo = list(ns)
-        conn = None
-        retried = False
+    def _run(self, flows, timeout):
+        """Drive ``flows`` until each is finished or failed (``flow.error``);
+        a connection without a byte for ``timeout`` seconds has broken."""
+        if len(flows) == 1:  # one connection: its socket waits (in timeout mode), no selector
+            f = flows[0]
+            _act(f, f.start_flow)
+            while not f.finished and f.conn is not None:
+                _act(f, f.readable)
+            return
+        sel = selectors.DefaultSelector()
+        live = {}
         try:
-            while todo:
-                if conn is None:
-                    conn = self._take(origin, timeout)
-                    fresh = conn.alive is None
-                depth = DEPTH if conn.alive else 1
-                batch = todo[:depth]
-                try:
-                    self._exchange(conn, batch, requests, out, check, done)
-                except _Failed as e:
-                    conn.close()
-                    conn = None
-                    done = e.args[0]
-                    todo = todo[done:]
-                    if done == 0 and (fresh or retried):  # a new connection that broke at once: no retry
-                        n = todo[0]
-                        raise _error(requests, n, f"the connection broke before the answer ({e.args[1]})") from None
-                    retried = done == 0
-                    continue
-                except BaseException:
-                    conn.close()
-                    conn = None
-                    raise
-                retried = False
-                todo = todo[len(batch):]
-                if not conn.alive:
-                    conn.close()
-                    conn = None
-            if conn is not None and not conn.quiet():
-                n = ns[-1]
-                conn.close()
-                conn = None
-                raise _error(requests, n, "the server sent more bytes than its answer said (bytes after its "
-                                          "Content-Length): refusing a server that does not frame its answers")
+            for f in flows:
+                _act(f, f.start_flow)
+                _watch(f, live, sel)
+            while live:
+                wait = None
+                if timeout is not None:
+                    wait = max(0.0, min(f.last for f in live.values()) + timeout - time.monotonic())
+                for key, _ in sel.select(wait):
+                    f = live.get(key.fd)
+                    if f is not None:
+                        _act(f, f.readable)
+                        _watch(f, live, sel)
+                if timeout is not None:
+                    now = time.monotonic()
+                    for f in [f for f in live.values() if now - f.last >= timeout]:
+                        f.last = now
+                        _act(f, lambda f=f: f.broke("timed out"))
+                        _watch(f, live, sel)
         finally:
-            if conn is not None:
-                self._give(conn, keep)
-
-    def _exchange(self, conn, batch, requests, out, check, done=None):
-        """Send the requests of ``batch`` on ``conn``, read their answers into
-        ``out``; :class:`_Failed` ``(answers read, why)`` when the connection
-        broke before an answer began."""
-        try:
-            conn.sock.sendall(b"".join(self.target(requests[n][0]).request(requests[n][1], requests[n][2])
-                                       for n in batch))
-        except OSError as e:
-            raise _Failed(0, e.strerror or str(e)) from None
-        for k, n in enumerate(batch):
-            url, start, stop = requests[n]
-            try:
-                out[n] = _answer(conn, url, start, stop, check, k)
-            except _Redirect as r:
-                conn.alive = False  # (the rest of the batch is sent again, on another connection)
-                out[n] = self._follow(url, r.location, start, stop, check, _TIMEOUTS.get(conn.origin), n)
-                if k + 1 < len(batch):
-                    raise _Failed(k + 1, "redirect") from None
-            except BadInput as e:
-                e.request = n
-                raise
-            if done is not None:
-                try:
-                    out[n] = done(n, out[n])
-                except BadInput as e:
-                    e.request = n
-                    raise
-            if not conn.alive and k + 1 < len(batch):  # the server closes it: the rest again, on a new one
-                raise _Failed(k + 1, "closed by the server")
+            sel.close()
 
     def _follow(self, url, location, start, stop, check, timeout, n):
         """The range read from where ``url`` redirects (each hop's answer checked)."""
@@ -343,27 +691,59 @@ class Pool:
                 raise _error([(url, start, stop)], 0, f"the server redirects to {nxt!r}, not an http(s) URL",
                              request=n)
             seen = nxt
-            t = _Target(nxt)
-            conn = self._take(t.origin, timeout)
+            t = self.target(nxt)
+            hop = [None]
+            f = _Flow(self, t.origin, [0], [(nxt, start, stop)], hop, check, None, timeout)
             try:
-                conn.sock.sendall(t.request(start, stop))
-                data = _answer(conn, nxt, start, stop, check, 0)
-            except _Redirect as r:
-                conn.close()
-                location = r.location
+                self._run([f], timeout)
+            finally:
+                f.close(4)
+            if f.error is not None:
+                f.error.request = n
+                raise f.error
+            if f.redirects:
+                location = f.redirects[0][1]
                 continue
-            except _Failed as e:
-                conn.close()
-                raise _error([(nxt, start, stop)], 0, f"the connection broke ({e.args[1]})", request=n) from None
-            except BaseException:
-                conn.close()
-                raise
-            if conn.alive and conn.quiet():
-                self._give(conn, 4)
-            else:
-                conn.close()
-            return data
+            return hop[0]
         raise _error([(url, start, stop)], 0, f"more than {MAX_REDIRECTS} redirects", request=n)
+
+
+def _act(f, action):
+    """Run ``action`` of flow ``f``; an error becomes ``f.error`` (its
+    connection closed)."""
+    try:
+        action()
+    except _Failed as e:  # a send that failed: the connection broke before the answers
+        try:
+            f.broke(e.args[0])
+        except BadInput as b:
+            f.error = b
+        except _Failed as e2:
+            f.error = f.problem(f"the connection broke before the answer ({e2.args[0]})")
+    except BadInput as e:
+        if getattr(e, "request", None) is None:
+            e.request = f.sent[0] if f.sent else f.todo[0] if f.todo else f.ns[0]
+        f.error = e
+    if f.error is not None and f.conn is not None:
+        f.conn.close()
+        f.conn = None
+
+
+def _watch(f, live, sel):
+    """Keep the selector on flow ``f``'s connection (which a retry or a
+    server's close may have replaced), and off it when the flow is over."""
+    if f.fd is not None and (f.conn is not f.watched or f.finished):
+        live.pop(f.fd, None)
+        try:
+            sel.unregister(f.fd)
+        except (KeyError, ValueError):
+            pass
+        f.fd = f.watched = None
+    if not f.finished and f.conn is not None and f.fd is None:
+        f.fd, f.watched = f.conn.sock.fileno(), f.conn
+        live[f.fd] = f
+        f.last = time.monotonic()
+        sel.register(f.fd, selectors.EVENT_READ)
 
 
 def _error(requests, n, problem, request=None):
@@ -371,128 +751,6 @@ def _error(requests, n, problem, request=None):
     e = BadInput(f"{url}: bytes {start}-{stop - 1}: {problem}")
     e.request = n if request is None else request
     return e
-
-
-def _answer(conn, url, start, stop, check, k):
-    """The body of the next answer on ``conn``, checked against the range
-    ``start``..``stop`` asked of ``url``.  ``k``: answers already read on
-    this connection in this exchange (a break before the first byte of an
-    answer is :class:`_Failed` ``(k, why)``)."""
-    rfile = conn.rfile
-    problem = lambda text: _error([(url, start, stop)], 0, text)  # noqa: E731
-    while True:
-        try:
-            line = rfile.readline(MAX_LINE)
-        except OSError as e:
-            raise _Failed(k, e.strerror or str(e)) from None
-        if not line:
-            raise _Failed(k, "closed by the server")
-        parts = line.split(None, 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit() or len(parts[1]) != 3:
-            raise problem(f"not an HTTP answer ({bytes(line[:60])!r}): a server that does not frame its answers "
-                          f"(bytes after an answer's Content-Length?)")
-        status = int(parts[1])
-        headers = {}
-        try:
-            for _ in range(MAX_HEADERS):
-                h = rfile.readline(MAX_LINE)
-                if not h.endswith(b"\n"):
-                    raise problem("the connection broke in the answer's headers")
-                if h in (b"\r\n", b"\n"):
-                    break
-                name, sep, value = h.decode("latin-1").partition(":")
-                if sep:
-                    name = name.strip().lower()
-                    value = value.strip()
-                    headers[name] = f"{headers[name]}, {value}" if name in headers and name != "content-range" \
-                        else value
-            else:
-                raise problem(f"an answer with more than {MAX_HEADERS} header lines")
-        except OSError as e:
-            raise problem(f"the connection broke in the answer's headers ({e.strerror or e})") from None
-        if 100 <= status < 200:
-            continue
-        break
-    version = parts[0]
-    tokens = headers.get("connection", "").lower()
-    conn.alive = "close" not in tokens and (version != b"HTTP/1.0" or "keep-alive" in tokens)
-    if 300 <= status < 400 and status != 304 and headers.get("location"):
-        _skip_body(conn, headers, status)
-        raise _Redirect(headers["location"])
-    if status == 200:
-        conn.alive = False
-        raise problem("the server ignored the range request (status 200, the whole shard): it cannot serve one "
-                      "sample; use a server that honours Range (nginx, S3, GCS), or a local copy")
-    if status != 206:
-        conn.alive = False
-        raise problem(f"range request failed with HTTP status {status}")
-    unit, _, rng = headers.get("content-range", "").partition(" ")
-    span = rng.partition("/")[0]
-    if unit != "bytes" or span != f"{start}-{stop - 1}":
-        conn.alive = False
-        raise problem(f"the server answered bytes {span or '?'} to a request for {start}-{stop - 1}: refusing a "
-                      f"range it did not honour")
-    coding = headers.get("content-encoding", "identity").lower()
-    if coding not in ("identity", ""):
-        conn.alive = False
-        raise problem(f"the server sent the range {coding}-encoded (asked for identity): refusing it")
-    want = stop - start
-    try:
-        if "chunked" in headers.get("transfer-encoding", "").lower():
-            body = _chunked(rfile, want, problem)
-        elif headers.get("content-length", "").isdigit():
-            if int(headers["content-length"]) != want:
-                conn.alive = False
-                raise problem(f"the server answered {headers['content-length']} bytes (Content-Length) to a "
-                              f"request for {want}: refusing a range it did not honour")
-            body = rfile.read(want)
-        else:  # the body ends with the connection
-            conn.alive = False
-            body = rfile.read(want + 1)
-    except OSError as e:
-        conn.alive = False
-        raise problem(f"the connection broke in the answer's body ({e.strerror or e})") from None
-    if len(body) != want:
-        conn.alive = False
-        what = "fewer" if len(body) < want else "more"
-        raise problem(f"the server sent {what} bytes ({len(body)}{'+' if what == 'more' else ''}) than the "
-                      f"{want} of the range: a short or broken answer")
-    if check is not None:
-        check(url, headers)
-    return body
-
-
-def _chunked(rfile, want, problem):
-    parts, got = [], 0
-    while True:
-        line = rfile.readline(1024)
-        size = line.split(b";", 1)[0].strip()
-        try:
-            n = int(size, 16)
-        except ValueError:
-            raise problem("a broken chunked answer") from None
-        if n == 0:
-            break
-        if got + n > want:
-            raise problem(f"the server sent more bytes than the {want} of the range")
-        piece = rfile.read(n)
-        if len(piece) != n or rfile.read(2) != b"\r\n":
-            raise problem("a broken chunked answer (the connection broke in a chunk)")
-        parts.append(piece)
-        got += n
-    for _ in range(MAX_HEADERS):  # trailers
-        if rfile.readline(MAX_LINE) in (b"\r\n", b"\n", b""):
-            break
-    return b"".join(parts)
-
-
-def _skip_body(conn, headers, status):
-    """Read past a redirect's body (a small one) so the connection can go on."""
-    n = headers.get("content-length", "")
-    if n.isdigit() and int(n) <= 1 << 16:
-        conn.rfile.read(int(n))
-    else:
-        conn.alive = False
 
 
 def probe(url, timeout=60.0):

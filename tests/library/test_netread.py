@@ -10,6 +10,7 @@ The servers are written here at the socket level (``Server``), so each can
 lie in one way; the honest one is checked to honour Range by the tests
 themselves (every sample compared with a local read)."""
 
+import io
 import json
 import os
 import pickle
@@ -240,6 +241,175 @@ def test_a_lying_server_is_one_clear_error_never_wrong_bytes(shards, servers, mo
             read()
         text = str(e.value)
         assert "\n" not in text and srv.url in text, text
+
+
+# ------------------------------------------------------------ the reading loop
+
+
+def answers(ranges, data, framing):
+    """The bytes a server sends for pipelined requests of ``ranges`` of ``data``."""
+    out = b""
+    for a, b in ranges:
+        body = data[a:b + 1]
+        cr = b"Content-Range: bytes %d-%d/%d\r\n" % (a, b, len(data))
+        if framing == "length":
+            out += b"HTTP/1.1 206 Partial Content\r\n" + cr + b"Content-Length: %d\r\n\r\n" % len(body) + body
+        elif framing == "interim":  # a 100 Continue first, bare newlines
+            out += b"HTTP/1.1 100 Continue\n\nHTTP/1.1 206 P\n" + cr.replace(b"\r", b"") \
+                + b"Content-Length: %d\n\n" % len(body) + body
+        else:
+            out += b"HTTP/1.1 206 Partial Content\r\n" + cr + b"Transfer-Encoding: chunked\r\n\r\n" + b"".join(
+                b"%x;ext=1\r\n%s\r\n" % (len(body[k:k + 7]), body[k:k + 7]) for k in range(0, len(body), 7)) \
+                + b"0\r\nTrailer: x\r\n\r\n"
+    return out
+
+
+@pytest.mark.parametrize("framing", ["length", "interim", "chunked"])
+def test_answers_cut_at_every_offset_read_the_same(framing):
+    """The loop's parser takes pipelined answers whatever the pieces the
+    connection brings them in: cut once at every offset, and in random
+    pieces; each body is exactly its range."""
+    from tarproc.sources import keepalive
+
+    data = bytes(range(256)) * 4
+    ranges = [(0, 99), (100, 100), (7, 1000), (1023, 1023)]
+    stream = answers(ranges, data, framing)
+    requests = [("http://127.0.0.1:9/x.tar", a, b + 1) for a, b in ranges]
+
+    def read(pieces):
+        out = [None] * len(ranges)
+        a, b = socket.socketpair()
+        conn = keepalive._Conn.__new__(keepalive._Conn)
+        conn.origin, conn.sock, conn.alive, conn.pid, conn.tls = ("http", "127.0.0.1", 9), a, True, os.getpid(), False
+        flow = keepalive._Flow(keepalive.pool(), conn.origin, list(range(len(ranges))), requests, out, None, None,
+                               5)
+        flow.conn = conn
+        flow.sent.extend(flow.todo)
+        flow.todo.clear()
+        for p in pieces:
+            flow.feed(p)
+        a.close()
+        b.close()
+        assert not flow.sent and flow.pos == len(flow.buf)
+        return out
+
+    want = [data[a:b + 1] for a, b in ranges]
+    for k in range(1, len(stream)):
+        assert read([stream[:k], stream[k:]]) == want, k
+    r = random.Random(3)
+    for _ in range(20):
+        cuts = sorted(r.sample(range(1, len(stream)), 40))
+        assert read([stream[i:j] for i, j in zip([0] + cuts, cuts + [len(stream)])]) == want
+
+
+class Stalling(Server):
+    """Answers the first ``good`` requests of each connection (of all
+    connections: ``total``), then: ``stall`` (says nothing more), ``halfway``
+    (half a body, then nothing), ``drop`` (closes without a word), ``close``
+    (answers with Connection: close)."""
+
+    def __init__(self, root, how, good=2, total=False):
+        self.how, self.good, self.total, self.served = how, good, total, 0
+        super().__init__(root)
+
+    def _conn(self, conn):
+        f = conn.makefile("rb")
+        served = 0
+        try:
+            while True:
+                line = f.readline()
+                if not line:
+                    return
+                path = line.split()[1].decode()
+                headers = {}
+                while True:
+                    h = f.readline()
+                    if h in (b"\r\n", b""):
+                        break
+                    k, _, v = h.decode().partition(":")
+                    headers[k.strip().lower()] = v.strip()
+                data = (self.root / path.lstrip("/")).read_bytes()
+                a, b = (int(x) for x in headers["range"].partition("=")[2].split("-"))
+                self.asked.append((path, a, b))
+                body = data[a:b + 1]
+                head = f"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{b}/{len(data)}\r\n" \
+                       f"Content-Length: {len(body)}\r\n"
+                served += 1
+                self.served += 1
+                if (self.served if self.total else served) <= self.good:
+                    conn.sendall(head.encode() + b"\r\n" + body)
+                elif self.how == "close":
+                    conn.sendall(head.encode() + b"Connection: close\r\n\r\n" + body)
+                    return
+                elif self.how == "drop":
+                    return
+                elif self.how == "halfway":
+                    conn.sendall(head.encode() + b"\r\n" + body[:len(body) // 2])
+                    threading.Event().wait(30)
+                    return
+                else:
+                    threading.Event().wait(30)
+                    return
+        except OSError:
+            return
+        finally:
+            f.close()
+            conn.close()
+
+
+@pytest.mark.parametrize("how", ["close", "drop"])
+def test_a_server_that_ends_connections_midway_is_read_on_new_ones(shards, how):
+    """Connections closed after two answers (with Connection: close, or
+    without a word): the rest is asked again on new connections, every
+    byte right."""
+    srv = Stalling(shards, how)
+    try:
+        local = tarproc.IndexedDataset(str(shards / "index.json"))
+        ds = remote(shards, srv.url, range_concurrency=2)
+        picks = list(range(0, 90, 2))
+        assert [drop(s) for s in ds.get_many(picks, gap=0)] == [drop(local[i]) for i in picks]
+        assert srv.accepted >= len(picks) // 3
+    finally:
+        srv.close()
+
+
+@pytest.mark.parametrize("how, message", [("stall", r"broke before the answer \(timed out\)"),
+                                          ("halfway", r"broke in the answer's body \(timed out\)")])
+def test_a_server_that_stops_answering_fails_after_the_stall_timeout(shards, how, message):
+    """One connection stalls (before an answer, or in its body) while others
+    answer: the call fails in one line after about the stall timeout."""
+    import time
+
+    srv = Stalling(shards, how, good=1, total=True)
+    try:
+        ds = remote(shards, srv.url, range_concurrency=4, stall_timeout=1)
+        t = time.monotonic()
+        with pytest.raises(tarproc.BadInput, match=message) as e:
+            ds.get_many(list(range(0, 90, 3)), gap=0)
+        assert time.monotonic() - t < 10 and "\n" not in str(e.value) and srv.url in str(e.value)
+    finally:
+        srv.close()
+
+
+def test_large_samples_in_many_reads(tmp_path, servers):
+    """Samples of 3 MB (each answer many reads long) over 1 and 4 connections."""
+    d = tmp_path / "big"
+    d.mkdir()
+    r = random.Random(4)
+    with tarfile.open(d / "a.tar", "w", format=tarfile.USTAR_FORMAT) as t:
+        for i in range(6):
+            for ext, size in (("bin", 3_000_000 + i), ("txt", 10)):
+                data = r.randbytes(size)
+                info = tarfile.TarInfo(f"s{i}.{ext}")
+                info.size = size
+                t.addfile(info, io.BytesIO(data))
+    tarproc.index_shards([str(d / "a.tar")], str(d / "index.json"))
+    srv = servers(d)
+    local = tarproc.IndexedDataset(str(d / "index.json"))
+    for c in (1, 4):
+        ds = remote(d, srv.url, range_concurrency=c)
+        picks = [5, 0, 3, 3, 1, 4, 2]
+        assert [drop(s) for s in ds.get_many(picks, gap=0)] == [drop(local[i]) for i in picks]
 
 
 # ------------------------------------------------------------ compressed shards
