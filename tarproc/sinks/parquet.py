@@ -26,8 +26,6 @@ from ..sources.parquet import need_pyarrow
 #: Rows and bytes of cells of one row group written.
 GROUP_ROWS = 10_000
 GROUP_BYTES = 32 << 20
-#: Bytes of table cells written by one gathered call of table_to_tar.
-GATHER_BYTES = 4 << 20
 #: Largest cell in an Arrow ``binary``/``string`` array (32-bit offsets).
 MAX_CELL = (1 << 31) - 1
 
@@ -53,22 +51,19 @@ def table_to_tar(table, output="-", group_size=None, settings=None, stats=None):
         # the table checked keys (the sample rule, no key twice in a row) and column names as it read
         # them: members straight to the tar writer, fields in sorted order as SampleWriter writes them
         tar = TarWriter(sink)
-        write = tar.write_members
         order = sorted(range(len(table.columns)), key=lambda i: table.columns[i].field)
         suffixes = ["." + table.columns[i].field for i in order]
-        names, datas, held = [], [], 0
-        for key, cells in table.rows():
-            for i, suffix in zip(order, suffixes):
-                v = cells[i]
-                if v is not None:
-                    names.append(key + suffix)
-                    datas.append(v)
-                    held += len(v)
-            n += 1
-            if len(names) >= 256 or held >= GATHER_BYTES:  # (written in one gathered call)
-                write(names, datas)
-                names, datas, held = [], [], 0
-        write(names, datas)
+        for keys, values in table.batches():  # a batch's members in one gathered write
+            names, datas = [], []
+            cols = [(suffix, values[i]) for i, suffix in zip(order, suffixes)]
+            for r, key in enumerate(keys):
+                for suffix, col in cols:
+                    v = col[r]
+                    if v is not None:
+                        names.append(key + suffix)
+                        datas.append(v)
+            tar.write_members(names, datas)
+            n += len(keys)
         tar.close()
     if stats is not None:
         stats.written += n

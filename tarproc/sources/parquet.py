@@ -196,23 +196,29 @@ class ParquetTable:
         """``(key, cells)`` of each row, checked, in order: ``cells`` in the
         order of :attr:`columns`, each bytes-like (``@`` cells fetched) or
         ``None``."""
+        for keys, values in self.batches():
+            yield from zip(keys, zip(*values) if values else ((),) * len(keys))
+
+    def batches(self):
+        """``(keys, values)`` of each batch of rows, checked, in order:
+        ``values`` holds a list of cells per column of :attr:`columns`, each
+        bytes-like (``@`` cells fetched) or ``None``."""
         cols = self.columns
         convs = [_converter(self.pa, self.schema.field(c.index).type, c, self.name) for c in cols]
-        fetch = any(c.fetch or getattr(conv, "paths", False) for c, conv in zip(cols, convs))
+        fetch = [k for k, (c, conv) in enumerate(zip(cols, convs)) if c.fetch or getattr(conv, "paths", False)]
         row = 0
         last_key = None
         for group, batch, keys, values in self._batches(convs):
-            cells = zip(*values) if values else ((),) * len(keys)
-            for key, cells in zip(keys, cells):
+            for i, key in enumerate(keys):
                 if (type(key) is not str or not key or key == last_key or key[0] == "/" or ".." in key
                         or not key.isprintable() or len(key) > 4096 or key[-1] == "/"
                         or "." in key[key.rfind("/") + 1:]):
-                    self._refuse_key(row, key, last_key)  # (the common key passes the line above)
+                    self._refuse_key(row + i, key, last_key)  # (the common key passes the line above)
                 last_key = key
-                if fetch:
-                    cells = tuple(self._fetched(row, c, v) for c, v in zip(cols, cells))
-                row += 1
-                yield key, cells
+                for k in fetch:
+                    values[k][i] = self._fetched(row + i, cols[k], values[k][i])
+            row += len(keys)
+            yield keys, values
 
     def _fetched(self, row, col, v):
         if v is None:
