@@ -167,6 +167,7 @@ def _drive(args, rep):
     if "-" in urls and urls != ["-"]:
         raise UsageError("stdin cannot be mixed with other inputs (each input is read by its own task)")
     _refuse_outputs_on_inputs(urls, namings)
+    _check_local_inputs(urls, args.settings)
     made_work = False
     work = args.work
     if work is None:
@@ -242,9 +243,29 @@ def _run_steps(args, rep, work, made_work, urls, buckets, splits, pattern, max_c
     if failed or len(results) < len(R.STEPS):
         rep.say(f"stopped at {failed[0] if failed else 'a step'}: rerun the same command"
                 + (f" with --work {work}" if made_work else "") + " to do what is missing")
-        return 1
+        # a map task that ended with 2 could not read its input: the run's status too
+        bad_input = failed[:1] == ["map"] and all(r.returncode == 2 for r in results["map"].results
+                                                  if r.status == "failed")
+        return 2 if bad_input else 1
     _finish(args, rep, plan, work)
     return 0
+
+
+def _check_local_inputs(urls, settings):
+    """A local input that cannot be read, or is not a tar archive, is one
+    line (exit 2) before any work is done: its first header is read here
+    (a task's failure would come after the work folder is made, among the
+    pool's lines)."""
+    from ..core.tario import TarReader
+    from ..runtime.schemes import scheme_of
+    from ..sources.open import open_source
+
+    for url in urls:
+        if url == "-" or scheme_of(url) != "file":
+            continue
+        with open_source(url, retries=0, settings=settings) as f:
+            for _ in TarReader(f, source=url, strict=False, warn=lambda text: None).members():
+                break
 
 
 def _refuse_outputs_on_inputs(urls, namings, probe=100000):

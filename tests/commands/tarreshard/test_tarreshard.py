@@ -140,7 +140,7 @@ def test_work_kept_resume_and_failed_task_named(sh, tmp_path):
     cmd = "tarreshard --seed 5 -n 25 --buckets 2 -j 2 --work w -o 'out/%06d.tar' 'in-{0..2}.tar'"
     p = sh(cmd, ok=False)
     err = p.stderr.decode()
-    assert p.returncode == 1 and "map: 3 tasks: 2 ok, 0 done before, 1 failed (000002)" in err
+    assert p.returncode == 2 and "map: 3 tasks: 2 ok, 0 done before, 1 failed (000002)" in err  # (an input it cannot read)
     assert "in-2.tar" in err and os.listdir(tmp_path / "out") == []
     assert sorted(os.listdir(tmp_path / "w/map")) == [f"00000{i}.{e}" for i in (0, 1) for e in ("json", "tar")]
     (tmp_path / "in-2.tar").write_bytes(good)
@@ -195,6 +195,19 @@ def test_killed_task_leaves_nothing_final_and_rerun_finishes(sh, tmp_path):
     sh("mkdir -p ref && tarreshard --seed 4 -n 20 -o 'ref/%06d.tar' in-0.tar in-1.tar", stderr_ok=True)
     out, ref = shards(tmp_path, "out/*"), shards(tmp_path, "ref/*")
     assert len(out) == 5 and all(open(a, "rb").read() == open(b, "rb").read() for a, b in zip(out, ref))
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("rm in-1.tar", "in-1.tar: cannot open: No such file or directory"),
+    ("echo not a tar at all > in-1.tar", "in-1.tar: offset 0: not a tar archive (looks like text)"),
+    ("rm in-1.tar && mkdir in-1.tar", "in-1.tar: "),
+])
+def test_a_local_input_it_cannot_read_is_one_line_before_any_work(sh, tmp_path, damage, message):
+    make_inputs(tmp_path, shards=2, per=5)
+    sh(damage)
+    p = sh("mkdir -p out && TMPDIR=$PWD tarreshard --seed 1 -n 4 -o 'out/%06d.tar' in-0.tar in-1.tar", ok=False)
+    assert p.returncode == 2 and p.stderr.count(b"\n") == 1 and message in p.stderr.decode(), p.stderr
+    assert os.listdir(tmp_path / "out") == [] and not list(tmp_path.glob("tarreshard-*"))  # no work folder
 
 
 @pytest.mark.parametrize("args, message", [
