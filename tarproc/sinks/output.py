@@ -384,19 +384,18 @@ def writev_all(fd, pieces, most=1024):
     them a call (``os.writev``; a short write goes on where it stopped).
     Returns the bytes written."""
     total = 0
-    views = [memoryview(p) for p in pieces]
-    at = 0
-    while at < len(views):
-        chunk = views[at:at + most]
+    while pieces:
+        chunk = pieces[:most]
         n = os.writev(fd, chunk)
         total += n
-        for v in chunk:  # skip what was written
-            if n >= len(v):
-                n -= len(v)
-                at += 1
-            else:
-                views[at] = v[n:]
-                break
+        if n == sum(map(len, chunk)):
+            pieces = pieces[most:]
+            continue
+        k = 0  # a short write: on from the first byte not written
+        while n >= len(chunk[k]):
+            n -= len(chunk[k])
+            k += 1
+        pieces = [memoryview(chunk[k]).cast("B")[n:]] + pieces[k + 1:]
     return total
 
 

@@ -107,6 +107,46 @@ def test_gathered_writes_of_more_pieces_than_one_writev_takes():
     assert got[0] == b"".join(pieces)
 
 
+def test_gathered_writes_cut_short_by_signals_go_on_where_they_stopped():
+    """A writev into a small pipe that a timer signal interrupts writes part
+    of its pieces (a short write): the rest follows, every byte once."""
+    import fcntl
+    import signal
+    import threading
+    import time
+
+    from tarproc.sinks.output import writev_all
+
+    pieces = [bytes([i % 256]) * (i * 37 % 5000) for i in range(300)]
+    rfd, wfd = os.pipe()
+    fcntl.fcntl(wfd, 1031, 4096)  # F_SETPIPE_SZ: a pipe of one page
+    got = []
+
+    def drain():
+        buf = []
+        while True:
+            time.sleep(0.0005)
+            d = os.read(rfd, 1000)
+            if not d:
+                break
+            buf.append(d)
+        got.append(b"".join(buf))
+
+    t = threading.Thread(target=drain)
+    t.start()
+    old = signal.signal(signal.SIGALRM, lambda *a: None)
+    signal.setitimer(signal.ITIMER_REAL, 0.0003, 0.0003)
+    try:
+        n = writev_all(wfd, pieces)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    os.close(wfd)
+    t.join()
+    os.close(rfd)
+    assert n == sum(map(len, pieces)) and got[0] == b"".join(pieces)
+
+
 def test_size_cache_is_bounded():
     w = TarWriter(io.BytesIO())
     for i in range(5000):
