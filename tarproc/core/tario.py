@@ -756,35 +756,37 @@ class TarWriter:
         stream has it (a :class:`~tarproc.sinks.output.Sink`), the data not
         copied; else headers, padding and members up to 64 KiB joined."""
         out = []
+        add = out.append
         gather = getattr(self.stream, "write_pieces", None)
         w = self.stream.write
         zeros = self._zeros
+        plain = self._plain
         written = 0
         for name, data in zip(names, datas):
             nameb = name.encode("utf-8", "surrogateescape")
             size = len(data)
-            header = self._plain(nameb, size)
-            if header is None:
-                header = self._slow_header(nameb, size)
-            out.append(header)
+            header = plain(nameb, size) or self._slow_header(nameb, size)
+            add(header)
             if type(data) is Blob:
                 if gather is not None:
                     gather(out)
                 else:
                     w(b"".join(out))
                 out = []
+                add = out.append
                 data.copy_to(self.stream)
             elif gather is None and size > 65536:
                 w(b"".join(out))
                 out = []
+                add = out.append
                 w(data)
             else:
-                out.append(data)
+                add(data)
             pad = -size % BLOCK
             if pad:
-                out.append(zeros[:pad])
+                add(zeros[:pad])
             written += len(header) + size + pad
-            self.members_written += 1
+        self.members_written += len(names)
         if out:
             if gather is not None:
                 gather(out)
