@@ -57,21 +57,30 @@ class Server:
             self.accepted += 1
             threading.Thread(target=self._conn, args=(conn,), daemon=True).start()
 
+    @staticmethod
+    def request(f):
+        """The path and headers (lower-case names) of the next request on
+        ``f``; ``None`` at its end."""
+        line = f.readline()
+        if not line:
+            return None
+        headers = {}
+        while True:
+            h = f.readline()
+            if h in (b"\r\n", b""):
+                break
+            k, _, v = h.decode().partition(":")
+            headers[k.strip().lower()] = v.strip()
+        return line.split()[1].decode(), headers
+
     def _conn(self, conn):
         f = conn.makefile("rb")
         try:
             while True:
-                line = f.readline()
-                if not line:
+                req = self.request(f)
+                if req is None:
                     return
-                path = line.split()[1].decode()
-                headers = {}
-                while True:
-                    h = f.readline()
-                    if h in (b"\r\n", b""):
-                        break
-                    k, _, v = h.decode().partition(":")
-                    headers[k.strip().lower()] = v.strip()
+                path, headers = req
                 data = (self.root / path.lstrip("/")).read_bytes()
                 if "range" not in headers:  # a whole read (tarindex's)
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
@@ -319,17 +328,10 @@ class Stalling(Server):
         served = 0
         try:
             while True:
-                line = f.readline()
-                if not line:
+                req = self.request(f)
+                if req is None:
                     return
-                path = line.split()[1].decode()
-                headers = {}
-                while True:
-                    h = f.readline()
-                    if h in (b"\r\n", b""):
-                        break
-                    k, _, v = h.decode().partition(":")
-                    headers[k.strip().lower()] = v.strip()
+                path, headers = req
                 data = (self.root / path.lstrip("/")).read_bytes()
                 a, b = (int(x) for x in headers["range"].partition("=")[2].split("-"))
                 self.asked.append((path, a, b))
