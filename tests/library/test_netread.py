@@ -75,6 +75,7 @@ class Server:
 
     def _conn(self, conn):
         f = conn.makefile("rb")
+        served = 0  # ranges asked on this connection
         try:
             while True:
                 req = self.request(f)
@@ -87,8 +88,11 @@ class Server:
                     continue
                 a, b = (int(x) for x in headers["range"].partition("=")[2].split("-"))
                 self.asked.append((path, a, b))
-                out, close = self._answer(path, data, a, b)
+                served += 1
+                out, close = self._answer(path, data, a, b, served)
                 conn.sendall(out)
+                if close == "stall":  # silent, the connection open
+                    threading.Event().wait(30)
                 if close:
                     return
         except OSError:
@@ -97,7 +101,7 @@ class Server:
             f.close()
             conn.close()
 
-    def _answer(self, path, data, a, b):
+    def _answer(self, path, data, a, b, served=1):
         body = data[a:b + 1]
         m = self.mode
 
@@ -323,42 +327,20 @@ class Stalling(Server):
         self.how, self.good, self.total, self.served = how, good, total, 0
         super().__init__(root)
 
-    def _conn(self, conn):
-        f = conn.makefile("rb")
-        served = 0
-        try:
-            while True:
-                req = self.request(f)
-                if req is None:
-                    return
-                path, headers = req
-                data = (self.root / path.lstrip("/")).read_bytes()
-                a, b = (int(x) for x in headers["range"].partition("=")[2].split("-"))
-                self.asked.append((path, a, b))
-                body = data[a:b + 1]
-                head = f"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{b}/{len(data)}\r\n" \
-                       f"Content-Length: {len(body)}\r\n"
-                served += 1
-                self.served += 1
-                if (self.served if self.total else served) <= self.good:
-                    conn.sendall(head.encode() + b"\r\n" + body)
-                elif self.how == "close":
-                    conn.sendall(head.encode() + b"Connection: close\r\n\r\n" + body)
-                    return
-                elif self.how == "drop":
-                    return
-                elif self.how == "halfway":
-                    conn.sendall(head.encode() + b"\r\n" + body[:len(body) // 2])
-                    threading.Event().wait(30)
-                    return
-                else:
-                    threading.Event().wait(30)
-                    return
-        except OSError:
-            return
-        finally:
-            f.close()
-            conn.close()
+    def _answer(self, path, data, a, b, served=1):
+        body = data[a:b + 1]
+        head = f"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes {a}-{b}/{len(data)}\r\n" \
+               f"Content-Length: {len(body)}\r\n"
+        self.served += 1
+        if (self.served if self.total else served) <= self.good:
+            return head.encode() + b"\r\n" + body, False
+        if self.how == "close":
+            return head.encode() + b"Connection: close\r\n\r\n" + body, True
+        if self.how == "drop":
+            return b"", True
+        if self.how == "halfway":
+            return head.encode() + b"\r\n" + body[:len(body) // 2], "stall"
+        return b"", "stall"
 
 
 @pytest.mark.parametrize("how", ["close", "drop"])
