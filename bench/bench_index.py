@@ -25,32 +25,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 
 import tarproc  # noqa: E402
 from tarproc.core.tario import TarWriter  # noqa: E402
+from common import RangeHandler  # noqa: E402
 
 N = int(os.environ.get("TARPROC_BENCH_INDEX_N", "20000"))
-
-
-class Range(http.server.SimpleHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # connections kept alive (curl's ds[i] opens one per sample anyway)
-    disable_nagle_algorithm = True  # as real servers do (else a kept-alive answer waits for a delayed ACK)
-
-    def log_message(self, *a):
-        pass
-
-    def do_GET(self):
-        path = self.translate_path(self.path)
-        size = os.path.getsize(path)
-        a, b = (int(x) for x in self.headers["Range"].split("=", 1)[1].split("-"))
-        with open(path, "rb") as f:
-            f.seek(a)
-            body = f.read(b - a + 1)
-        self.send_response(206)
-        self.send_header("Content-Range", f"bytes {a}-{b}/{size}")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
 
 def lat(ds, picks):
@@ -95,7 +76,7 @@ def main():
     ds = tarproc.IndexedDataset(os.path.join(d, "index.json"))
     ds[0]
     local = lat(ds, picks)
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: Range(*a, directory=d))
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: RangeHandler(*a, directory=d))
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{srv.server_address[1]}/big.tar"
     idx = {"__kind__": "wids-shard-index-v1", "wids_version": 1,
@@ -121,8 +102,8 @@ def main():
 SERVER = """
 import sys, http.server
 sys.path.insert(0, sys.argv[2])
-from bench_index import Range
-srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: Range(*a, directory=sys.argv[1]))
+from common import RangeHandler
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), lambda *a: RangeHandler(*a, directory=sys.argv[1]))
 srv.daemon_threads = True
 print(srv.server_address[1], flush=True)
 srv.serve_forever()

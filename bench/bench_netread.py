@@ -8,7 +8,7 @@ Data (made here, under ``bench/out/netread/``): N samples (default 2,000;
 by ``tarcat`` (groups of whole samples, ``--group-size`` 1 MiB, 256 KiB, 64 KiB),
 each indexed by ``tarindex``.  The server: nginx from Debian (a config of
 our own, on a free port, started and stopped here) when ``/usr/sbin/nginx``
-exists, else a small threaded Range server of this file (``python -m
+exists, else a small threaded Range server, common.RangeHandler (``python -m
 http.server`` ignores Range).
 
 Tables (each row names its shards; the machine's load average is printed
@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import tarproc  # noqa: E402
-from common import BIN, OUT, table, use_venv  # noqa: E402
+from common import BIN, OUT, RangeHandler, table, use_venv  # noqa: E402
 from tarproc.settings import Settings  # noqa: E402
 
 D = os.path.join(OUT, "netread")
@@ -147,11 +147,11 @@ http {{ access_log off; keepalive_requests 100000; client_body_temp_path {run}/t
                 .replace("nginx version: ", "")
         else:
             srv = http.server.ThreadingHTTPServer(("127.0.0.1", self.port),
-                                                  lambda *a: _Range(*a, directory=D))
+                                                  lambda *a: RangeHandler(*a, directory=D))
             srv.daemon_threads = True
             threading.Thread(target=srv.serve_forever, daemon=True).start()
             self.srv = srv
-            self.name = "threaded Python Range server (bench_netread.py)"
+            self.name = "threaded Python Range server (bench/common.py)"
         self.url = f"http://127.0.0.1:{self.port}"
         for _ in range(100):
             try:
@@ -166,27 +166,6 @@ http {{ access_log off; keepalive_requests 100000; client_body_temp_path {run}/t
             self.proc.wait()
         if self.srv is not None:
             self.srv.shutdown()
-
-
-class _Range(http.server.SimpleHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-
-    def log_message(self, *a):
-        pass
-
-    def do_GET(self):
-        path = self.translate_path(self.path)
-        size = os.path.getsize(path)
-        a, b = (int(x) for x in self.headers["Range"].split("=", 1)[1].split("-"))
-        with open(path, "rb") as f:
-            f.seek(a)
-            body = f.read(b - a + 1)
-        self.send_response(206)
-        self.send_header("Content-Range", f"bytes {a}-{b}/{size}")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
 
 # ------------------------------------------------------------ 1. HTTP: loop vs get_many

@@ -3,6 +3,7 @@
 Every figure is measured in the same run as its baselines (cat, GNU tar,
 webdataset), because the machines' pipes and page cache vary run to run."""
 
+import http.server
 import json
 import os
 import statistics
@@ -87,3 +88,28 @@ def table(rows, header):
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+class RangeHandler(http.server.SimpleHTTPRequestHandler):
+    """A local server's handler that answers ``Range: bytes=A-B`` with 206
+    (``python -m http.server`` ignores Range): ``lambda *a:
+    RangeHandler(*a, directory=D)`` for ``http.server.ThreadingHTTPServer``."""
+
+    protocol_version = "HTTP/1.1"  # connections kept alive (curl's ds[i] opens one per sample anyway)
+    disable_nagle_algorithm = True  # as real servers do (else a kept-alive answer waits for a delayed ACK)
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        path = self.translate_path(self.path)
+        size = os.path.getsize(path)
+        a, b = (int(x) for x in self.headers["Range"].split("=", 1)[1].split("-"))
+        with open(path, "rb") as f:
+            f.seek(a)
+            body = f.read(b - a + 1)
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {a}-{b}/{size}")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)

@@ -527,31 +527,26 @@ class Spooler:
 
     def copy(self, blob):
         """A spool-file blob holding a copy of ``blob``'s bytes."""
-        fd, path = self.new_file()
-        f = SharedFile(fd, path, True)
-        try:
-            blob.copy_to(fd)
-        except OSError as e:
-            f.close()
-            raise spool_write_failed(path, e) from None
-        except BaseException:
-            f.close()
-            raise
-        return Blob(f, 0, blob.length)
+        return self._filled(blob.copy_to, blob.length)
 
     def blob_from_bytes(self, data):
         """A spool-file blob holding ``data``."""
+        return self._filled(lambda fd: _write_all(fd, data), len(data))
+
+    def _filled(self, write, length):
+        """A new spool file, ``write(fd)`` into it, as a blob of ``length``
+        bytes; a failed write removes the file (a full disk: one line)."""
         fd, path = self.new_file()
         f = SharedFile(fd, path, True)
         try:
-            _write_all(fd, data)
+            write(fd)
         except OSError as e:
             f.close()
             raise spool_write_failed(path, e) from None
         except BaseException:
             f.close()
             raise
-        return Blob(f, 0, len(data))
+        return Blob(f, 0, length)
 
 
 def spool_write_failed(path, e):

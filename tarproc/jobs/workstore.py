@@ -59,16 +59,10 @@ def put(url, data, settings=None, defer=True):
 
 def get(url, settings=None, limit=1 << 30):
     """Read a small object whole."""
-    from ..sources.open import open_source
+    from ..sources.open import read_all
 
-    stream = open_source(url, decompress=False, retries=0, settings=settings)  # (one request: no STAT first)
-    try:
-        data = stream.read(limit + 1)
-    finally:
-        stream.close()
-    if len(data) > limit:
-        raise BadInput(f"{url}: more than {limit} bytes: not an object tarreshard wrote")
-    return data
+    return read_all(url, limit, f"more than {limit} bytes: not an object tarreshard wrote",
+                    retries=0, settings=settings)  # (one request: no STAT first)
 
 
 def get_json(url, settings=None):

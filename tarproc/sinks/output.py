@@ -399,7 +399,23 @@ def writev_all(fd, pieces, most=1024):
     return total
 
 
-class Sink:
+class ClosesOnSuccess:
+    """An output's ``with`` block: :meth:`close` when it ends normally,
+    ``abort()`` when it raises (the error goes on), so nothing half written
+    is committed."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, etype, value, tb):
+        if etype is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+
+class Sink(ClosesOnSuccess):
     """A binary output opened by URL.  ``write`` bytes, then ``close()``
     (complete it and commit, or hand it to the active :class:`CommitGate`)
     or ``abort()`` to discard.  ``commit()`` publishes it at once.  As a
@@ -780,16 +796,6 @@ class Sink:
             self._drop_copy()
             raise OutputError(f"{self.url}: opened by process {self.owner}; a forked copy of it cannot "
                               f"finish or publish it")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, etype, value, tb):
-        if etype is None:
-            self.close()
-        else:
-            self.abort()
-        return False
 
 
 def remote_mode(scheme, settings=None):

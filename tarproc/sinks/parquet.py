@@ -22,6 +22,7 @@ from ..core.limits import quote
 from ..core.rules import is_meta
 from ..errors import BadInput, BadSample, UsageError
 from ..sources.parquet import need_pyarrow
+from .output import ClosesOnSuccess
 
 #: Rows and bytes of cells of one row group written.
 GROUP_ROWS = 10_000
@@ -87,7 +88,7 @@ class _SinkFile:
         pass
 
 
-class TableWriter:
+class TableWriter(ClosesOnSuccess):
     """Write samples as one Parquet table to ``output`` (a URL; committed on
     success like every output): ``columns`` (a list of
     :class:`~tarproc.sinks.table.Column`; ``None``: the fields of the first
@@ -270,16 +271,6 @@ class TableWriter:
         if self.writer is not None:
             self.file.sink = None
         self.sink.abort()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, etype, value, tb):
-        if etype is None:
-            self.close()
-        else:
-            self.abort()
-        return False
 
 
 def _utf8(text):

@@ -40,7 +40,7 @@ from ..core.tario import TarReader
 from ..errors import BadInput, TarprocError, UsageError
 from ..core.indexfile import HEAD, KIND, parse_offsets, shard_sidecar
 from .indexnames import resolve_name
-from .open import scheme_of
+from .open import read_all, scheme_of
 from .sidecars import KeyTable, ShardSidecars
 from .shardlist import url_from_data
 
@@ -57,21 +57,6 @@ def _base_of(location):
     if scheme_of(location) == "file":
         return os.path.dirname(location) or "."
     return location.rsplit("/", 1)[0]
-
-
-def _read_all(url, limit, what, settings=None):
-    """The bytes of ``url``, at most ``limit`` (more is a ``BadInput``
-    ending in ``what``, before they are read)."""
-    from .open import open_source
-
-    stream = open_source(url, decompress=False, settings=settings)
-    try:
-        data = stream.read(limit + 1)
-    finally:
-        stream.close()
-    if len(data) > limit:
-        raise BadInput(f"{url}: {what}")
-    return data
 
 
 #: The largest index JSON read (``TARPROC_MAX_INDEX``); about 170 bytes a shard.
@@ -92,7 +77,8 @@ class _Index:
         where = source if isinstance(source, str) else "index"
         if isinstance(source, str):
             limit = settings.max_index
-            data = _read_all(source, limit, f"the index is larger than {limit} bytes (TARPROC_MAX_INDEX)", settings)
+            data = read_all(source, limit, f"the index is larger than {limit} bytes (TARPROC_MAX_INDEX)",
+                            settings=settings)
             try:
                 desc = json_loads(data.decode("utf-8", "surrogateescape"))
             except ValueError as e:
@@ -138,9 +124,9 @@ class _Index:
             if scheme_of(path) not in _SIDECAR_SCHEMES:
                 raise BadInput(f"{where}: the offsets file {shorten(path)!r} is not a path or URL "
                                f"(a {scheme_of(path)}: source): a damaged or hostile index")
-            blob = _read_all(path, side["bytes"], f"offsets file has more than the {side['bytes']} bytes the index "
-                                                  f"says: not this index's offsets (index the shards again)",
-                             settings)
+            blob = read_all(path, side["bytes"], f"offsets file has more than the {side['bytes']} bytes the index "
+                                                 f"says: not this index's offsets (index the shards again)",
+                            settings=settings)
             if len(blob) != side.get("bytes") or len(blob) < HEAD.size:
                 raise BadInput(f"{path}: offsets file has {len(blob)} bytes, the index says {side.get('bytes')}: "
                                f"not this index's offsets (index the shards again)")
@@ -190,9 +176,9 @@ class _Index:
         if total != side["samples"]:
             raise BadInput(f"{where}: the shards with offsets have {total} samples, \"tarproc_offsets\" says "
                            f"{side['samples']}: a damaged index")
-        self.sidecars = ShardSidecars(lambda url, size: _read_all(
+        self.sidecars = ShardSidecars(lambda url, size: read_all(
             url, size, f"offsets file has more than the {size} bytes the index says: not this index's offsets "
-                       f"(index the shards again)", settings), settings)
+                       f"(index the shards again)", settings=settings), settings)
 
     def table(self, s):
         """The :class:`~tarproc.core.indexfile.ShardTable` of shard ``s`` (an index with per-shard sidecars)."""

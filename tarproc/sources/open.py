@@ -93,6 +93,21 @@ def open_source(url, decompress=True, stall=None, retries=RETRIES, stall_timeout
     return _READERS[row.reader](url, row, decompress, stall, retries, stall_timeout, settings)
 
 
+def read_all(url, limit, what, retries=RETRIES, settings=None):
+    """The bytes of ``url`` as stored (not decoded), at most ``limit``: a
+    longer one is a ``BadInput`` "``url``: ``what``" once ``limit + 1``
+    bytes are read (so memory stays bounded).  ``retries``, ``settings``:
+    as :func:`open_source`."""
+    stream = open_source(url, decompress=False, retries=retries, settings=settings)
+    try:
+        data = stream.read(limit + 1)
+    finally:
+        stream.close()
+    if len(data) > limit:
+        raise BadInput(f"{url}: {what}")
+    return data
+
+
 def _open_stdin(url, row, decompress, stall, retries, stall_timeout, settings):
     raw = FdReader(0, "-" if url == "-" else url, closefd=False, stall=stall)
     return _finish_opening(raw, "-", url, row.name, decompress, settings)
