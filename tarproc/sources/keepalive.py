@@ -50,6 +50,10 @@ class _Failed(Exception):
     """A request that got no answer on a connection that broke (sent again)."""
 
 
+class _NoConnection(Exception):
+    """A connection that could not be made (why: ``args[0]``)."""
+
+
 class _Redirect(Exception):
     def __init__(self, location):
         self.location = location
@@ -86,8 +90,11 @@ class _Target:
 
             cred = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode("utf-8", "surrogateescape")
             self.auth = b"Basic " + base64.b64encode(cred)
-        self._pre = (b"GET " + self.path + b" HTTP/1.1\r\nHost: "
-                     + self.host.encode("idna" if not self.host.isascii() else "ascii") + b"\r\n"
+        try:
+            host_bytes = self.host.encode("idna" if not self.host.isascii() else "ascii")
+        except UnicodeError:
+            raise BadInput(f"{url}: {parts.hostname!r} is not a host name") from None
+        self._pre = (b"GET " + self.path + b" HTTP/1.1\r\nHost: " + host_bytes + b"\r\n"
                      + (b"Authorization: " + self.auth + b"\r\n" if self.auth else b""))
 
     def request(self, start, stop):
@@ -108,7 +115,7 @@ class _Conn:
         try:
             sock = socket.create_connection((host, port), timeout)
         except OSError as e:
-            raise BadInput(f"{scheme}://{host}:{port}: cannot connect: {e.strerror or e}") from None
+            raise _NoConnection(f"cannot connect to {host}:{port}: {e.strerror or e}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.tls = scheme == "https"
         if self.tls:
@@ -118,7 +125,7 @@ class _Conn:
                 sock = _ssl_context().wrap_socket(sock, server_hostname=host)
             except (OSError, ssl.SSLError) as e:
                 sock.close()
-                raise BadInput(f"https://{host}:{port}: TLS failed: {e}") from None
+                raise _NoConnection(f"TLS failed with {host}:{port}: {e}") from None
         self.origin, self.sock, self.alive, self.pid = origin, sock, None, os.getpid()
 
     def close(self):
@@ -195,6 +202,7 @@ class _Flow:
         self.state = "head"
         self.started = False  # a byte of the current answer seen
         self.parts, self.got = [], 0
+        self.heads = 0  # bytes of the answer's interim (1xx) answers and trailers: bounded, as its headers are
         self.want = self.headers = self.chunk = None
 
     # -- sending
@@ -204,7 +212,10 @@ class _Flow:
         self.send()
 
     def open(self):
-        self.conn = self.pool._take(self.origin, self.timeout)
+        try:
+            self.conn = self.pool._take(self.origin, self.timeout)
+        except _NoConnection as e:
+            raise _error(self.requests, self.sent[0] if self.sent else self.todo[0], e.args[0]) from None
         self.fresh = self.conn.alive is None
         self._reset()
 
@@ -272,7 +283,7 @@ class _Flow:
             if not self.conn.alive:  # the rest again, on a new connection
                 self.requeue()
                 return
-            self.state, self.started = "head", self.pos < len(self.buf)
+            self.state, self.started, self.heads = "head", self.pos < len(self.buf), 0
             if self.todo and len(self.sent) <= DEPTH // 2:  # (topped up in batches: a send per few answers)
                 self.send()
 
@@ -389,12 +400,21 @@ class _Flow:
             if sep:
                 name = name.strip().lower()
                 value = value.strip()
-                headers[name] = f"{headers[name]}, {value}" if name in headers and name != "content-range" \
-                    else value
+                if name not in headers:
+                    headers[name] = value
+                elif name in ("content-range", "content-length"):  # (given twice: the same, or which is the body?)
+                    if headers[name] != value:
+                        raise self.problem(f"an answer with two different {name} headers ({headers[name][:60]!r} "
+                                           f"and {value[:60]!r}): refusing an answer framed two ways")
+                else:
+                    headers[name] = f"{headers[name]}, {value}"
         self.pos = stop
         status = int(parts[1])
-        if 100 <= status < 200:
-            return True  # (an interim answer: the real one follows)
+        if 100 <= status < 200:  # an interim answer: the real one follows (a bounded number of bytes of them)
+            self.heads += stop - pos
+            if self.heads > MAX_HEAD:
+                raise self.problem(f"an answer with more than {MAX_HEAD} bytes of interim (1xx) answers")
+            return True
         self.headers = headers
         self.framing(parts[0], status, headers)
         return True
@@ -440,7 +460,14 @@ class _Flow:
             raise self.problem(f"the server sent the range {coding}-encoded (asked for identity): refusing it")
         want = stop - start
         self.want, self.parts, self.got = want, [], 0
-        if "chunked" in headers.get("transfer-encoding", "").lower():
+        coding = headers.get("transfer-encoding")
+        if coding is not None:
+            if coding.lower() != "chunked":  # (gzip, chunked: the bytes are not the range's)
+                conn.alive = False
+                raise self.problem(f"the server sent the range with Transfer-Encoding {coding[:60]!r} (only "
+                                   f"chunked is read): refusing it")
+            if "content-length" in headers:  # (framed two ways: read as chunked, as RFC 9112 says, not kept)
+                conn.alive = False
             self.state, self.chunk = "chunked", None
         elif headers.get("content-length", "").isdigit():
             if int(headers["content-length"]) != want:
@@ -484,6 +511,9 @@ class _Flow:
                     return None
                 line = buf[pos:end + 1]
                 self.pos = end + 1
+                self.heads += end + 1 - pos
+                if self.heads > MAX_HEAD:
+                    raise self.problem(f"a chunked answer with more than {MAX_HEAD} bytes of trailers")
                 if line in (b"\r\n", b"\n"):
                     body = b"".join(self.parts)
                     self.parts, self.chunk = [], None
@@ -659,6 +689,8 @@ class Pool:
         try:
             for f in flows:
                 _act(f, f.start_flow)
+                if f.error is not None:  # (a connection that cannot be made: not tried again by the next flow)
+                    return
                 _watch(f, live, sel)
             while live:
                 wait = None
@@ -686,12 +718,15 @@ class Pool:
         if check is not None:  # the stamp is the indexed URL's
             check = (lambda fn: lambda _at, headers: fn(url, headers))(check)
         for _ in range(MAX_REDIRECTS):
-            nxt = urljoin(seen, location)
-            if nxt.partition("://")[0].lower() not in _OK_SCHEMES:
-                raise _error([(url, start, stop)], 0, f"the server redirects to {nxt!r}, not an http(s) URL",
-                             request=n)
+            try:
+                nxt = urljoin(seen, location)
+                if nxt.partition("://")[0].lower() not in _OK_SCHEMES:
+                    raise ValueError("not http(s)")
+                t = self.target(nxt)
+            except (ValueError, BadInput):
+                raise _error([(url, start, stop)], 0, f"the server redirects to {location[:200]!r}, not an http(s) "
+                             f"URL with a host", request=n) from None
             seen = nxt
-            t = self.target(nxt)
             hop = [None]
             f = _Flow(self, t.origin, [0], [(nxt, start, stop)], hop, check, None, timeout)
             try:
