@@ -203,6 +203,7 @@ class _Flow:
         self.started = False  # a byte of the current answer seen
         self.parts, self.got = [], 0
         self.heads = 0  # bytes of the answer's interim (1xx) answers and trailers: bounded, as its headers are
+        self.scanned, self.checked = 0, False  # bytes of buf[pos:] searched for the head's end; status line seen
         self.want = self.headers = self.chunk = None
 
     # -- sending
@@ -262,11 +263,19 @@ class _Flow:
         self.feed(data)
 
     def feed(self, data):
-        """Take ``data``, the next bytes the connection brought."""
-        if self.pos < len(self.buf):
-            self.buf = self.buf[self.pos:] + data
-        else:
+        """Take ``data``, the next bytes the connection brought (added in
+        place while a head or chunked answer is gathered: bytes coming a few
+        at a time are copied once, not once per read)."""
+        if self.pos >= len(self.buf):
             self.buf = data
+        elif self.state in ("head", "chunked"):
+            if type(self.buf) is not bytearray:
+                self.buf = bytearray(memoryview(self.buf)[self.pos:])
+            else:
+                del self.buf[:self.pos]
+            self.buf += data
+        else:
+            self.buf = self.buf[self.pos:] + data
         self.pos = 0
         self.started = True
         self.take()
@@ -320,7 +329,7 @@ class _Flow:
                 have = len(self.buf) - self.pos
                 if have < need:
                     if have:
-                        self.parts.append(self.buf[self.pos:])
+                        self.add(self.buf[self.pos:])
                         self.got += have
                         self.buf, self.pos = b"", 0
                     return None
@@ -348,7 +357,7 @@ class _Flow:
             if self.state == "close":  # the body ends with the connection
                 have = len(self.buf) - self.pos
                 if have:
-                    self.parts.append(self.buf[self.pos:])
+                    self.add(self.buf[self.pos:])
                     self.got += have
                     self.buf, self.pos = b"", 0
                 if self.got > self.want:
@@ -356,6 +365,18 @@ class _Flow:
                                        f"range: a short or broken answer")
                 return None
             raise AssertionError(self.state)
+
+    def add(self, piece):
+        """Add ``piece`` to the body's ``parts`` (small pieces gathered in a
+        bytearray: a body that comes a few bytes at a time costs its size,
+        not an object per piece)."""
+        parts = self.parts
+        if len(piece) >= 65536:
+            parts.append(piece)
+        elif parts and type(parts[-1]) is bytearray and len(parts[-1]) < 1 << 20:
+            parts[-1] += piece
+        else:
+            parts.append(bytearray(piece))
 
     def redirect(self, location):
         """A redirect answered the request at the head: followed after the
@@ -375,19 +396,24 @@ class _Flow:
 
     def read_head(self):
         buf, pos = self.buf, self.pos
-        end = buf.find(b"\n\r\n", pos, pos + MAX_HEAD)
-        end2 = buf.find(b"\n\n", pos, end if end >= 0 else pos + MAX_HEAD)  # (bare newlines: before it only)
+        frm = pos + max(0, self.scanned - 2)  # (what was searched before has no end of the head)
+        end = buf.find(b"\n\r\n", frm, pos + MAX_HEAD)
+        end2 = buf.find(b"\n\n", frm, end if end >= 0 else pos + MAX_HEAD)  # (bare newlines: before it only)
         if end2 >= 0:
             end, stop = end2, end2 + 2
         elif end >= 0:
             stop = end + 3
         else:
-            line_end = buf.find(b"\n", pos)
-            if line_end >= 0 or len(buf) - pos > MAX_HEAD:
-                self.check_status(buf[pos:line_end + 1 if line_end >= 0 else pos + 60])
+            if not self.checked:  # (no line end in what was searched before)
+                line_end = buf.find(b"\n", pos + self.scanned)
+                if line_end >= 0 or len(buf) - pos > MAX_HEAD:
+                    self.check_status(buf[pos:line_end + 1 if line_end >= 0 else pos + 60])
+                    self.checked = True
             if len(buf) - pos > MAX_HEAD:
                 raise self.problem(f"an answer with more than {MAX_HEAD} bytes of headers")
+            self.scanned = len(buf) - pos
             return False
+        self.scanned, self.checked = 0, False
         lines = buf[pos:end + 1].split(b"\n")
         parts = self.check_status(lines[0])
         if len(lines) - 2 > MAX_HEADERS:
@@ -408,7 +434,10 @@ class _Flow:
                                            f"and {value[:60]!r}): refusing an answer framed two ways")
                 else:
                     headers[name] = f"{headers[name]}, {value}"
-        self.pos = stop
+        if type(buf) is bytearray:  # (what follows the head as bytes again: a body is sliced from it)
+            self.buf, self.pos = bytes(memoryview(buf)[stop:]), 0
+        else:
+            self.pos = stop
         status = int(parts[1])
         if 100 <= status < 200:  # an interim answer: the real one follows (a bounded number of bytes of them)
             self.heads += stop - pos
@@ -489,13 +518,11 @@ class _Flow:
                     if len(buf) - pos > 1024:
                         raise self.problem("a broken chunked answer")
                     return None
-                try:
-                    n = int(buf[pos:end].split(b";", 1)[0].strip(), 16)
-                except ValueError:
-                    raise self.problem("a broken chunked answer") from None
+                size = bytes(buf[pos:end].split(b";", 1)[0].strip())
+                if not size or size.translate(None, b"0123456789abcdefABCDEF"):  # (int() takes 0x, +, _)
+                    raise self.problem(f"a broken chunked answer (chunk size {size[:20]!r})")
+                n = int(size, 16)
                 self.pos = end + 1
-                if n < 0:
-                    raise self.problem("a broken chunked answer")
                 if n == 0:
                     self.chunk = -1
                     continue
@@ -524,7 +551,7 @@ class _Flow:
                 continue
             if self.chunk > 0:  # the chunk's bytes, taken as they come (never gathered in buf)
                 take = min(len(buf) - pos, self.chunk)
-                self.parts.append(buf[pos:pos + take])
+                self.add(buf[pos:pos + take])
                 self.got += take
                 self.chunk -= take
                 self.pos = pos + take

@@ -397,3 +397,84 @@ def test_https_with_a_ca_of_its_own(serve, tmp_path):
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
     assert p.returncode == 2 and p.stdout.count("\n") == 1 and "TLS failed with 127.0.0.1" in p.stdout, p.stdout + p.stderr
     assert "certificate verify failed" in p.stdout, p.stdout
+
+
+# ------------------------------------------------------------ work and memory
+
+
+def flow_of(size):
+    """A flow of the client waiting for the answer to one request of bytes
+    0 to ``size - 1`` (fed by hand: the pieces a connection might bring)."""
+    a, b = socket.socketpair()
+    conn = keepalive._Conn.__new__(keepalive._Conn)
+    conn.origin, conn.sock, conn.alive, conn.pid, conn.tls = ("http", "127.0.0.1", 9), a, True, os.getpid(), False
+    out = [None]
+    flow = keepalive._Flow(keepalive.pool(), conn.origin, [0], [("http://127.0.0.1:9/x.tar", 0, size)], out, None,
+                           None, 5)
+    flow.conn = conn
+    flow.sent.extend(flow.todo)
+    flow.todo.clear()
+    return flow, out, (a, b)
+
+
+def test_a_head_that_comes_a_byte_at_a_time_costs_its_size_not_its_square():
+    """230 KB of headers (under the bound) a byte per read: each read used
+    to copy and search all the head so far (20 s of CPU for one answer)."""
+    body = DATA[:100]
+    stream = (b"HTTP/1.1 206 P\r\n" + b"".join(b"X-%d: %s\r\n" % (i, b"v" * 1200) for i in range(190))
+              + b"Content-Range: bytes 0-99/16384\r\nContent-Length: 100\r\n\r\n" + body)
+    flow, out, socks = flow_of(100)
+    done = threading.Event()
+
+    def feed():
+        for k in range(len(stream)):
+            flow.feed(stream[k:k + 1])
+        done.set()
+
+    threading.Thread(target=feed, daemon=True).start()
+    try:
+        assert done.wait(8), "quadratic: the head was not read in 8 s"
+        assert out == [body] and flow.pos == len(flow.buf)
+    finally:
+        for s in socks:
+            s.close()
+
+
+@pytest.mark.parametrize("framing", ["chunks", "pieces"])
+def test_a_body_in_tiny_pieces_costs_about_its_size_in_memory(framing):
+    """A 1 MB range in 2-byte chunks, or in 3-byte reads: the body is
+    gathered in place, not kept as an object per piece (~35 bytes each:
+    17-25 MB for 1 MB)."""
+    size = 1 << 20
+    body = bytes(range(256)) * (size // 256)
+    if framing == "chunks":
+        stream = [b"HTTP/1.1 206 P\r\nContent-Range: bytes 0-%d/%d\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  % (size - 1, size) + b"".join(b"2\r\n%s\r\n" % body[k:k + 2] for k in range(0, size, 2))
+                  + b"0\r\n\r\n"]
+        stream = [stream[0][:-7], stream[0][-7:]]
+    else:
+        stream = [b"HTTP/1.1 206 P\r\nContent-Range: bytes 0-%d/%d\r\nContent-Length: %d\r\n\r\n"
+                  % (size - 1, size, size)] + [body[k:k + 3] for k in range(0, size, 3)]
+    flow, out, socks = flow_of(size)
+    try:
+        for piece in stream[:-1]:
+            flow.feed(piece)
+        held = sum(sys.getsizeof(p) for p in flow.parts) + sys.getsizeof(flow.parts)
+        assert held < 2 * size, held
+        flow.feed(stream[-1])
+        assert out == [body]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@pytest.mark.parametrize("size", [b"0x64", b"+64", b"6_4", b"", b"-0"])
+def test_a_chunk_size_that_is_not_hex_digits_is_refused(size):
+    flow, out, socks = flow_of(100)
+    try:
+        with pytest.raises(tarproc.BadInput, match=r"bytes 0-99: a broken chunked answer"):
+            flow.feed(b"HTTP/1.1 206 P\r\nContent-Range: bytes 0-99/16384\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      + size + b"\r\n" + DATA[:100] + b"\r\n0\r\n\r\n")
+    finally:
+        for s in socks:
+            s.close()
