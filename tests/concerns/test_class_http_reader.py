@@ -478,3 +478,53 @@ def test_a_chunk_size_that_is_not_hex_digits_is_refused(size):
     finally:
         for s in socks:
             s.close()
+
+
+@pytest.mark.parametrize("framing", ["length", "chunked", "close"])
+def test_an_answer_cut_at_every_offset_is_its_bytes_or_one_line(serve, framing):
+    """The first connection ends (FIN) after k bytes of its answers, for
+    every k; the later ones answer in full.  The call gives the ranges'
+    bytes (when the cut falls between answers: asked again) or one
+    BadInput line; never other bytes, another exception or a hang."""
+    def answer(a, b):
+        body = DATA[a:b + 1]
+        if framing == "length":
+            return head(a, b, f"Content-Length: {len(body)}") + body
+        if framing == "chunked":
+            return head(a, b, "Transfer-Encoding: chunked") + b"".join(
+                b"%x\r\n%s\r\n" % (len(body[k:k + 40]), body[k:k + 40]) for k in range(0, len(body), 40)) \
+                + b"0\r\n\r\n"
+        return head(a, b, "Connection: close") + body
+
+    reqs = [(0, 99), (300, 349)]
+    whole = sum(len(answer(a, b)) for a, b in (reqs if framing != "close" else reqs[:1]))
+    cut = [None]
+
+    def cutting(conn, f, srv):
+        left = cut[0] if srv.accepted == 1 else None
+        while True:
+            r = read_request(f)
+            if r is None:
+                return
+            out = answer(r[1], r[2])
+            if left is not None:
+                out, left = out[:left], left - len(out)
+                conn.sendall(out)
+                if left <= 0:
+                    conn.shutdown(socket.SHUT_WR)
+                    return
+            else:
+                conn.sendall(out)
+            if framing == "close":
+                return
+
+    for k in range(whole + 1):
+        srv = serve(cutting)
+        cut[0] = k
+        url = f"{srv.url}/x.tar"
+        got = fetch([(url, a, b + 1) for a, b in reqs], concurrency=1, timeout=5, within=10)
+        if isinstance(got, list):
+            assert got == [DATA[a:b + 1] for a, b in reqs], k
+        else:
+            assert isinstance(got, tarproc.BadInput) and "\n" not in str(got) and url in str(got), (k, repr(got))
+        srv.close()
