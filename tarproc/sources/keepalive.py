@@ -688,7 +688,7 @@ class Pool:
             flows += [_Flow(self, origin, ns[p::parts], requests, out, check, done, timeout)
                       for p in range(parts)]
         try:
-            self._run(flows, timeout)
+            self._run(flows, timeout, concurrency, keep)
         finally:
             for f in flows:
                 f.close(keep)
@@ -698,28 +698,45 @@ class Pool:
         for f in flows:
             for n, location in f.redirects:
                 url, start, stop = requests[n]
-                data = self._follow(url, location, start, stop, check, timeout, n)
+                data = self._follow(url, location, start, stop, check, timeout, n, keep)
                 out[n] = done(n, data) if done is not None else data
         return out
 
-    def _run(self, flows, timeout):
-        """Drive ``flows`` until each is finished or failed (``flow.error``);
-        a connection without a byte for ``timeout`` seconds has broken."""
+    def _run(self, flows, timeout, most=None, keep=32):
+        """Drive ``flows`` until each is finished or failed (``flow.error``),
+        at most ``most`` at once (the shares of every origin: one is started
+        when another has ended, and its connection is kept for it); a
+        connection without a byte for ``timeout`` seconds has broken."""
         if len(flows) == 1:  # one connection: its socket waits (in timeout mode), no selector
             f = flows[0]
             _act(f, f.start_flow)
             while not f.finished and f.conn is not None:
                 _act(f, f.readable)
             return
+        waiting = deque(flows)
+        most = len(flows) if most is None else max(1, most)
+        failed = False
         sel = selectors.DefaultSelector()
         live = {}
+
+        def after(f):
+            nonlocal failed
+            _watch(f, live, sel)
+            if f.error is not None:
+                failed = True
+            elif f.finished:
+                f.close(keep)  # (its connection idle for the next share)
+
         try:
-            for f in flows:
-                _act(f, f.start_flow)
-                if f.error is not None:  # (a connection that cannot be made: not tried again by the next flow)
-                    return
-                _watch(f, live, sel)
-            while live:
+            while live or (waiting and not failed):
+                while waiting and not failed and len(live) < most:
+                    f = waiting.popleft()
+                    _act(f, f.start_flow)
+                    if f.error is not None:  # (a connection that cannot be made: not tried again by the next share)
+                        return
+                    after(f)
+                if not live:
+                    continue
                 wait = None
                 if timeout is not None:
                     wait = max(0.0, min(f.last for f in live.values()) + timeout - time.monotonic())
@@ -727,17 +744,17 @@ class Pool:
                     f = live.get(key.fd)
                     if f is not None:
                         _act(f, f.readable)
-                        _watch(f, live, sel)
+                        after(f)
                 if timeout is not None:
                     now = time.monotonic()
                     for f in [f for f in live.values() if now - f.last >= timeout]:
                         f.last = now
                         _act(f, lambda f=f: f.broke("timed out"))
-                        _watch(f, live, sel)
+                        after(f)
         finally:
             sel.close()
 
-    def _follow(self, url, location, start, stop, check, timeout, n):
+    def _follow(self, url, location, start, stop, check, timeout, n, keep):
         """The range read from where ``url`` redirects (each hop's answer checked)."""
         from urllib.parse import urljoin
 
@@ -759,7 +776,7 @@ class Pool:
             try:
                 self._run([f], timeout)
             finally:
-                f.close(4)
+                f.close(keep)
             if f.error is not None:
                 f.error.request = n
                 raise f.error

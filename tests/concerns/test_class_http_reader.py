@@ -528,3 +528,33 @@ def test_an_answer_cut_at_every_offset_is_its_bytes_or_one_line(serve, framing):
         else:
             assert isinstance(got, tarproc.BadInput) and "\n" not in str(got) and url in str(got), (k, repr(got))
         srv.close()
+
+
+def test_the_concurrency_bounds_the_connections_of_a_call_over_many_origins(serve):
+    """Ranges of 12 origins (servers): at most ``concurrency`` requests are
+    being answered at once, whatever the number of origins (each origin
+    used to get its own share of ``concurrency`` connections)."""
+    lock = threading.Lock()
+    busy = [0, 0]  # now, most
+
+    def counting(conn, f, srv):
+        while True:
+            r = read_request(f)
+            if r is None:
+                return
+            _, a, b = r
+            with lock:
+                busy[0] += 1
+                busy[1] = max(busy)
+            time.sleep(0.005)
+            with lock:
+                busy[0] -= 1
+            conn.sendall(head(a, b, f"Content-Length: {b - a + 1}") + DATA[a:b + 1])
+
+    servers = [serve(counting) for _ in range(12)]
+    reqs = [(f"{s.url}/x.tar", k * 7, k * 7 + 900) for k in range(3) for s in servers]
+    for concurrency in (1, 3):
+        busy[1] = 0
+        got = fetch(reqs, concurrency=concurrency, timeout=5)
+        assert isinstance(got, list) and got == [DATA[a:b] for _, a, b in reqs]
+        assert busy[1] <= concurrency, (concurrency, busy[1])
