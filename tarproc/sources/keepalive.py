@@ -17,8 +17,8 @@ exactly the range asked for, a body of exactly that length, nothing after
 it; anything else is one :class:`~tarproc.errors.BadInput` naming the URL
 and range (a request whose connection broke before its answer began is sent
 again once, on a new connection).  Redirects to http(s) are followed (at
-most :data:`MAX_REDIRECTS`), and the answer at the end is checked the same
-way.
+most :data:`MAX_REDIRECTS`; the ranges redirected asked again together
+where they lead), and the answer at the end is checked the same way.
 
     data = pool().fetch([("http://host/a.tar", 0, 1024)], concurrency=8)[0]
 """
@@ -54,9 +54,7 @@ class _NoConnection(Exception):
     """A connection that could not be made (why: ``args[0]``)."""
 
 
-class _Redirect(Exception):
-    def __init__(self, location):
-        self.location = location
+_REDIRECTED = object()  # what parse gives for a redirect (asked again where it leads, after the round)
 
 
 class _Target:
@@ -182,8 +180,9 @@ class _Flow:
     it is reading (``state``: ``head``, ``body``, ``chunked``, ``close``,
     ``skip``), its ``headers`` once read, the body ``parts`` taken so far."""
 
-    def __init__(self, pool, origin, ns, requests, out, check, done, timeout):
+    def __init__(self, pool, origin, ns, requests, out, check, done, timeout, ids=None, names=None):
         self.pool, self.origin, self.requests, self.out = pool, origin, requests, out
+        self.ids, self.names = ids, names  # (a redirected round: request k is the call's ids[k], names[ids[k]])
         self.check, self.done, self.timeout = check, done, timeout
         self.ns = ns
         self.todo = deque(ns)
@@ -286,9 +285,9 @@ class _Flow:
             body = self.parse()
             if body is None:
                 return
-            n = self.sent.popleft()
             self.retried = self.fresh = False
-            self.answered(n, body)
+            if body is not _REDIRECTED:  # (a redirect took its request off sent itself)
+                self.answered(self.sent.popleft(), body)
             if not self.conn.alive:  # the rest again, on a new connection
                 self.requeue()
                 return
@@ -297,10 +296,11 @@ class _Flow:
                 self.send()
 
     def answered(self, n, body):
+        m = n if self.ids is None else self.ids[n]
         try:
             if self.check is not None:
-                self.check(self.requests[n][0], self.headers)
-            self.out[n] = self.done(n, body) if self.done is not None else body
+                self.check((self.requests if self.names is None else self.names)[m][0], self.headers)
+            self.out[m] = self.done(m, body) if self.done is not None else body
         except BadInput as e:
             e.request = n
             raise
@@ -379,13 +379,10 @@ class _Flow:
             parts.append(bytearray(piece))
 
     def redirect(self, location):
-        """A redirect answered the request at the head: followed after the
-        loop; the rest again on a new connection (``None``: no body here)."""
-        n = self.sent.popleft()
-        self.redirects.append((n, location))
-        self.conn.alive = False
-        self.requeue()
-        return None
+        """A redirect answered the request at the head: asked again where it
+        leads after this round (the connection goes on when it is kept)."""
+        self.redirects.append((self.sent.popleft(), location))
+        return _REDIRECTED
 
     def problem(self, text):
         n = self.sent[0]
@@ -463,7 +460,7 @@ class _Flow:
         url, start, stop = self.requests[self.sent[0]]
         if 300 <= status < 400 and status != 304 and headers.get("location"):
             size = headers.get("content-length", "")
-            if size.isdigit() and int(size) <= 1 << 16:
+            if size.isdigit() and int(size) <= 1 << 16 and "transfer-encoding" not in headers:
                 self.state, self.want = "skip", int(size)
             else:
                 conn.alive = False
@@ -670,22 +667,50 @@ class Pool:
         ``check(url, headers)`` sees each answer's headers (a dict, lower-case
         names); ``keep``: idle connections kept afterwards; ``done(n, data)``,
         when given, is called with each answer as it comes (its result is
-        put in the list instead of the bytes).  A :class:`BadInput` names the
-        first request that failed (``e.request``: its position)."""
+        put in the list instead of the bytes).  The requests redirected are
+        asked again together where they lead, at most :data:`MAX_REDIRECTS`
+        times.  A :class:`BadInput` names the first request that failed
+        (``e.request``: its position)."""
+        from urllib.parse import urljoin
+
         out = [None] * len(requests)
+        timeout = timeout if timeout and timeout > 0 else None
+        ns, asked = list(range(len(requests))), requests
+        for _ in range(MAX_REDIRECTS + 1):
+            redirected = self._round(asked, ns, requests, out, check, done, concurrency, timeout, keep)
+            if not redirected:
+                return out
+            again = []
+            for k, location in redirected:
+                try:
+                    to = urljoin(asked[k][0], location)
+                    if to.partition("://")[0].lower() not in _OK_SCHEMES:
+                        raise ValueError("not http(s)")
+                    self.target(to)
+                except (ValueError, BadInput):
+                    raise _error(requests, ns[k], f"the server redirects to {location[:200]!r}, not an http(s) "
+                                 f"URL with a host") from None
+                again.append((k, to))
+            ns, asked = [ns[k] for k, _ in again], [(to, asked[k][1], asked[k][2]) for k, to in again]
+        raise _error(requests, ns[0], f"more than {MAX_REDIRECTS} redirects")
+
+    def _round(self, asked, ns, requests, out, check, done, concurrency, timeout, keep):
+        """Ask ``asked`` (the URLs where ``requests[ns[k]]`` lead), each
+        origin's over its shares of connections; ``[(k, location)]`` of the
+        answers that redirect, in order."""
+        ids = None if asked is requests else ns
         by_origin = {}
-        for n, (url, start, stop) in enumerate(requests):
+        for k, (url, start, stop) in enumerate(asked):
             try:
                 t = self.target(url)
             except BadInput as e:
-                e.request = n
+                e.request = ns[k]
                 raise
-            by_origin.setdefault(t.origin, []).append(n)
-        timeout = timeout if timeout and timeout > 0 else None
+            by_origin.setdefault(t.origin, []).append(k)
         flows = []
-        for origin, ns in by_origin.items():
-            parts = max(1, min(concurrency, -(-len(ns) // SHARE)))
-            flows += [_Flow(self, origin, ns[p::parts], requests, out, check, done, timeout)
+        for origin, ks in by_origin.items():
+            parts = max(1, min(concurrency, -(-len(ks) // SHARE)))
+            flows += [_Flow(self, origin, ks[p::parts], asked, out, check, done, timeout, ids, requests)
                       for p in range(parts)]
         try:
             self._run(flows, timeout, concurrency, keep)
@@ -694,13 +719,10 @@ class Pool:
                 f.close(keep)
         errors = [f.error for f in flows if f.error is not None]
         if errors:
-            raise min(errors, key=lambda e: getattr(e, "request", 0))
-        for f in flows:
-            for n, location in f.redirects:
-                url, start, stop = requests[n]
-                data = self._follow(url, location, start, stop, check, timeout, n, keep)
-                out[n] = done(n, data) if done is not None else data
-        return out
+            e = min(errors, key=lambda e: getattr(e, "request", 0))
+            e.request = ns[getattr(e, "request", 0)]
+            raise e
+        return sorted(r for f in flows for r in f.redirects)
 
     def _run(self, flows, timeout, most=None, keep=32):
         """Drive ``flows`` until each is finished or failed (``flow.error``),
@@ -753,38 +775,6 @@ class Pool:
                         after(f)
         finally:
             sel.close()
-
-    def _follow(self, url, location, start, stop, check, timeout, n, keep):
-        """The range read from where ``url`` redirects (each hop's answer checked)."""
-        from urllib.parse import urljoin
-
-        seen = url
-        if check is not None:  # the stamp is the indexed URL's
-            check = (lambda fn: lambda _at, headers: fn(url, headers))(check)
-        for _ in range(MAX_REDIRECTS):
-            try:
-                nxt = urljoin(seen, location)
-                if nxt.partition("://")[0].lower() not in _OK_SCHEMES:
-                    raise ValueError("not http(s)")
-                t = self.target(nxt)
-            except (ValueError, BadInput):
-                raise _error([(url, start, stop)], 0, f"the server redirects to {location[:200]!r}, not an http(s) "
-                             f"URL with a host", request=n) from None
-            seen = nxt
-            hop = [None]
-            f = _Flow(self, t.origin, [0], [(nxt, start, stop)], hop, check, None, timeout)
-            try:
-                self._run([f], timeout)
-            finally:
-                f.close(keep)
-            if f.error is not None:
-                f.error.request = n
-                raise f.error
-            if f.redirects:
-                location = f.redirects[0][1]
-                continue
-            return hop[0]
-        raise _error([(url, start, stop)], 0, f"more than {MAX_REDIRECTS} redirects", request=n)
 
 
 def _act(f, action):

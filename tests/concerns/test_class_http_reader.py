@@ -558,3 +558,33 @@ def test_the_concurrency_bounds_the_connections_of_a_call_over_many_origins(serv
         got = fetch(reqs, concurrency=concurrency, timeout=5)
         assert isinstance(got, list) and got == [DATA[a:b] for _, a, b in reqs]
         assert busy[1] <= concurrency, (concurrency, busy[1])
+
+
+def test_redirected_ranges_are_asked_again_together_on_kept_connections(serve):
+    """A server that redirects every range (as a hub to its CDN), some of
+    them twice: the redirects come on kept-alive connections and the
+    ranges go on together to where they lead (each used to cost a new
+    connection to the redirector and a round trip of its own after it);
+    the check sees the URL asked for, the bytes are the target's."""
+    target = serve(honest)
+
+    def redirector(to):
+        def answer(conn, f, srv):
+            while True:
+                r = read_request(f)
+                if r is None:
+                    return
+                path, a, b = r
+                where = f"{to}{path}" if a % 2 == 0 or to == target.url else f"{target.url}{path}"
+                conn.sendall(f"HTTP/1.1 302 Found\r\nLocation: {where}\r\nContent-Length: 4\r\n\r\nmove".encode())
+        return answer
+
+    last = serve(redirector(target.url))
+    first = serve(redirector(last.url))  # even starts: first -> last -> target; odd: first -> target
+    seen = []
+    reqs = [(f"{first.url}/x.tar", k * 97, k * 97 + 50 + k) for k in range(60)]
+    got = fetch(reqs, concurrency=2, timeout=5, check=lambda url, headers: seen.append(url))
+    assert isinstance(got, list) and got == [DATA[a:b] for _, a, b in reqs]
+    assert sorted(seen) == sorted(u for u, _, _ in reqs)
+    assert first.accepted <= 2 and last.accepted <= 2 and target.accepted <= 4, \
+        (first.accepted, last.accepted, target.accepted)
