@@ -460,7 +460,7 @@ class _Flow:
         url, start, stop = self.requests[self.sent[0]]
         if 300 <= status < 400 and status != 304 and headers.get("location"):
             size = headers.get("content-length", "")
-            if size.isdigit() and int(size) <= 1 << 16 and "transfer-encoding" not in headers:
+            if _digits(size) and int(size) <= 1 << 16 and "transfer-encoding" not in headers:
                 self.state, self.want = "skip", int(size)
             else:
                 conn.alive = False
@@ -495,12 +495,15 @@ class _Flow:
             if "content-length" in headers:  # (framed two ways: read as chunked, as RFC 9112 says, not kept)
                 conn.alive = False
             self.state, self.chunk = "chunked", None
-        elif headers.get("content-length", "").isdigit():
+        elif _digits(headers.get("content-length", "")):
             if int(headers["content-length"]) != want:
                 conn.alive = False
                 raise self.problem(f"the server answered {headers['content-length']} bytes (Content-Length) to "
                                    f"a request for {want}: refusing a range it did not honour")
             self.state = "body"
+        elif "content-length" in headers:  # (RFC 9112: an invalid one is an error, not a body up to the close)
+            conn.alive = False
+            raise self.problem(f"an invalid Content-Length ({headers['content-length'][:60]!r})")
         else:
             conn.alive = False
             self.state = "close"
@@ -813,6 +816,12 @@ def _watch(f, live, sel):
         live[f.fd] = f
         f.last = time.monotonic()
         sel.register(f.fd, selectors.EVENT_READ)
+
+
+def _digits(text):
+    """Whether ``text`` is a decimal number ``int()`` reads (str.isdigit
+    also takes the superscripts of a latin-1 header: int() refuses them)."""
+    return text.isascii() and text.isdigit()
 
 
 def _error(requests, n, problem, request=None):

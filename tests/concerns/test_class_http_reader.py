@@ -177,6 +177,14 @@ def two_lengths(conn, f, srv):
     conn.sendall(head(a, b, "Content-Length: 3", f"Content-Length: {b - a + 1}") + DATA[a:b + 1])
 
 
+def bad_length(value):
+    def answer(conn, f, srv):
+        _, a, b = read_request(f)
+        conn.sendall(head(a, b, "Connection: close").replace(b"Connection: close", b"Content-Length: " + value)
+                     + DATA[a:b + 1])
+    return answer
+
+
 def location(where):
     def redirect(conn, f, srv):
         read_request(f)
@@ -191,11 +199,14 @@ def location(where):
     (gzip_length, len(ZIPPED), r"Transfer-Encoding 'gzip'"),
     (two_ranges, 100, r"two different content-range headers"),
     (two_lengths, 100, r"two different content-length headers"),
+    (bad_length(b"\xb2"), 100, r"an invalid Content-Length \('\xb2'\)"),
+    (bad_length(b"-1"), 100, r"an invalid Content-Length \('-1'\)"),
+    (bad_length(b"1e2"), 100, r"an invalid Content-Length \('1e2'\)"),
     (location("http://[oops/x"), 100, r"redirects to 'http://\[oops/x', not an http\(s\) URL"),
     (location("https:///nohost"), 100, r"redirects to 'https:///nohost', not an http\(s\) URL with a host"),
     (location("file:///etc/passwd"), 100, r"redirects to 'file:///etc/passwd', not an http\(s\) URL"),
 ], ids=["interim-forever", "trailers-forever", "gzip-chunked", "gzip-length", "two-content-ranges",
-        "two-content-lengths", "location-no-url", "location-no-host", "location-file"])
+        "two-content-lengths", "length-superscript", "length-negative", "length-float", "location-no-url", "location-no-host", "location-file"])
 def test_a_lying_answer_is_one_line_never_other_bytes_nor_a_hang(serve, handler, size, pattern):
     srv = serve(handler)
     for concurrency, n in ((1, 1), (8, 20)):  # the one-connection path and the selectors loop
@@ -588,3 +599,29 @@ def test_redirected_ranges_are_asked_again_together_on_kept_connections(serve):
     assert sorted(seen) == sorted(u for u, _, _ in reqs)
     assert first.accepted <= 2 and last.accepted <= 2 and target.accepted <= 4, \
         (first.accepted, last.accepted, target.accepted)
+
+
+def test_a_size_in_latin_1_superscripts_is_no_number(serve):
+    """str.isdigit() takes the superscripts of a latin-1 header (b"\\xb2"
+    is '\u00b2'), int() refuses them: a Content-Range total of them is no
+    size (the stamp has none), a redirect's Content-Length of them no
+    length (its connection not kept), never a ValueError."""
+    from tarproc.sources.stamps import stamp_of_headers
+
+    def superscripts(conn, f, srv):
+        while True:
+            r = read_request(f)
+            if r is None:
+                return
+            path, a, b = r
+            if path == "/moved":
+                conn.sendall(b"HTTP/1.1 302 F\r\nLocation: /x.tar\r\nContent-Length: \xb2\r\n\r\n")
+                return
+            conn.sendall(b"HTTP/1.1 206 P\r\nContent-Range: bytes %d-%d/\xb2\xb3\r\nContent-Length: %d\r\n\r\n"
+                         % (a, b, b - a + 1) + DATA[a:b + 1])
+
+    srv = serve(superscripts)
+    stamps = []
+    reqs = [(f"{srv.url}/x.tar", 5, 105), (f"{srv.url}/moved", 10, 20)]
+    got = fetch(reqs, concurrency=1, timeout=5, check=lambda url, headers: stamps.append(stamp_of_headers(headers)))
+    assert got == [DATA[5:105], DATA[10:20]] and stamps == [{}, {}], (got, stamps)
