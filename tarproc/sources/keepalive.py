@@ -211,9 +211,9 @@ class _Flow:
         self.open()
         self.send()
 
-    def open(self):
+    def open(self, new=False):
         try:
-            self.conn = self.pool._take(self.origin, self.timeout)
+            self.conn = self.pool._take(self.origin, self.timeout, new)
         except _NoConnection as e:
             raise _error(self.requests, self.sent[0] if self.sent else self.todo[0], e.args[0]) from None
         self.fresh = self.conn.alive is None
@@ -307,13 +307,14 @@ class _Flow:
 
     def requeue(self):
         """The connection is not kept: the requests sent and not answered go
-        first again, on a new connection when any is left."""
+        first again, on a new connection when any is left (not an idle one:
+        the server may have closed those too)."""
         self.todo.extendleft(reversed(self.sent))
         self.sent.clear()
         self.conn.close()
         self.conn = None
         if self.todo:
-            self.open()
+            self.open(new=True)
             self.send()
 
     def parse(self):
@@ -626,13 +627,20 @@ class Pool:
 
     # ------------------------------------------------------------ connections
 
-    def _take(self, origin, timeout):
-        with self.lock:
-            for k, c in self.idle.items():
-                if c.origin == origin:
-                    del self.idle[k]
-                    c.sock.settimeout(timeout)
-                    return c
+    def _take(self, origin, timeout, new=False):
+        """A connection to ``origin``: an idle one the server has not
+        closed meanwhile (those it has are closed here), else (``new``:
+        always) a new one."""
+        while not new:
+            with self.lock:
+                c = next((c for c in self.idle.values() if c.origin == origin), None)
+                if c is None:
+                    break
+                del self.idle[id(c)]
+            if c.quiet() and c.alive:
+                c.sock.settimeout(timeout)
+                return c
+            c.close()
         return _Conn(origin, timeout)
 
     def _give(self, conn, limit):

@@ -300,6 +300,23 @@ def test_kept_connections_the_server_closed_between_calls_are_replaced(serve, ho
         time.sleep(0.05)
 
 
+def test_a_retry_goes_on_a_new_connection_not_another_stale_one(serve):
+    """Eight kept connections the server has all closed: a call of one
+    connection takes one, finds it closed, and asks again on a new
+    connection (not on the next of the seven closed ones)."""
+    srv = serve(honest)
+    pool = keepalive.Pool()
+    url = f"{srv.url}/x.tar"
+    reqs = [(url, k * 200, k * 200 + 150) for k in range(64)]
+    assert pool.fetch(reqs, concurrency=8, timeout=5) == [DATA[a:b] for _, a, b in reqs]
+    assert pool.open_connections() == 8
+    for c in list(srv.conns):
+        c.shutdown(socket.SHUT_RDWR)
+    time.sleep(0.05)
+    for concurrency in (1, 2):
+        assert pool.fetch(reqs[:5], concurrency=concurrency, timeout=5) == [DATA[a:b] for _, a, b in reqs[:5]]
+
+
 def test_an_interrupt_in_a_call_leaves_no_answer_for_the_next(serve):
     """Ctrl-C (KeyboardInterrupt) while the answers of a pipelined call are
     coming; the next calls on the same pool get their own bytes."""
