@@ -642,3 +642,79 @@ def test_a_size_in_latin_1_superscripts_is_no_number(serve):
     reqs = [(f"{srv.url}/x.tar", 5, 105), (f"{srv.url}/moved", 10, 20)]
     got = fetch(reqs, concurrency=1, timeout=5, check=lambda url, headers: stamps.append(stamp_of_headers(headers)))
     assert got == [DATA[5:105], DATA[10:20]] and stamps == [{}, {}], (got, stamps)
+
+
+def test_an_interrupt_at_any_moment_leaves_the_pool_clean(serve):
+    """A KeyboardInterrupt raised by a timer signal at a random moment of a
+    call (in a read, a send, the parser, giving connections back), again
+    and again: the next call on the same pool gets its own bytes."""
+    import random
+    import signal
+
+    srv = serve(honest)
+    pool = keepalive.Pool()
+    url = f"{srv.url}/x.tar"
+    r = random.Random(7)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    interrupted = 0
+    try:
+        for _ in range(50):
+            reqs = [(url, a, a + r.randrange(1, 2000)) for a in (r.randrange(14000) for _ in range(r.randrange(1, 60)))]
+            try:
+                signal.setitimer(signal.ITIMER_REAL, r.uniform(0.00005, 0.003))
+                pool.fetch(reqs, concurrency=r.choice([1, 3, 8]), timeout=5)
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            except KeyboardInterrupt:
+                interrupted += 1
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            again = [(url, a, a + 300) for a in (r.randrange(14000) for _ in range(20))]
+            assert pool.fetch(again, concurrency=2, timeout=5) == [DATA[a:b] for _, a, b in again]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert interrupted > 10, interrupted
+
+
+def test_get_many_from_several_threads_on_one_dataset(tmp_path):
+    """One IndexedDataset over http, get_many from four threads at once
+    (each batch its own connections from the one pool): every sample right."""
+    import random
+
+    from test_netread import Server, drop, remote
+    from test_index import make_two_shards
+
+    d = tmp_path / "data"
+    d.mkdir()
+    make_two_shards(d, 60, 30)
+    tarproc.index_shards([str(d / "a.tar"), str(d / "b.tar")], str(d / "index.json"))
+    srv = Server(d)
+    try:
+        local = tarproc.IndexedDataset(str(d / "index.json"))
+        want = [drop(local[i]) for i in range(90)]
+        ds = remote(d, srv.url, range_concurrency=3)
+        errors = []
+
+        def reader(seed):
+            r = random.Random(seed)
+            for _ in range(8):
+                batch = [r.randrange(90) for _ in range(r.randrange(1, 30))]
+                try:
+                    got = [drop(s) for s in ds.get_many(batch, gap=r.choice([0, 64 << 10]))]
+                except Exception as e:
+                    errors.append(repr(e))
+                    return
+                if got != [want[i] for i in batch]:
+                    errors.append(f"wrong samples for {batch}")
+
+        threads = [threading.Thread(target=reader, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+    finally:
+        srv.close()
