@@ -17,8 +17,8 @@ exactly the range asked for, a body of exactly that length, nothing after
 it; anything else is one :class:`~tarproc.errors.BadInput` naming the URL
 and range (a request whose connection broke before its answer began is sent
 again once, on a new connection).  Redirects to http(s) are followed (at
-most :data:`MAX_REDIRECTS`), and the answer at the end is checked the same
-way.
+most :data:`MAX_REDIRECTS`; the ranges redirected asked again together
+where they lead), and the answer at the end is checked the same way.
 
     data = pool().fetch([("http://host/a.tar", 0, 1024)], concurrency=8)[0]
 """
@@ -50,9 +50,11 @@ class _Failed(Exception):
     """A request that got no answer on a connection that broke (sent again)."""
 
 
-class _Redirect(Exception):
-    def __init__(self, location):
-        self.location = location
+class _NoConnection(Exception):
+    """A connection that could not be made (why: ``args[0]``)."""
+
+
+_REDIRECTED = object()  # what parse gives for a redirect (asked again where it leads, after the round)
 
 
 class _Target:
@@ -86,8 +88,11 @@ class _Target:
 
             cred = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode("utf-8", "surrogateescape")
             self.auth = b"Basic " + base64.b64encode(cred)
-        self._pre = (b"GET " + self.path + b" HTTP/1.1\r\nHost: "
-                     + self.host.encode("idna" if not self.host.isascii() else "ascii") + b"\r\n"
+        try:
+            host_bytes = self.host.encode("idna" if not self.host.isascii() else "ascii")
+        except UnicodeError:
+            raise BadInput(f"{url}: {parts.hostname!r} is not a host name") from None
+        self._pre = (b"GET " + self.path + b" HTTP/1.1\r\nHost: " + host_bytes + b"\r\n"
                      + (b"Authorization: " + self.auth + b"\r\n" if self.auth else b""))
 
     def request(self, start, stop):
@@ -108,7 +113,7 @@ class _Conn:
         try:
             sock = socket.create_connection((host, port), timeout)
         except OSError as e:
-            raise BadInput(f"{scheme}://{host}:{port}: cannot connect: {e.strerror or e}") from None
+            raise _NoConnection(f"cannot connect to {host}:{port}: {e.strerror or e}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.tls = scheme == "https"
         if self.tls:
@@ -118,7 +123,7 @@ class _Conn:
                 sock = _ssl_context().wrap_socket(sock, server_hostname=host)
             except (OSError, ssl.SSLError) as e:
                 sock.close()
-                raise BadInput(f"https://{host}:{port}: TLS failed: {e}") from None
+                raise _NoConnection(f"TLS failed with {host}:{port}: {e}") from None
         self.origin, self.sock, self.alive, self.pid = origin, sock, None, os.getpid()
 
     def close(self):
@@ -175,8 +180,9 @@ class _Flow:
     it is reading (``state``: ``head``, ``body``, ``chunked``, ``close``,
     ``skip``), its ``headers`` once read, the body ``parts`` taken so far."""
 
-    def __init__(self, pool, origin, ns, requests, out, check, done, timeout):
+    def __init__(self, pool, origin, ns, requests, out, check, done, timeout, ids=None, names=None):
         self.pool, self.origin, self.requests, self.out = pool, origin, requests, out
+        self.ids, self.names = ids, names  # (a redirected round: request k is the call's ids[k], names[ids[k]])
         self.check, self.done, self.timeout = check, done, timeout
         self.ns = ns
         self.todo = deque(ns)
@@ -195,6 +201,8 @@ class _Flow:
         self.state = "head"
         self.started = False  # a byte of the current answer seen
         self.parts, self.got = [], 0
+        self.heads = 0  # bytes of the answer's interim (1xx) answers and trailers: bounded, as its headers are
+        self.scanned, self.checked = 0, False  # bytes of buf[pos:] searched for the head's end; status line seen
         self.want = self.headers = self.chunk = None
 
     # -- sending
@@ -203,8 +211,11 @@ class _Flow:
         self.open()
         self.send()
 
-    def open(self):
-        self.conn = self.pool._take(self.origin, self.timeout)
+    def open(self, new=False):
+        try:
+            self.conn = self.pool._take(self.origin, self.timeout, new)
+        except _NoConnection as e:
+            raise _error(self.requests, self.sent[0] if self.sent else self.todo[0], e.args[0]) from None
         self.fresh = self.conn.alive is None
         self._reset()
 
@@ -251,11 +262,19 @@ class _Flow:
         self.feed(data)
 
     def feed(self, data):
-        """Take ``data``, the next bytes the connection brought."""
-        if self.pos < len(self.buf):
-            self.buf = self.buf[self.pos:] + data
-        else:
+        """Take ``data``, the next bytes the connection brought (added in
+        place while a head or chunked answer is gathered: bytes coming a few
+        at a time are copied once, not once per read)."""
+        if self.pos >= len(self.buf):
             self.buf = data
+        elif self.state in ("head", "chunked"):
+            if type(self.buf) is not bytearray:
+                self.buf = bytearray(memoryview(self.buf)[self.pos:])
+            else:
+                del self.buf[:self.pos]
+            self.buf += data
+        else:
+            self.buf = self.buf[self.pos:] + data
         self.pos = 0
         self.started = True
         self.take()
@@ -266,34 +285,36 @@ class _Flow:
             body = self.parse()
             if body is None:
                 return
-            n = self.sent.popleft()
             self.retried = self.fresh = False
-            self.answered(n, body)
+            if body is not _REDIRECTED:  # (a redirect took its request off sent itself)
+                self.answered(self.sent.popleft(), body)
             if not self.conn.alive:  # the rest again, on a new connection
                 self.requeue()
                 return
-            self.state, self.started = "head", self.pos < len(self.buf)
+            self.state, self.started, self.heads = "head", self.pos < len(self.buf), 0
             if self.todo and len(self.sent) <= DEPTH // 2:  # (topped up in batches: a send per few answers)
                 self.send()
 
     def answered(self, n, body):
+        m = n if self.ids is None else self.ids[n]
         try:
             if self.check is not None:
-                self.check(self.requests[n][0], self.headers)
-            self.out[n] = self.done(n, body) if self.done is not None else body
+                self.check((self.requests if self.names is None else self.names)[m][0], self.headers)
+            self.out[m] = self.done(m, body) if self.done is not None else body
         except BadInput as e:
             e.request = n
             raise
 
     def requeue(self):
         """The connection is not kept: the requests sent and not answered go
-        first again, on a new connection when any is left."""
+        first again, on a new connection when any is left (not an idle one:
+        the server may have closed those too)."""
         self.todo.extendleft(reversed(self.sent))
         self.sent.clear()
         self.conn.close()
         self.conn = None
         if self.todo:
-            self.open()
+            self.open(new=True)
             self.send()
 
     def parse(self):
@@ -309,7 +330,7 @@ class _Flow:
                 have = len(self.buf) - self.pos
                 if have < need:
                     if have:
-                        self.parts.append(self.buf[self.pos:])
+                        self.add(self.buf[self.pos:])
                         self.got += have
                         self.buf, self.pos = b"", 0
                     return None
@@ -337,7 +358,7 @@ class _Flow:
             if self.state == "close":  # the body ends with the connection
                 have = len(self.buf) - self.pos
                 if have:
-                    self.parts.append(self.buf[self.pos:])
+                    self.add(self.buf[self.pos:])
                     self.got += have
                     self.buf, self.pos = b"", 0
                 if self.got > self.want:
@@ -346,14 +367,23 @@ class _Flow:
                 return None
             raise AssertionError(self.state)
 
+    def add(self, piece):
+        """Add ``piece`` to the body's ``parts`` (small pieces gathered in a
+        bytearray: a body that comes a few bytes at a time costs its size,
+        not an object per piece)."""
+        parts = self.parts
+        if len(piece) >= 65536:
+            parts.append(piece)
+        elif parts and type(parts[-1]) is bytearray and len(parts[-1]) < 1 << 20:
+            parts[-1] += piece
+        else:
+            parts.append(bytearray(piece))
+
     def redirect(self, location):
-        """A redirect answered the request at the head: followed after the
-        loop; the rest again on a new connection (``None``: no body here)."""
-        n = self.sent.popleft()
-        self.redirects.append((n, location))
-        self.conn.alive = False
-        self.requeue()
-        return None
+        """A redirect answered the request at the head: asked again where it
+        leads after this round (the connection goes on when it is kept)."""
+        self.redirects.append((self.sent.popleft(), location))
+        return _REDIRECTED
 
     def problem(self, text):
         n = self.sent[0]
@@ -364,19 +394,24 @@ class _Flow:
 
     def read_head(self):
         buf, pos = self.buf, self.pos
-        end = buf.find(b"\n\r\n", pos, pos + MAX_HEAD)
-        end2 = buf.find(b"\n\n", pos, end if end >= 0 else pos + MAX_HEAD)  # (bare newlines: before it only)
+        frm = pos + max(0, self.scanned - 2)  # (what was searched before has no end of the head)
+        end = buf.find(b"\n\r\n", frm, pos + MAX_HEAD)
+        end2 = buf.find(b"\n\n", frm, end if end >= 0 else pos + MAX_HEAD)  # (bare newlines: before it only)
         if end2 >= 0:
             end, stop = end2, end2 + 2
         elif end >= 0:
             stop = end + 3
         else:
-            line_end = buf.find(b"\n", pos)
-            if line_end >= 0 or len(buf) - pos > MAX_HEAD:
-                self.check_status(buf[pos:line_end + 1 if line_end >= 0 else pos + 60])
+            if not self.checked:  # (no line end in what was searched before)
+                line_end = buf.find(b"\n", pos + self.scanned)
+                if line_end >= 0 or len(buf) - pos > MAX_HEAD:
+                    self.check_status(buf[pos:line_end + 1 if line_end >= 0 else pos + 60])
+                    self.checked = True
             if len(buf) - pos > MAX_HEAD:
                 raise self.problem(f"an answer with more than {MAX_HEAD} bytes of headers")
+            self.scanned = len(buf) - pos
             return False
+        self.scanned, self.checked = 0, False
         lines = buf[pos:end + 1].split(b"\n")
         parts = self.check_status(lines[0])
         if len(lines) - 2 > MAX_HEADERS:
@@ -389,12 +424,24 @@ class _Flow:
             if sep:
                 name = name.strip().lower()
                 value = value.strip()
-                headers[name] = f"{headers[name]}, {value}" if name in headers and name != "content-range" \
-                    else value
-        self.pos = stop
+                if name not in headers:
+                    headers[name] = value
+                elif name in ("content-range", "content-length"):  # (given twice: the same, or which is the body?)
+                    if headers[name] != value:
+                        raise self.problem(f"an answer with two different {name} headers ({headers[name][:60]!r} "
+                                           f"and {value[:60]!r}): refusing an answer framed two ways")
+                else:
+                    headers[name] = f"{headers[name]}, {value}"
+        if type(buf) is bytearray:  # (what follows the head as bytes again: a body is sliced from it)
+            self.buf, self.pos = bytes(memoryview(buf)[stop:]), 0
+        else:
+            self.pos = stop
         status = int(parts[1])
-        if 100 <= status < 200:
-            return True  # (an interim answer: the real one follows)
+        if 100 <= status < 200:  # an interim answer: the real one follows (a bounded number of bytes of them)
+            self.heads += stop - pos
+            if self.heads > MAX_HEAD:
+                raise self.problem(f"an answer with more than {MAX_HEAD} bytes of interim (1xx) answers")
+            return True
         self.headers = headers
         self.framing(parts[0], status, headers)
         return True
@@ -414,7 +461,7 @@ class _Flow:
         url, start, stop = self.requests[self.sent[0]]
         if 300 <= status < 400 and status != 304 and headers.get("location"):
             size = headers.get("content-length", "")
-            if size.isdigit() and int(size) <= 1 << 16:
+            if _digits(size) and int(size) <= 1 << 16 and "transfer-encoding" not in headers:
                 self.state, self.want = "skip", int(size)
             else:
                 conn.alive = False
@@ -440,14 +487,24 @@ class _Flow:
             raise self.problem(f"the server sent the range {coding}-encoded (asked for identity): refusing it")
         want = stop - start
         self.want, self.parts, self.got = want, [], 0
-        if "chunked" in headers.get("transfer-encoding", "").lower():
+        coding = headers.get("transfer-encoding")
+        if coding is not None:
+            if coding.lower() != "chunked":  # (gzip, chunked: the bytes are not the range's)
+                conn.alive = False
+                raise self.problem(f"the server sent the range with Transfer-Encoding {coding[:60]!r} (only "
+                                   f"chunked is read): refusing it")
+            if "content-length" in headers:  # (framed two ways: read as chunked, as RFC 9112 says, not kept)
+                conn.alive = False
             self.state, self.chunk = "chunked", None
-        elif headers.get("content-length", "").isdigit():
+        elif _digits(headers.get("content-length", "")):
             if int(headers["content-length"]) != want:
                 conn.alive = False
                 raise self.problem(f"the server answered {headers['content-length']} bytes (Content-Length) to "
                                    f"a request for {want}: refusing a range it did not honour")
             self.state = "body"
+        elif "content-length" in headers:  # (RFC 9112: an invalid one is an error, not a body up to the close)
+            conn.alive = False
+            raise self.problem(f"an invalid Content-Length ({headers['content-length'][:60]!r})")
         else:
             conn.alive = False
             self.state = "close"
@@ -462,13 +519,11 @@ class _Flow:
                     if len(buf) - pos > 1024:
                         raise self.problem("a broken chunked answer")
                     return None
-                try:
-                    n = int(buf[pos:end].split(b";", 1)[0].strip(), 16)
-                except ValueError:
-                    raise self.problem("a broken chunked answer") from None
+                size = bytes(buf[pos:end].split(b";", 1)[0].strip())
+                if not size or size.translate(None, b"0123456789abcdefABCDEF"):  # (int() takes 0x, +, _)
+                    raise self.problem(f"a broken chunked answer (chunk size {size[:20]!r})")
+                n = int(size, 16)
                 self.pos = end + 1
-                if n < 0:
-                    raise self.problem("a broken chunked answer")
                 if n == 0:
                     self.chunk = -1
                     continue
@@ -484,6 +539,9 @@ class _Flow:
                     return None
                 line = buf[pos:end + 1]
                 self.pos = end + 1
+                self.heads += end + 1 - pos
+                if self.heads > MAX_HEAD:
+                    raise self.problem(f"a chunked answer with more than {MAX_HEAD} bytes of trailers")
                 if line in (b"\r\n", b"\n"):
                     body = b"".join(self.parts)
                     self.parts, self.chunk = [], None
@@ -494,7 +552,7 @@ class _Flow:
                 continue
             if self.chunk > 0:  # the chunk's bytes, taken as they come (never gathered in buf)
                 take = min(len(buf) - pos, self.chunk)
-                self.parts.append(buf[pos:pos + take])
+                self.add(buf[pos:pos + take])
                 self.got += take
                 self.chunk -= take
                 self.pos = pos + take
@@ -569,13 +627,20 @@ class Pool:
 
     # ------------------------------------------------------------ connections
 
-    def _take(self, origin, timeout):
-        with self.lock:
-            for k, c in self.idle.items():
-                if c.origin == origin:
-                    del self.idle[k]
-                    c.sock.settimeout(timeout)
-                    return c
+    def _take(self, origin, timeout, new=False):
+        """A connection to ``origin``: an idle one the server has not
+        closed meanwhile (those it has are closed here), else (``new``:
+        always) a new one."""
+        while not new:
+            with self.lock:
+                c = next((c for c in self.idle.values() if c.origin == origin), None)
+                if c is None:
+                    break
+                del self.idle[id(c)]
+            if c.quiet() and c.alive:
+                c.sock.settimeout(timeout)
+                return c
+            c.close()
         return _Conn(origin, timeout)
 
     def _give(self, conn, limit):
@@ -613,54 +678,98 @@ class Pool:
         ``check(url, headers)`` sees each answer's headers (a dict, lower-case
         names); ``keep``: idle connections kept afterwards; ``done(n, data)``,
         when given, is called with each answer as it comes (its result is
-        put in the list instead of the bytes).  A :class:`BadInput` names the
-        first request that failed (``e.request``: its position)."""
+        put in the list instead of the bytes).  The requests redirected are
+        asked again together where they lead, at most :data:`MAX_REDIRECTS`
+        times.  A :class:`BadInput` names the first request that failed
+        (``e.request``: its position)."""
+        from urllib.parse import urljoin
+
         out = [None] * len(requests)
+        timeout = timeout if timeout and timeout > 0 else None
+        ns, asked = list(range(len(requests))), requests
+        for _ in range(MAX_REDIRECTS + 1):
+            redirected = self._round(asked, ns, requests, out, check, done, concurrency, timeout, keep)
+            if not redirected:
+                return out
+            again = []
+            for k, location in redirected:
+                try:
+                    to = urljoin(asked[k][0], location)
+                    if to.partition("://")[0].lower() not in _OK_SCHEMES:
+                        raise ValueError("not http(s)")
+                    self.target(to)
+                except (ValueError, BadInput):
+                    raise _error(requests, ns[k], f"the server redirects to {location[:200]!r}, not an http(s) "
+                                 f"URL with a host") from None
+                again.append((k, to))
+            ns, asked = [ns[k] for k, _ in again], [(to, asked[k][1], asked[k][2]) for k, to in again]
+        raise _error(requests, ns[0], f"more than {MAX_REDIRECTS} redirects")
+
+    def _round(self, asked, ns, requests, out, check, done, concurrency, timeout, keep):
+        """Ask ``asked`` (the URLs where ``requests[ns[k]]`` lead), each
+        origin's over its shares of connections; ``[(k, location)]`` of the
+        answers that redirect, in order."""
+        ids = None if asked is requests else ns
         by_origin = {}
-        for n, (url, start, stop) in enumerate(requests):
+        for k, (url, start, stop) in enumerate(asked):
             try:
                 t = self.target(url)
             except BadInput as e:
-                e.request = n
+                e.request = ns[k]
                 raise
-            by_origin.setdefault(t.origin, []).append(n)
-        timeout = timeout if timeout and timeout > 0 else None
+            by_origin.setdefault(t.origin, []).append(k)
         flows = []
-        for origin, ns in by_origin.items():
-            parts = max(1, min(concurrency, -(-len(ns) // SHARE)))
-            flows += [_Flow(self, origin, ns[p::parts], requests, out, check, done, timeout)
+        for origin, ks in by_origin.items():
+            parts = max(1, min(concurrency, -(-len(ks) // SHARE)))
+            flows += [_Flow(self, origin, ks[p::parts], asked, out, check, done, timeout, ids, requests)
                       for p in range(parts)]
         try:
-            self._run(flows, timeout)
+            self._run(flows, timeout, concurrency, keep)
         finally:
             for f in flows:
                 f.close(keep)
         errors = [f.error for f in flows if f.error is not None]
         if errors:
-            raise min(errors, key=lambda e: getattr(e, "request", 0))
-        for f in flows:
-            for n, location in f.redirects:
-                url, start, stop = requests[n]
-                data = self._follow(url, location, start, stop, check, timeout, n)
-                out[n] = done(n, data) if done is not None else data
-        return out
+            e = min(errors, key=lambda e: getattr(e, "request", 0))
+            e.request = ns[getattr(e, "request", 0)]
+            raise e
+        return sorted(r for f in flows for r in f.redirects)
 
-    def _run(self, flows, timeout):
-        """Drive ``flows`` until each is finished or failed (``flow.error``);
-        a connection without a byte for ``timeout`` seconds has broken."""
+    def _run(self, flows, timeout, most=None, keep=32):
+        """Drive ``flows`` until each is finished or failed (``flow.error``),
+        at most ``most`` at once (the shares of every origin: one is started
+        when another has ended, and its connection is kept for it); a
+        connection without a byte for ``timeout`` seconds has broken."""
         if len(flows) == 1:  # one connection: its socket waits (in timeout mode), no selector
             f = flows[0]
             _act(f, f.start_flow)
             while not f.finished and f.conn is not None:
                 _act(f, f.readable)
             return
+        waiting = deque(flows)
+        most = len(flows) if most is None else max(1, most)
+        failed = False
         sel = selectors.DefaultSelector()
         live = {}
+
+        def after(f):
+            nonlocal failed
+            _watch(f, live, sel)
+            if f.error is not None:
+                failed = True
+            elif f.finished:
+                f.close(keep)  # (its connection idle for the next share)
+
         try:
-            for f in flows:
-                _act(f, f.start_flow)
-                _watch(f, live, sel)
-            while live:
+            while live or (waiting and not failed):
+                while waiting and not failed and len(live) < most:
+                    f = waiting.popleft()
+                    _act(f, f.start_flow)
+                    if f.error is not None:  # (a connection that cannot be made: not tried again by the next share)
+                        return
+                    after(f)
+                if not live:
+                    continue
                 wait = None
                 if timeout is not None:
                     wait = max(0.0, min(f.last for f in live.values()) + timeout - time.monotonic())
@@ -668,44 +777,15 @@ class Pool:
                     f = live.get(key.fd)
                     if f is not None:
                         _act(f, f.readable)
-                        _watch(f, live, sel)
+                        after(f)
                 if timeout is not None:
                     now = time.monotonic()
                     for f in [f for f in live.values() if now - f.last >= timeout]:
                         f.last = now
                         _act(f, lambda f=f: f.broke("timed out"))
-                        _watch(f, live, sel)
+                        after(f)
         finally:
             sel.close()
-
-    def _follow(self, url, location, start, stop, check, timeout, n):
-        """The range read from where ``url`` redirects (each hop's answer checked)."""
-        from urllib.parse import urljoin
-
-        seen = url
-        if check is not None:  # the stamp is the indexed URL's
-            check = (lambda fn: lambda _at, headers: fn(url, headers))(check)
-        for _ in range(MAX_REDIRECTS):
-            nxt = urljoin(seen, location)
-            if nxt.partition("://")[0].lower() not in _OK_SCHEMES:
-                raise _error([(url, start, stop)], 0, f"the server redirects to {nxt!r}, not an http(s) URL",
-                             request=n)
-            seen = nxt
-            t = self.target(nxt)
-            hop = [None]
-            f = _Flow(self, t.origin, [0], [(nxt, start, stop)], hop, check, None, timeout)
-            try:
-                self._run([f], timeout)
-            finally:
-                f.close(4)
-            if f.error is not None:
-                f.error.request = n
-                raise f.error
-            if f.redirects:
-                location = f.redirects[0][1]
-                continue
-            return hop[0]
-        raise _error([(url, start, stop)], 0, f"more than {MAX_REDIRECTS} redirects", request=n)
 
 
 def _act(f, action):
@@ -744,6 +824,12 @@ def _watch(f, live, sel):
         live[f.fd] = f
         f.last = time.monotonic()
         sel.register(f.fd, selectors.EVENT_READ)
+
+
+def _digits(text):
+    """Whether ``text`` is a decimal number ``int()`` reads (str.isdigit
+    also takes the superscripts of a latin-1 header: int() refuses them)."""
+    return text.isascii() and text.isdigit()
 
 
 def _error(requests, n, problem, request=None):

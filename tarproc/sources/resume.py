@@ -147,7 +147,7 @@ class _Http:
         status, fields = headers
         if offset == 0 and status == 200:
             size = fields.get("content-length")
-            new = Identity(int(size) if size and size.isdigit() else None, fields.get("etag"),
+            new = Identity(int(size) if size and size.isascii() and size.isdigit() else None, fields.get("etag"),
                            fields.get("last-modified"))
         elif status == 206:
             start, total = _content_range(fields.get("content-range", ""))
@@ -257,10 +257,11 @@ class _Gs:
             if sep:
                 fields.setdefault(name.strip().lower(), value.strip())
         size = fields.get("content-length", "")
-        if not size.isdigit():
+        if not (size.isascii() and size.isdigit()):
             raise Fatal("gsutil stat gave no Content-Length")
         gen = fields.get("generation", "")
-        return Identity(int(size), fields.get("etag"), fields.get("update time"), gen if gen.isdigit() else None)
+        gen = gen if gen.isascii() and gen.isdigit() else None
+        return Identity(int(size), fields.get("etag"), fields.get("update time"), gen)
 
     def _pinned(self, ident):
         return self.url + "#" + ident.generation if ident is not None and ident.generation else self.url
@@ -288,7 +289,7 @@ def _content_range(value):
         unit, _, spec = value.strip().partition(" ")
         span, _, total = spec.partition("/")
         start = int(span.split("-")[0])
-        return start, (int(total) if total.strip().isdigit() else None)
+        return start, (int(total) if total.strip().isascii() and total.strip().isdigit() else None)
     except ValueError:
         return None, None
 

@@ -35,7 +35,7 @@ def parse_headers(text):
     for line in text.splitlines():
         parts = line.split()
         if parts and parts[0].startswith("HTTP/") and len(parts) > 1:
-            status = int(parts[1]) if parts[1].isdigit() else -1
+            status = int(parts[1]) if parts[1].isascii() and parts[1].isdigit() else -1
             headers = {}
         elif ":" in line and status is not None:
             name, _, value = line.partition(":")
@@ -59,7 +59,7 @@ def stamp_of_headers(headers):
     out = {}
     total = headers.get("content-range", "").rpartition("/")[2]
     length = total if total.isdigit() else headers.get("content-length", "") if "content-range" not in headers else ""
-    if length.isdigit():
+    if length.isascii() and length.isdigit():  # (isdigit alone takes latin-1 superscripts, which int() refuses)
         out["filesize"] = int(length)
     for name, field in (("etag", "etag"), ("last-modified", "last_modified")):
         if headers.get(name):
@@ -109,7 +109,7 @@ def stamp_of_s3(meta, ranged=False):
         return {}
     out = {}
     total = str(meta.get("ContentRange", "")).rpartition("/")[2]
-    if total.isdigit():
+    if total.isascii() and total.isdigit():
         out["filesize"] = int(total)
     elif isinstance(meta.get("ContentLength"), int) and "ContentRange" not in meta and not ranged:
         out["filesize"] = meta["ContentLength"]
