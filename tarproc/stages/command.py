@@ -130,6 +130,7 @@ class CommandRunner:
 
         self.ended = threading.Event()  # set once closed (see abort)
         self.any_ok = False  # a sample succeeded: exit 127 is then the sample's own failure
+        self.not_found = False  # the command was not found: the run stops, nothing more starts
         self.keep_log = True  # False: a successful command's output is not wanted
         self.capture_spill = None  # bytes of output kept in memory (None: capture.SPILL_BYTES)
         self.tail_bytes = None  # bytes of a failed command's output kept for its message (None: limits.TAIL_BYTES)
@@ -197,7 +198,7 @@ class CommandRunner:
 
     def spawn(self, job):
         """Start the command of a prepared job; None, or a failed result."""
-        if self.closed:
+        if self.closed or self.not_found:  # (after "command not found" no other sample starts)
             return self.finish(job, "closed")
         # the command starts in the directory we hold open, not in whatever
         # a path names by then
@@ -238,6 +239,7 @@ class CommandRunner:
             if why:
                 return Result(key, outputs, error=why, log=log.tail())
             if status == 127 and not self.any_ok:
+                self.not_found = True
                 last = log.tail().decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
                 return Result(key, error=f"command not found (exit status 127){': ' + last[0][:300] if last[0] else ''}",
                                fatal=True)
@@ -334,6 +336,7 @@ class CommandRunner:
             collected = self._collect_batch(job, written)
             results = []
             if status == 127 and not self.any_ok:
+                self.not_found = True
                 last = log.tail().decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
                 for e in entries:
                     if not isinstance(e, dict):
