@@ -24,24 +24,20 @@ import pytest
 
 import tarproc
 from tarproc.sources import keepalive
+from test_netread import Server
 
 DATA = bytes(range(256)) * 64  # the object every server serves (16 KiB)
 
 
-def read_request(f):
-    """``(path, first, last)`` of the next request on a connection (``None`` at its end)."""
-    line = f.readline()
-    if not line:
-        return None
-    headers = {}
+def requests(f):
+    """``(path, first, last)`` of each range request on a connection, to its end."""
     while True:
-        h = f.readline()
-        if h in (b"\r\n", b""):
-            break
-        k, _, v = h.decode().partition(":")
-        headers[k.strip().lower()] = v.strip()
-    a, b = (int(x) for x in headers["range"].partition("=")[2].split("-"))
-    return line.split()[1].decode(), a, b
+        req = Server.request(f)
+        if req is None:
+            return
+        path, headers = req
+        a, b = (int(x) for x in headers["range"].partition("=")[2].split("-"))
+        yield path, a, b
 
 
 def head(a, b, *more, status="206 Partial Content", version="HTTP/1.1"):
@@ -50,18 +46,14 @@ def head(a, b, *more, status="206 Partial Content", version="HTTP/1.1"):
 
 
 def honest(conn, f, srv):
-    while True:
-        r = read_request(f)
-        if r is None:
-            return
-        _, a, b = r
+    for _, a, b in requests(f):
         conn.sendall(head(a, b, f"Content-Length: {b - a + 1}") + DATA[a:b + 1])
 
 
-class Scripted:
+class Scripted(Server):
     """A server on 127.0.0.1 running ``handler(conn, f, srv)`` on each
-    connection, in a thread of its own; ``accepted``: connections taken;
-    ``conns``: those still open."""
+    connection, in a thread of its own (the accept loop is the test
+    server's); ``accepted``: connections taken; ``conns``: those still open."""
 
     def __init__(self, handler, tls=None):
         self.handler, self.tls = handler, tls
@@ -71,16 +63,7 @@ class Scripted:
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.sock.getsockname()[1]}"
         threading.Thread(target=self._serve, daemon=True).start()
 
-    def _serve(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted += 1
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn):
+    def _conn(self, conn):
         try:
             if self.tls:
                 conn = self.tls.wrap_socket(conn, server_side=True)
@@ -91,9 +74,6 @@ class Scripted:
             pass
         finally:
             conn.close()
-
-    def close(self):
-        self.sock.close()
 
 
 @pytest.fixture
@@ -143,43 +123,43 @@ ZIPPED = gzip.compress(b"not the bytes of the range " * 20)
 
 
 def interim_forever(conn, f, srv):
-    read_request(f)
+    next(requests(f))
     while True:
         conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n" * 200)
 
 
 def trailers_forever(conn, f, srv):
-    _, a, b = read_request(f)
+    _, a, b = next(requests(f))
     conn.sendall(head(a, b, "Transfer-Encoding: chunked") + b"%x\r\n" % (b - a + 1) + DATA[a:b + 1] + b"\r\n0\r\n")
     while True:
         conn.sendall(b"X-More: yes\r\n" * 500)
 
 
 def gzip_chunked(conn, f, srv):  # transfer-coded: the body's length is the range's, its bytes are not
-    _, a, b = read_request(f)
+    _, a, b = next(requests(f))
     conn.sendall(head(a, b, "Transfer-Encoding: gzip, chunked") + b"%x\r\n%s\r\n0\r\n\r\n" % (len(ZIPPED), ZIPPED))
 
 
 def gzip_length(conn, f, srv):
-    _, a, b = read_request(f)
+    _, a, b = next(requests(f))
     conn.sendall(head(a, b, "Transfer-Encoding: gzip", f"Content-Length: {len(ZIPPED)}") + ZIPPED)
 
 
 def two_ranges(conn, f, srv):  # the first Content-Range is what the body is; the second is what was asked
-    _, a, b = read_request(f)
+    _, a, b = next(requests(f))
     conn.sendall(f"HTTP/1.1 206 P\r\nContent-Range: bytes {a + 1}-{b + 1}/{len(DATA)}\r\n"
                  f"Content-Range: bytes {a}-{b}/{len(DATA)}\r\nContent-Length: {b - a + 1}\r\n\r\n".encode()
                  + DATA[a + 1:b + 2])
 
 
 def two_lengths(conn, f, srv):
-    _, a, b = read_request(f)
+    _, a, b = next(requests(f))
     conn.sendall(head(a, b, "Content-Length: 3", f"Content-Length: {b - a + 1}") + DATA[a:b + 1])
 
 
 def bad_length(value):
     def answer(conn, f, srv):
-        _, a, b = read_request(f)
+        _, a, b = next(requests(f))
         conn.sendall(head(a, b, "Connection: close").replace(b"Connection: close", b"Content-Length: " + value)
                      + DATA[a:b + 1])
     return answer
@@ -187,7 +167,7 @@ def bad_length(value):
 
 def location(where):
     def redirect(conn, f, srv):
-        read_request(f)
+        next(requests(f))
         conn.sendall(f"HTTP/1.1 302 Found\r\nLocation: {where}\r\nContent-Length: 0\r\n\r\n".encode())
     return redirect
 
@@ -225,11 +205,7 @@ def test_allowed_framings_still_read(serve):
     """What the checks above must not refuse: a 100 Continue, a redirect with
     a body, a framing header given twice alike, HTTP/1.0 kept alive."""
     def mixed(conn, f, srv):
-        while True:
-            r = read_request(f)
-            if r is None:
-                return
-            path, a, b = r
+        for path, a, b in requests(f):
             n = b - a + 1
             if path == "/moved":
                 conn.sendall(b"HTTP/1.1 301 Moved\r\nLocation: /x.tar\r\nContent-Length: 9\r\n\r\nsee there")
@@ -320,15 +296,7 @@ def test_a_retry_goes_on_a_new_connection_not_another_stale_one(serve):
 def test_an_interrupt_in_a_call_leaves_no_answer_for_the_next(serve):
     """Ctrl-C (KeyboardInterrupt) while the answers of a pipelined call are
     coming; the next calls on the same pool get their own bytes."""
-    def slow_tail(conn, f, srv):
-        while True:
-            r = read_request(f)
-            if r is None:
-                return
-            _, a, b = r
-            conn.sendall(head(a, b, f"Content-Length: {b - a + 1}") + DATA[a:b + 1])
-
-    srv = serve(slow_tail)
+    srv = serve(honest)
     pool = keepalive.Pool()
     url = f"{srv.url}/x.tar"
     for stop_at in (0, 1, 5, 15, 30):
@@ -530,10 +498,7 @@ def test_an_answer_cut_at_every_offset_is_its_bytes_or_one_line(serve, framing):
 
     def cutting(conn, f, srv):
         left = cut[0] if srv.accepted == 1 else None
-        while True:
-            r = read_request(f)
-            if r is None:
-                return
+        for r in requests(f):
             out = answer(r[1], r[2])
             if left is not None:
                 out, left = out[:left], left - len(out)
@@ -566,11 +531,7 @@ def test_the_concurrency_bounds_the_connections_of_a_call_over_many_origins(serv
     busy = [0, 0]  # now, most
 
     def counting(conn, f, srv):
-        while True:
-            r = read_request(f)
-            if r is None:
-                return
-            _, a, b = r
+        for _, a, b in requests(f):
             with lock:
                 busy[0] += 1
                 busy[1] = max(busy)
@@ -598,11 +559,7 @@ def test_redirected_ranges_are_asked_again_together_on_kept_connections(serve):
 
     def redirector(to):
         def answer(conn, f, srv):
-            while True:
-                r = read_request(f)
-                if r is None:
-                    return
-                path, a, b = r
+            for path, a, b in requests(f):
                 where = f"{to}{path}" if a % 2 == 0 or to == target.url else f"{target.url}{path}"
                 conn.sendall(f"HTTP/1.1 302 Found\r\nLocation: {where}\r\nContent-Length: 4\r\n\r\nmove".encode())
         return answer
@@ -626,11 +583,7 @@ def test_a_size_in_latin_1_superscripts_is_no_number(serve):
     from tarproc.sources.stamps import stamp_of_headers
 
     def superscripts(conn, f, srv):
-        while True:
-            r = read_request(f)
-            if r is None:
-                return
-            path, a, b = r
+        for path, a, b in requests(f):
             if path == "/moved":
                 conn.sendall(b"HTTP/1.1 302 F\r\nLocation: /x.tar\r\nContent-Length: \xb2\r\n\r\n")
                 return
