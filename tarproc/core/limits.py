@@ -70,6 +70,13 @@ MAX_RATIO = 1000
 RATIO_FLOOR = 256 << 20
 
 
+def is_decimal(text):
+    """Whether ``text`` is a decimal number ``int()`` reads: ASCII digits
+    (``str.isdigit`` also takes the superscripts of a latin-1 header, which
+    ``int()`` refuses)."""
+    return text.isascii() and text.isdigit()
+
+
 def check_ratio(url, codec, decoded, compressed, max_ratio=MAX_RATIO, ratio_floor=RATIO_FLOOR):
     """Raise :class:`BadInput` when ``decoded`` bytes out of ``compressed``
     bytes is a compression bomb: more than ``max_ratio`` times, once past

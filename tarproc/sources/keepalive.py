@@ -30,6 +30,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 
+from ..core.limits import is_decimal
 from ..errors import BadInput
 
 #: Requests in flight at once on a kept-alive connection.
@@ -461,7 +462,7 @@ class _Flow:
         url, start, stop = self.requests[self.sent[0]]
         if 300 <= status < 400 and status != 304 and headers.get("location"):
             size = headers.get("content-length", "")
-            if _digits(size) and int(size) <= 1 << 16 and "transfer-encoding" not in headers:
+            if is_decimal(size) and int(size) <= 1 << 16 and "transfer-encoding" not in headers:
                 self.state, self.want = "skip", int(size)
             else:
                 conn.alive = False
@@ -496,7 +497,7 @@ class _Flow:
             if "content-length" in headers:  # (framed two ways: read as chunked, as RFC 9112 says, not kept)
                 conn.alive = False
             self.state, self.chunk = "chunked", None
-        elif _digits(headers.get("content-length", "")):
+        elif is_decimal(headers.get("content-length", "")):
             if int(headers["content-length"]) != want:
                 conn.alive = False
                 raise self.problem(f"the server answered {headers['content-length']} bytes (Content-Length) to "
@@ -824,12 +825,6 @@ def _watch(f, live, sel):
         live[f.fd] = f
         f.last = time.monotonic()
         sel.register(f.fd, selectors.EVENT_READ)
-
-
-def _digits(text):
-    """Whether ``text`` is a decimal number ``int()`` reads (str.isdigit
-    also takes the superscripts of a latin-1 header: int() refuses them)."""
-    return text.isascii() and text.isdigit()
 
 
 def _error(requests, n, problem, request=None):

@@ -47,6 +47,7 @@ import os
 import select
 import time
 
+from ..core.limits import is_decimal
 from ..errors import BadInput
 
 #: Default number of resumes in a row.
@@ -147,7 +148,7 @@ class _Http:
         status, fields = headers
         if offset == 0 and status == 200:
             size = fields.get("content-length")
-            new = Identity(int(size) if size and size.isascii() and size.isdigit() else None, fields.get("etag"),
+            new = Identity(int(size) if is_decimal(size or "") else None, fields.get("etag"),
                            fields.get("last-modified"))
         elif status == 206:
             start, total = _content_range(fields.get("content-range", ""))
@@ -257,10 +258,10 @@ class _Gs:
             if sep:
                 fields.setdefault(name.strip().lower(), value.strip())
         size = fields.get("content-length", "")
-        if not (size.isascii() and size.isdigit()):
+        if not is_decimal(size):
             raise Fatal("gsutil stat gave no Content-Length")
         gen = fields.get("generation", "")
-        gen = gen if gen.isascii() and gen.isdigit() else None
+        gen = gen if is_decimal(gen) else None
         return Identity(int(size), fields.get("etag"), fields.get("update time"), gen)
 
     def _pinned(self, ident):
@@ -289,7 +290,7 @@ def _content_range(value):
         unit, _, spec = value.strip().partition(" ")
         span, _, total = spec.partition("/")
         start = int(span.split("-")[0])
-        return start, (int(total) if total.strip().isascii() and total.strip().isdigit() else None)
+        return start, (int(total) if is_decimal(total.strip()) else None)
     except ValueError:
         return None, None
 

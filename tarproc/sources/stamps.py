@@ -14,6 +14,7 @@ one clear error naming it, not a wrong sample.  ``gs://`` ranged reads
 import json
 import os
 
+from ..core.limits import is_decimal
 from ..errors import BadInput
 from .open import scheme_of
 
@@ -35,7 +36,7 @@ def parse_headers(text):
     for line in text.splitlines():
         parts = line.split()
         if parts and parts[0].startswith("HTTP/") and len(parts) > 1:
-            status = int(parts[1]) if parts[1].isascii() and parts[1].isdigit() else -1
+            status = int(parts[1]) if is_decimal(parts[1]) else -1
             headers = {}
         elif ":" in line and status is not None:
             name, _, value = line.partition(":")
@@ -58,8 +59,8 @@ def stamp_of_headers(headers):
     the total of its Content-Range)."""
     out = {}
     total = headers.get("content-range", "").rpartition("/")[2]
-    length = total if total.isdigit() else headers.get("content-length", "") if "content-range" not in headers else ""
-    if length.isascii() and length.isdigit():  # (isdigit alone takes latin-1 superscripts, which int() refuses)
+    length = total if is_decimal(total) else headers.get("content-length", "") if "content-range" not in headers else ""
+    if is_decimal(length):
         out["filesize"] = int(length)
     for name, field in (("etag", "etag"), ("last-modified", "last_modified")):
         if headers.get(name):
@@ -109,7 +110,7 @@ def stamp_of_s3(meta, ranged=False):
         return {}
     out = {}
     total = str(meta.get("ContentRange", "")).rpartition("/")[2]
-    if total.isascii() and total.isdigit():
+    if is_decimal(total):
         out["filesize"] = int(total)
     elif isinstance(meta.get("ContentLength"), int) and "ContentRange" not in meta and not ranged:
         out["filesize"] = meta["ContentLength"]
