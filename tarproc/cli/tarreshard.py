@@ -253,17 +253,22 @@ def _run_steps(args, rep, work, made_work, urls, buckets, splits, pattern, max_c
 
 def _check_local_inputs(urls, settings):
     """A local input that cannot be read, or is not a tar archive, is one
-    line (exit 2) before any work is done: its first header is read here
-    (a task's failure would come after the work folder is made, among the
-    pool's lines)."""
+    line (exit 2) before any work is done: its first block is read here (a
+    task's failure would come after the work folder is made, among the
+    pool's lines; a compressed input is only opened: no decoder is started
+    for each of thousands of inputs)."""
     from ..core.tario import TarReader
     from ..runtime.schemes import scheme_of
     from ..sources.open import open_source
 
+    COMPRESSED = (b"\x1f\x8b", b"\x28\xb5\x2f\xfd", b"BZh", b"\xfd7zXZ")  # gzip, zstd, bzip2, xz
+
     for url in urls:
         if url == "-" or scheme_of(url) != "file":
             continue
-        with open_source(url, retries=0, settings=settings) as f:
+        with open_source(url, decompress=False, retries=0, settings=settings) as f:
+            if f.peek(4)[:4].startswith(COMPRESSED):  # (its first header is its map task's to read)
+                continue
             for _ in TarReader(f, source=url, strict=False, warn=lambda text: None).members():
                 break
 

@@ -210,6 +210,18 @@ def test_a_local_input_it_cannot_read_is_one_line_before_any_work(sh, tmp_path, 
     assert os.listdir(tmp_path / "out") == [] and not list(tmp_path.glob("tarreshard-*"))  # no work folder
 
 
+def test_a_compressed_input_is_left_to_its_map_task(sh, tmp_path):
+    """The check before any work opens a compressed input without decoding
+    it: a good one runs; a gzip of text fails in its map task, exit 2."""
+    make_inputs(tmp_path, shards=2, per=5)
+    sh("gzip in-1.tar && mkdir -p out && tarreshard --seed 1 -n 4 -o 'out/%06d.tar' in-0.tar in-1.tar.gz",
+       stderr_ok=True)
+    assert sum(1 for p in shards(tmp_path, "out/*") for _ in samples_in(p)) == 10
+    sh("echo not a tar | gzip > bad.tar.gz && mkdir -p out2")
+    p = sh("tarreshard --seed 1 -n 4 -o 'out2/%06d.tar' in-0.tar bad.tar.gz", ok=False)
+    assert p.returncode == 2 and b"bad.tar.gz" in p.stderr and os.listdir(tmp_path / "out2") == []
+
+
 @pytest.mark.parametrize("args, message", [
     ("-n 10 in-0.tar", "give -o PREFIX"),
     ("--slurm -o out in-0.tar", "need --work"),
