@@ -252,7 +252,8 @@ def test_one_stall_object_makes_a_library_pipeline_stream(tmp_path):
     t.start()
     try:
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not (out.exists() and b"001.txt" in out.read_bytes()):
+        # (until sample 001 is there whole: its header and its data may reach the file in two writes)
+        while time.monotonic() < deadline and not (out.exists() and b"X1" in out.read_bytes()):
             time.sleep(0.05)
         early = out.read_bytes() if out.exists() else b""
     finally:
