@@ -232,7 +232,10 @@ class ParquetTable:
     def _batches(self, convs):
         """``(group, batch, keys, values)`` of each batch: its keys, and the
         cells of each column (converted by ``convs``); a :class:`BadInput`
-        naming the row group when one cannot be read."""
+        naming the row group when one cannot be read.  The row groups are
+        decoded a batch ahead in a thread (pyarrow releases the GIL while it
+        decodes), so converting and writing a batch overlaps reading the next."""
+        from ..runtime.readahead import read_ahead
         from .create import format_key
 
         pa = self.pa
@@ -240,12 +243,32 @@ class ParquetTable:
         keyconv = _converter(pa, self.schema.field(self.key.index).type, self.key, self.name) if self.key else None
         names = ([self.key.name] if self.key else []) + [c.name for c in cols]
         row = 0
+        for group, batch in read_ahead(self._arrow_batches(names)):
+            if batch is None:
+                nrows = self.meta.row_group(group).num_rows
+                values = []
+            else:
+                nrows = batch.num_rows
+                values = [conv(batch.column(c.name), row) for c, conv in zip(cols, convs)]
+            if keyconv is None:
+                keys = [format_key(self.key_format, i) for i in range(row, row + nrows)]
+            else:
+                keys = keyconv(batch.column(self.key.name), row)
+            yield group, batch, keys, values
+            row += nrows
+
+    def _arrow_batches(self, names):
+        """``(group, batch)`` of each Arrow batch of the columns ``names``
+        (``batch`` None for a row group's rows when no column is read)."""
+        pa = self.pa
+        row = 0
         for group in range(self.meta.num_row_groups):
+            if not names:  # no column to read: the rows still count
+                if self.meta.row_group(group).num_rows:
+                    yield group, None
+                continue
             batches = self.file.iter_batches(batch_size=self.batch_rows(group), row_groups=[group],
-                                             columns=names, use_threads=False) if names else None
-            if batches is None:  # no column to read: the rows still count
-                n = self.meta.row_group(group).num_rows
-                batches = iter([None] * (1 if n else 0))
+                                             columns=names, use_threads=False)
             while True:
                 try:
                     batch = next(batches)
@@ -254,18 +277,8 @@ class ParquetTable:
                 except (OSError, pa.ArrowException, ValueError) as e:
                     raise BadInput(f"{self.name}: row group {group} (from row {row}): cannot read it: "
                                    f"{_arrow_text(e)}") from None
-                if batch is None:
-                    nrows = self.meta.row_group(group).num_rows
-                    values = []
-                else:
-                    nrows = batch.num_rows
-                    values = [conv(batch.column(c.name), row) for c, conv in zip(cols, convs)]
-                if keyconv is None:
-                    keys = [format_key(self.key_format, i) for i in range(row, row + nrows)]
-                else:
-                    keys = keyconv(batch.column(self.key.name), row)
-                yield group, batch, keys, values
-                row += nrows
+                yield group, batch
+                row += batch.num_rows
 
     def _refuse_key(self, row, key, last_key):
         """Raise the error of a key that is not a sample's (or pass a good one

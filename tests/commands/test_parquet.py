@@ -287,6 +287,26 @@ def test_damaged_table_is_one_line(sh, tmp_path, damage):
     assert not (tmp_path / "out.tar").exists()
 
 
+def test_a_damaged_later_row_group_is_named_and_nothing_is_committed(sh, tmp_path):
+    """Row groups are decoded a batch ahead in a thread: the error of group 6
+    still comes as one line naming it, after the groups before it were read."""
+    write_table(tmp_path / "t.parquet", {"__key__": [f"k{i:03d}" for i in range(100)],
+                                         "bin": [bytes([i]) * 4000 for i in range(100)]},
+                row_group_size=10, compression="none", use_dictionary=False)
+    meta = pq.ParquetFile(tmp_path / "t.parquet").metadata
+    col = meta.row_group(6).column(1)
+    data = bytearray((tmp_path / "t.parquet").read_bytes())
+    for i in range(col.data_page_offset, col.data_page_offset + 40):
+        data[i] ^= 0xFF  # (the page header of group 6's cells)
+    (tmp_path / "bad.parquet").write_bytes(bytes(data))
+    p = sh("tarcreate bad.parquet -o out.tar", ok=False)
+    line = one_line(p)
+    assert p.returncode == 2 and "bad.parquet: row group 6 (from row 60)" in line, line
+    assert not (tmp_path / "out.tar").exists()
+    p = sh("tarcreate bad.parquet | tar tf - 2>/dev/null | wc -l", ok=False)  # the groups before it streamed
+    assert int(p.stdout) == 60, p.stdout
+
+
 @pytest.mark.parametrize("keys, expect", [
     (["a", "a"], "key of the row before"),
     (["a", None], "null"),

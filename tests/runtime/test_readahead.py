@@ -1,0 +1,110 @@
+"""runtime/readahead.read_ahead: order, errors at their item, the bound on
+items read ahead, the thread stopped on close and on Ctrl-C, the switch
+interval put back, a forked child's copy refused."""
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import pytest
+
+from tarproc.runtime.readahead import SWITCH_INTERVAL, ForkedReadAhead, read_ahead
+
+
+def readers():
+    return [t for t in threading.enumerate() if t.name == "tarproc-readahead"]
+
+
+def test_items_in_order_and_an_error_at_its_item():
+    def items():
+        yield from range(5)
+        raise ValueError("row group 5 is damaged")
+
+    got = []
+    with pytest.raises(ValueError, match="row group 5"):
+        for x in read_ahead(items()):
+            got.append(x)
+    assert got == [0, 1, 2, 3, 4]
+    assert not readers()
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_never_more_than_depth_ahead(depth):
+    made = []
+
+    def items():
+        for i in range(50):
+            made.append(i)
+            yield i
+
+    for x in read_ahead(items(), depth=depth):
+        time.sleep(0.002)  # (a slow consumer: the reader runs into the bound)
+        # read: the items handed out, up to depth in the queue, one being put
+        assert len(made) <= x + 1 + depth + 1, (x, len(made))
+    assert made == list(range(50))
+
+
+def test_close_early_stops_the_thread_and_puts_the_switch_interval_back():
+    before = sys.getswitchinterval()
+    gen = read_ahead(iter(range(10 ** 9)))
+    assert next(gen) == 0
+    assert sys.getswitchinterval() == pytest.approx(min(before, SWITCH_INTERVAL))
+    gen.close()
+    assert not readers()
+    assert sys.getswitchinterval() == before
+
+
+def test_two_at_once_from_threads_put_the_interval_back_once_both_end():
+    before = sys.getswitchinterval()
+    a = read_ahead(iter(range(100)))
+    next(a)
+    out = []
+    t = threading.Thread(target=lambda: out.append(sum(read_ahead(iter(range(1000))))))
+    t.start()
+    t.join()
+    assert out == [sum(range(1000))]
+    assert sys.getswitchinterval() == pytest.approx(min(before, SWITCH_INTERVAL))  # a still runs
+    assert list(a) == list(range(1, 100))
+    assert sys.getswitchinterval() == before
+
+
+def test_ctrl_c_while_waiting_stops_the_reader():
+    release = threading.Event()
+
+    def items():
+        yield 1
+        release.wait(5)  # a read that takes long
+        yield 2
+
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    gen = read_ahead(items())
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            for x in gen:
+                assert x == 1
+                time.sleep(2)  # interrupted here or in the wait for item 2
+    finally:
+        release.set()
+        timer.cancel()
+    gen.close()
+    assert not readers()
+
+
+def test_a_forked_child_cannot_go_on_reading():
+    gen = read_ahead(iter(range(100)))
+    assert next(gen) == 0
+    pid = os.fork()
+    if pid == 0:  # the child: its copy has no reader thread
+        try:
+            next(gen)
+        except ForkedReadAhead:
+            os._exit(7)
+        except BaseException:
+            os._exit(8)
+        os._exit(9)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 7
+    assert list(gen) == list(range(1, 100))  # the parent's read goes on
