@@ -62,6 +62,9 @@ def main():
             kept = sections(f.read())
     except OSError:
         kept = {}
+    # the byte code as installed (PYTHONDONTWRITEBYTECODE leaves edited modules compiled at every start)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", os.path.join(os.path.dirname(HERE), "tarproc")],
+                   stdout=subprocess.DEVNULL, check=True)
     failed = []
     for script in scripts(args.names):
         name = os.path.basename(script)
