@@ -22,6 +22,7 @@ from ..core.limits import quote
 from ..core.rules import is_meta
 from ..errors import BadInput, BadSample, UsageError
 from ..sources.parquet import need_pyarrow
+from ..runtime.overlap import WriteBehind
 from .output import ClosesOnSuccess
 
 #: Rows and bytes of cells of one row group written.
@@ -124,6 +125,7 @@ class TableWriter(ClosesOnSuccess):
         self.written = 0
         self.found = set()  # columns with a value in some sample
         self.sink = open_sink(output, compression=None, settings=settings)
+        self.behind = WriteBehind("tarproc-parquet-writer")
 
     # -- the schema, from the first samples
 
@@ -253,7 +255,8 @@ class TableWriter(ClosesOnSuccess):
         pa = self.pa
         cols = list(zip(*self.rows))
         arrays = [_array(pa, col, f.type) for col, f in zip(cols, self.schema)]
-        self.writer.write_table(pa.Table.from_arrays(arrays, schema=self.schema), row_group_size=len(self.rows))
+        # (encoded and written in a thread while the next row group is gathered: pyarrow releases the GIL)
+        self.behind.call(self.writer.write_table, pa.Table.from_arrays(arrays, schema=self.schema), len(self.rows))
         self.written += len(self.rows)
         self.rows = []
         self.bytes = 0
@@ -264,10 +267,13 @@ class TableWriter(ClosesOnSuccess):
         if self.writer is None:
             self._fix_schema()
         self._flush()
+        self.behind.finish()
+        self.behind.close()
         self.writer.close()
         self.sink.close()
 
     def abort(self):
+        self.behind.close()  # (the row group being written is finished first: the sink has one writer at a time)
         if self.writer is not None:
             self.file.sink = None
         self.sink.abort()

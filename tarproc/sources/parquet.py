@@ -235,7 +235,7 @@ class ParquetTable:
         naming the row group when one cannot be read.  The row groups are
         decoded a batch ahead in a thread (pyarrow releases the GIL while it
         decodes), so converting and writing a batch overlaps reading the next."""
-        from ..runtime.readahead import read_ahead
+        from ..runtime.overlap import read_ahead
         from .create import format_key
 
         pa = self.pa

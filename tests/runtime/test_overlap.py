@@ -1,6 +1,7 @@
-"""runtime/readahead.read_ahead: order, errors at their item, the bound on
-items read ahead, the thread stopped on close and on Ctrl-C, the switch
-interval put back, a forked child's copy refused."""
+"""runtime/overlap: read_ahead (order, errors at their item, the bound on
+items read ahead, the thread stopped on close and on Ctrl-C, a forked
+child's copy refused) and WriteBehind (order, one call at a time, the first
+error raised once, the rest dropped); the switch interval put back."""
 
 import os
 import signal
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-from tarproc.runtime.readahead import SWITCH_INTERVAL, ForkedReadAhead, read_ahead
+from tarproc.runtime.overlap import SWITCH_INTERVAL, ForkedCopy, WriteBehind, read_ahead
 
 
 def readers():
@@ -100,7 +101,7 @@ def test_a_forked_child_cannot_go_on_reading():
     if pid == 0:  # the child: its copy has no reader thread
         try:
             next(gen)
-        except ForkedReadAhead:
+        except ForkedCopy:
             os._exit(7)
         except BaseException:
             os._exit(8)
@@ -108,3 +109,82 @@ def test_a_forked_child_cannot_go_on_reading():
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 7
     assert list(gen) == list(range(1, 100))  # the parent's read goes on
+
+
+def test_write_behind_runs_calls_in_order_one_at_a_time():
+    before = sys.getswitchinterval()
+    done, running = [], []
+
+    def write(i):
+        running.append(i)
+        assert len(running) == 1  # never two at once
+        time.sleep(0.01)
+        done.append(i)
+        running.pop()
+
+    with WriteBehind() as behind:
+        for i in range(10):
+            behind.call(write, i)
+            assert len(done) >= i  # the call before the one just handed over has returned
+        assert sys.getswitchinterval() == pytest.approx(min(before, SWITCH_INTERVAL))
+        behind.finish()
+        assert done == list(range(10))
+    assert sys.getswitchinterval() == before
+    assert not [t for t in threading.enumerate() if t.name == "tarproc-writebehind"]
+
+
+def test_write_behind_raises_the_first_error_once_and_drops_the_rest():
+    done = []
+
+    def write(i):
+        if i == 2:
+            raise OSError(28, "No space left on device")
+        done.append(i)
+
+    behind = WriteBehind()
+    with pytest.raises(OSError, match="No space"):
+        for i in range(10):
+            behind.call(write, i)
+        behind.finish()
+    behind.close()
+    assert done == [0, 1]
+    # an error in the last call comes from finish
+    behind = WriteBehind()
+    behind.call(write, 1)
+    behind.call(write, 2)
+    with pytest.raises(OSError):
+        behind.finish()
+    behind.close()
+
+
+def test_write_behind_close_waits_for_the_running_call_and_drops_the_waiting():
+    started, done = threading.Event(), []
+
+    def write(i):
+        started.set()
+        time.sleep(0.1)
+        done.append(i)
+
+    behind = WriteBehind()
+    behind.call(write, 0)
+    started.wait(5)
+    behind.close()  # (aborting: a sink is closed right after)
+    assert done == [0]
+
+
+def test_write_behind_in_a_forked_child_is_refused():
+    behind = WriteBehind()
+    behind.call(lambda: None)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            behind.call(lambda: None)
+        except ForkedCopy:
+            os._exit(7)
+        except BaseException:
+            os._exit(8)
+        os._exit(9)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 7
+    behind.finish()
+    behind.close()
