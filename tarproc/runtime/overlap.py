@@ -40,6 +40,19 @@ def _restore_switch():
             sys.setswitchinterval(_active[1])
 
 
+class short_switch:
+    """``with short_switch():`` around a thread's work that overlaps another
+    thread's Python work (a decoder thread): the switch interval is at most
+    :data:`SWITCH_INTERVAL` until the last such block ends."""
+
+    def __enter__(self):
+        _lower_switch()
+        return self
+
+    def __exit__(self, *exc):
+        _restore_switch()
+
+
 class ForkedCopy(RuntimeError):
     """A copy in a forked child: the thread is in the parent."""
 

@@ -188,3 +188,34 @@ def test_write_behind_in_a_forked_child_is_refused():
     assert os.waitstatus_to_exitcode(status) == 7
     behind.finish()
     behind.close()
+
+
+def test_a_decoder_thread_runs_with_the_short_switch_interval(tmp_path):
+    """gzip decoded in a thread beside the parser (a file under 1 MiB): the
+    interval is short while it runs and put back once the input is read."""
+    import gzip
+    import io
+    import tarfile
+
+    import tarproc
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for i in range(200):
+            info = tarfile.TarInfo(f"s{i:03d}.txt")
+            info.size = 1000
+            t.addfile(info, io.BytesIO(b"x" * 1000))
+    (tmp_path / "a.tar.gz").write_bytes(gzip.compress(buf.getvalue()))
+    before = sys.getswitchinterval()
+    seen = set()
+    n = 0
+    for sample in tarproc.iter_samples(str(tmp_path / "a.tar.gz")):
+        seen.add(round(sys.getswitchinterval(), 9))
+        n += 1
+    assert n == 200
+    assert round(min(before, SWITCH_INTERVAL), 9) in seen
+    for _ in range(100):  # (the decoder thread ends just after its last chunk)
+        if sys.getswitchinterval() == before:
+            break
+        time.sleep(0.01)
+    assert sys.getswitchinterval() == before
