@@ -111,7 +111,7 @@ FILE_PROGRAM_FROM = 1 << 20
 #: incompressible blocks costs next to nothing, so a program saves no CPU and
 #: adds its start and a pipe hop per file (15 gzipped shards of JPEGs,
 #: ``bench/bench_core.py --gzip``: 2.14x ``tar -xzOf``'s time with a program
-#: per shard, 0.80-0.92x in the thread; bench/RESULTS.md).
+#: per shard, 0.68x in the thread; bench/RESULTS.md).
 PROGRAM_MIN_RATIO = 1.5
 PROBE_BYTES = 256 << 10
 #: Words in a decoder's message that say its input ended too early.
