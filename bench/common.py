@@ -64,16 +64,23 @@ def run_once(cmd, env=None):
 
 def compare(cmds, repeat=3, warm_paths=()):
     """Time several commands in turns (a, b, c, a, b, c, ...); returns
-    ``{name: {"median": s, "runs": [...], "peak_mb": mb}}``."""
-    results = {name: {"runs": [], "peak_mb": 0.0} for name in cmds}
+    ``{name: {"median": s, "runs": [...], "peak_mb": mb, "cpu": s}}``
+    (``cpu``: the median user + system seconds of the command's processes)."""
+    import resource
+
+    results = {name: {"runs": [], "peak_mb": 0.0, "cpus": []} for name in cmds}
     for _ in range(repeat):
         for name, cmd in cmds.items():
             warm(*warm_paths)
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             dt, mb = run_once(cmd)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
             results[name]["runs"].append(dt)
+            results[name]["cpus"].append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
             results[name]["peak_mb"] = max(results[name]["peak_mb"], mb)
     for r in results.values():
         r["median"] = statistics.median(r["runs"])
+        r["cpu"] = statistics.median(r["cpus"])
     return results
 
 
