@@ -35,9 +35,24 @@ def _lower_switch():
 
 def _restore_switch():
     with _lock:
-        _active[0] -= 1
-        if _active[0] == 0:
-            sys.setswitchinterval(_active[1])
+        if _active[0] > 0:  # (0 in a forked child, which put the interval back at the fork)
+            _active[0] -= 1
+            if _active[0] == 0:
+                sys.setswitchinterval(_active[1])
+
+
+def _in_child():
+    """A forked child has none of the threads: its own lock, the interval
+    as it was before them."""
+    global _lock
+    _lock = threading.Lock()
+    if _active[0]:
+        sys.setswitchinterval(_active[1])
+    _active[0] = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_in_child)
 
 
 class short_switch:

@@ -111,6 +111,27 @@ def test_a_forked_child_cannot_go_on_reading():
     assert list(gen) == list(range(1, 100))  # the parent's read goes on
 
 
+def test_a_forked_child_has_the_interval_as_before_and_its_own_lock():
+    from tarproc.runtime import overlap
+
+    before = sys.getswitchinterval()
+    gen = read_ahead(iter(range(100)))
+    next(gen)
+    with overlap._lock:  # (held by another thread at the fork)
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(10)  # (a child stuck on the lock dies, and the test fails, instead of hanging)
+            ok = sys.getswitchinterval() == before
+            with overlap.short_switch():  # (would wait forever on the parent's held lock)
+                ok = ok and sys.getswitchinterval() < before
+            ok = ok and sys.getswitchinterval() == before
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    gen.close()
+    assert sys.getswitchinterval() == before
+
+
 def test_write_behind_runs_calls_in_order_one_at_a_time():
     before = sys.getswitchinterval()
     done, running = [], []
