@@ -14,6 +14,21 @@ import pytest
 from tarproc.runtime.overlap import SWITCH_INTERVAL, ForkedCopy, WriteBehind, read_ahead
 
 
+def refused_in_child(fn):
+    """Whether ``fn()`` raises ForkedCopy in a forked child."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            fn()
+        except ForkedCopy:
+            os._exit(7)
+        except BaseException:
+            os._exit(8)
+        os._exit(9)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 7
+
+
 def readers():
     return [t for t in threading.enumerate() if t.name == "tarproc-readahead"]
 
@@ -97,17 +112,7 @@ def test_ctrl_c_while_waiting_stops_the_reader():
 def test_a_forked_child_cannot_go_on_reading():
     gen = read_ahead(iter(range(100)))
     assert next(gen) == 0
-    pid = os.fork()
-    if pid == 0:  # the child: its copy has no reader thread
-        try:
-            next(gen)
-        except ForkedCopy:
-            os._exit(7)
-        except BaseException:
-            os._exit(8)
-        os._exit(9)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 7
+    assert refused_in_child(lambda: next(gen))  # (its copy has no reader thread)
     assert list(gen) == list(range(1, 100))  # the parent's read goes on
 
 
@@ -196,17 +201,7 @@ def test_write_behind_close_waits_for_the_running_call_and_drops_the_waiting():
 def test_write_behind_in_a_forked_child_is_refused():
     behind = WriteBehind()
     behind.call(lambda: None)
-    pid = os.fork()
-    if pid == 0:
-        try:
-            behind.call(lambda: None)
-        except ForkedCopy:
-            os._exit(7)
-        except BaseException:
-            os._exit(8)
-        os._exit(9)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 7
+    assert refused_in_child(lambda: behind.call(lambda: None))
     behind.finish()
     behind.close()
 
