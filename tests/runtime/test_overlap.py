@@ -208,7 +208,9 @@ def test_write_behind_in_a_forked_child_is_refused():
 
 def test_a_decoder_thread_runs_with_the_short_switch_interval(tmp_path):
     """gzip decoded in a thread beside the parser (a file under 1 MiB): the
-    interval is short while it runs and put back once the input is read."""
+    interval is short while it runs and put back once the input is read.
+    (16 MB decoded: more than the thread's queue holds, so it is still
+    running while the first samples are read.)"""
     import gzip
     import io
     import tarfile
@@ -219,8 +221,8 @@ def test_a_decoder_thread_runs_with_the_short_switch_interval(tmp_path):
     with tarfile.open(fileobj=buf, mode="w") as t:
         for i in range(200):
             info = tarfile.TarInfo(f"s{i:03d}.txt")
-            info.size = 1000
-            t.addfile(info, io.BytesIO(b"x" * 1000))
+            info.size = 80_000
+            t.addfile(info, io.BytesIO(b"x" * 80_000))
     (tmp_path / "a.tar.gz").write_bytes(gzip.compress(buf.getvalue()))
     before = sys.getswitchinterval()
     seen = set()
