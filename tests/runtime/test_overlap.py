@@ -95,13 +95,13 @@ def test_ctrl_c_while_waiting_stops_the_reader():
         yield 2
 
     timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
     gen = read_ahead(items())
     try:
         with pytest.raises(KeyboardInterrupt):
             for x in gen:
                 assert x == 1
-                time.sleep(2)  # interrupted here or in the wait for item 2
+                timer.start()
+                time.sleep(5)  # interrupted here
     finally:
         release.set()
         timer.cancel()
