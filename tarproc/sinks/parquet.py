@@ -56,15 +56,7 @@ def table_to_tar(table, output="-", group_size=None, settings=None, stats=None):
         order = sorted(range(len(table.columns)), key=lambda i: table.columns[i].field)
         suffixes = ["." + table.columns[i].field for i in order]
         for keys, values in table.batches():  # a batch's members in one gathered write
-            names, datas = [], []
-            cols = [(suffix, values[i]) for i, suffix in zip(order, suffixes)]
-            for r, key in enumerate(keys):
-                for suffix, col in cols:
-                    v = col[r]
-                    if v is not None:
-                        names.append(key + suffix)
-                        datas.append(v)
-            tar.write_members(names, datas)
+            tar.write_rows(keys, suffixes, [values[i] for i in order])
             n += len(keys)
         tar.close()
     if stats is not None:

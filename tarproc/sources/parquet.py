@@ -209,14 +209,17 @@ class ParquetTable:
         row = 0
         last_key = None
         for group, batch, keys, values in self._batches(convs):
-            for i, key in enumerate(keys):
-                if (type(key) is not str or not key or key == last_key or key[0] == "/" or ".." in key
-                        or not key.isprintable() or len(key) > 4096 or key[-1] == "/"
-                        or "." in key[key.rfind("/") + 1:]):
-                    self._refuse_key(row + i, key, last_key)  # (the common key passes the line above)
-                last_key = key
-                for k in fetch:
-                    values[k][i] = self._fetched(row + i, cols[k], values[k][i])
+            if fetch or not _plain_keys(keys, last_key):
+                for i, key in enumerate(keys):
+                    if (type(key) is not str or not key or key == last_key or key[0] == "/" or ".." in key
+                            or not key.isprintable() or len(key) > 4096 or key[-1] == "/"
+                            or "." in key[key.rfind("/") + 1:]):
+                        self._refuse_key(row + i, key, last_key)  # (the common key passes the line above)
+                    last_key = key
+                    for k in fetch:
+                        values[k][i] = self._fetched(row + i, cols[k], values[k][i])
+            elif keys:
+                last_key = keys[-1]
             row += len(keys)
             yield keys, values
 
@@ -347,6 +350,19 @@ class ParquetTable:
             raise BadInput(f"{where}: column {quote(col.name)}: {e}") from None
         except OSError as e:
             raise BadInput(f"{where}: column {quote(col.name)}: cannot read {quote(url)}: {e.strerror or e}") from None
+
+
+def _plain_keys(keys, last_key):
+    """Whether a batch's keys all pass the sample rule's quick test at
+    once (C loops over the batch): strings, none empty, none repeating the
+    one before, printable, no dot at all, no ``/`` at either end, at most
+    4096 characters.  False sends the batch to the test key by key."""
+    if not keys or set(map(type, keys)) != {str} or keys[0] == last_key:
+        return not keys
+    joined = "\n".join(keys)
+    return (min(map(len, keys)) > 0 and max(map(len, keys)) <= 4096 and "." not in joined
+            and "".join(keys).isprintable() and joined[0] != "/" and joined[-1] != "/"
+            and "\n/" not in joined and "/\n" not in joined and not any(map(str.__eq__, keys, keys[1:])))
 
 
 def _arrow_text(e):

@@ -88,6 +88,67 @@ def test_gathered_members_are_the_bytes_of_one_by_one(tmp_path):
     os.close(fd)
 
 
+def _rows_cases():
+    from hypothesis import strategies as st
+
+    key = st.text(alphabet="abz09/_-\u00e9\udcff", min_size=1, max_size=40)
+    suffix = st.text(alphabet="abcxyz_", min_size=1, max_size=70).map(lambda s: "." + s)
+    cell = st.one_of(st.none(), st.sampled_from([0, 1, 511, 512, 513, 2000]).map(lambda n: b"q" * n),
+                     st.binary(max_size=1100), st.binary(max_size=600).map(memoryview),
+                     st.binary(max_size=600).map(bytearray))
+
+    @st.composite
+    def cases(draw):
+        width = draw(st.integers(1, 40))
+        same = draw(st.booleans())  # keys of one length (the numpy path) or not (the fallback)
+        n = draw(st.integers(0, 30))
+        keys = [draw(key.map(lambda k: (k * 40)[:width])) if same else draw(key) for _ in range(n)]
+        suffixes = sorted(set(draw(st.lists(suffix, min_size=1, max_size=4))))
+        return keys, suffixes, [[draw(cell) for _ in keys] for _ in suffixes]
+    return cases()
+
+
+def test_rows_are_the_bytes_of_their_members():
+    """write_rows (a Parquet batch: headers made with numpy, the data
+    gathered) writes the bytes write_members writes for the same names and
+    data, whatever the keys, suffixes, cells and nulls, in chunks of any
+    size, to a plain stream and to a Sink."""
+    from hypothesis import given, settings
+
+    @settings(max_examples=300, deadline=None)
+    @given(_rows_cases(), st_chunk())
+    def check(case, chunk):
+        keys, suffixes, columns = case
+        names, datas = [], []
+        for r, k in enumerate(keys):
+            for s, col in zip(suffixes, columns):
+                if col[r] is not None:
+                    names.append(k + s)
+                    datas.append(col[r])
+        want = io.BytesIO()
+        w = TarWriter(want)
+        w.write_members(names, datas)
+        got = io.BytesIO()
+        g = TarWriter(got)
+        old = tario.ROWS_MEMBERS
+        tario.ROWS_MEMBERS = chunk
+        try:
+            g.write_rows(keys, suffixes, columns)
+        finally:
+            tario.ROWS_MEMBERS = old
+        assert got.getvalue() == want.getvalue()
+        assert (g.members_written, g.bytes_written) == (w.members_written, w.bytes_written) == (len(names),
+                                                                                               len(want.getvalue()))
+
+    check()
+
+
+def st_chunk():
+    from hypothesis import strategies as st
+
+    return st.sampled_from([1, 3, 16384])
+
+
 def test_gathered_writes_of_more_pieces_than_one_writev_takes():
     """writev_all: 3,000 pieces (three writev calls) into a pipe read by a
     thread arrive whole and in order."""
