@@ -111,9 +111,9 @@ def main(args, prog="tarcreate"):
         refuse_reading_stdout([args.plan])
         refuse_overwriting_inputs([args.output], [args.plan], "the plan")
     items = read_plan(args.plan, args.plan_format, args.delim, args.key, args.dir,
-                      max_plan=args.settings.max_plan)
+                      max_plan=args.settings.max_plan, warn=rep.warn)
     if not items:
-        rep.info("the plan makes no members (writing an empty archive)")
+        rep.warn("the plan makes no members: the archive is empty")
     n = write_plan(items, args.output, args.dir, group_size=group_size_of(args), settings=args.settings,
                    on_item=(lambda item, size: rep.info(f"{item.name} ({size} bytes) from {item.where}"))
                    if args.verbose else None)
@@ -158,6 +158,8 @@ def parquet_main(args, rep):
         n = table_to_tar(table, args.output, group_size_of(args), args.settings)
     finally:
         table.close()
+    if not n:
+        rep.warn(f"{table.name}: no sample: the archive is empty")
     rep.info(f"{n} samples written")
     return 0
 

@@ -42,26 +42,50 @@ def table_to_tar(table, output="-", group_size=None, settings=None, stats=None):
     from ..core.tario import TarWriter
 
     n = 0
+    empty = []  # (row, key) of the rows with no field: no sample
     with open_sink(output, group_size=group_size, settings=settings) as sink:
         if sink.grouped:  # groups cut where samples start: the general writer
             writer = SampleWriter(sink, stats)
-            for sample in table:
+            for row, sample in enumerate(table):
+                if len(sample) == 1:
+                    empty.append((row, sample["__key__"]))
+                    continue
                 writer.write(sample)
                 n += 1
             writer.close()
+            _said(table, empty)
             return n
         # the table checked keys (the sample rule, no key twice in a row) and column names as it read
         # them: members straight to the tar writer, fields in sorted order as SampleWriter writes them
         tar = TarWriter(sink)
         order = sorted(range(len(table.columns)), key=lambda i: table.columns[i].field)
         suffixes = ["." + table.columns[i].field for i in order]
+        row = 0
         for keys, values in table.batches():  # a batch's members in one gathered write
-            tar.write_rows(keys, suffixes, [values[i] for i in order])
-            n += len(keys)
+            cols = [values[i] for i in order]
+            tar.write_rows(keys, suffixes, cols)
+            if not cols:  # (a table of keys alone)
+                empty += [(row + r, key) for r, key in enumerate(keys)]
+            elif all(None in col for col in cols):  # (else no row lacks every field)
+                empty += [(row + r, key) for r, (key, cells) in enumerate(zip(keys, zip(*cols)))
+                          if cells.count(None) == len(cells)]
+            row += len(keys)
+        n = row - len(empty)
         tar.close()
+    _said(table, empty)
     if stats is not None:
         stats.written += n
     return n
+
+
+def _said(table, empty):
+    """Rows with no field make no sample: the table's ``warn`` hears it."""
+    if empty and getattr(table, "warn", None) is not None:
+        from ..sources.create import no_field_rows
+
+        row, key = empty[0]
+        table.warn(f"{table.name}: {no_field_rows(len(empty))}, no sample is written for "
+                   f"{'it' if len(empty) == 1 else 'them'} (the first: row {row}, key {key!r})")
 
 
 class _SinkFile:

@@ -138,8 +138,10 @@ def _check_name(where, name):
         raise BadInput(f"{where}: refusing {why}")
 
 
-def parse_table(text, name, delim=None, key_format="{index:09d}", basedir=None):
-    """The :class:`PlanItem` list of a TSV/CSV plan (see the module doc)."""
+def parse_table(text, name, delim=None, key_format="{index:09d}", basedir=None, warn=None):
+    """The :class:`PlanItem` list of a TSV/CSV plan (see the module doc);
+    rows whose every cell is empty make no member, which ``warn`` hears
+    of (one line: their count, the first)."""
     import csv
 
     import io
@@ -168,6 +170,7 @@ def parse_table(text, name, delim=None, key_format="{index:09d}", basedir=None):
     order = sorted(range(len(header)), key=lambda i: fields[i])
     items = []
     index = 0
+    empty = []  # (line, key) of rows with no field
     for row in reader:
         where = f"{name}:{reader.line_num}"
         if not row or (len(row) == 1 and not row[0].strip()):
@@ -185,6 +188,8 @@ def parse_table(text, name, delim=None, key_format="{index:09d}", basedir=None):
         if "." in base or key.endswith("/"):
             raise BadInput(f"{where}: key {key!r} has a dot in its file name or ends in '/'")
         index += 1
+        if warn is not None and all(v == "" for f, v in zip(fields, row) if f != "__key__"):
+            empty.append((where, key))
         for i in order:
             h, field, value = header[i], fields[i], row[i]
             if field == "__key__" or value == "":
@@ -197,7 +202,16 @@ def parse_table(text, name, delim=None, key_format="{index:09d}", basedir=None):
                 items.append(PlanItem(where, member, "file", path))
             else:
                 items.append(PlanItem(where, member, "text", value))
+    if empty:
+        where, key = empty[0]
+        warn(f"{name}: {no_field_rows(len(empty))}, nothing is written for "
+             f"{'it' if len(empty) == 1 else 'them'} (the first: {where}, key {key!r})")
     return items
+
+
+def no_field_rows(n):
+    """The words for ``n`` rows of a table that make no member."""
+    return f"{n} row{'s' * (n != 1)} of the table {'have' if n != 1 else 'has'} no field (every cell empty or null)"
 
 
 def parse_lines(text, name, basedir=None):
@@ -235,11 +249,12 @@ def parse_lines(text, name, basedir=None):
 MAX_PLAN = 256 << 20
 
 
-def read_plan(path, fmt="auto", delim=None, key_format="{index:09d}", basedir=None, max_plan=MAX_PLAN):
+def read_plan(path, fmt="auto", delim=None, key_format="{index:09d}", basedir=None, max_plan=MAX_PLAN,
+              warn=None):
     """Read and check a plan file (``-`` for stdin); returns the list of
     :class:`PlanItem`.  Every problem is a :class:`BadInput` naming the
     plan line; nothing is written here.  A plan of more than ``max_plan``
-    bytes is refused."""
+    bytes is refused; ``warn`` hears of table rows that make no member."""
     import sys
 
     name = "stdin" if path == "-" else path
@@ -264,7 +279,7 @@ def read_plan(path, fmt="auto", delim=None, key_format="{index:09d}", basedir=No
     if fmt == "auto":
         fmt = detect_format(plan_lines(text[:1 << 20])[:50], path if path != "-" else "", delim)
     if fmt == "table":
-        items = parse_table(text, name, delim, key_format, basedir)
+        items = parse_table(text, name, delim, key_format, basedir, warn)
     elif fmt == "lines":
         items = parse_lines(text, name, basedir)
     else:

@@ -287,6 +287,35 @@ def test_damaged_table_is_one_line(sh, tmp_path, damage):
     assert not (tmp_path / "out.tar").exists()
 
 
+@pytest.mark.parametrize("grouped", [False, True])
+def test_rows_without_a_field_and_empty_tables_are_said(sh, tmp_path, grouped):
+    """A row whose every cell is null makes no sample (one warning: the count
+    and the first), in the gathered writer and the grouped one alike; a table
+    of keys alone or of no rows gives an empty archive, said."""
+    out = "-o out.tar.gz --group-size 1MB" if grouped else "-o out.tar"
+    read = (lambda: samples_of(subprocess.run(["gzip", "-dc", str(tmp_path / "out.tar.gz")],
+                                              capture_output=True, check=True).stdout)) if grouped else \
+        (lambda: samples_of((tmp_path / "out.tar").read_bytes()))
+    write_table(tmp_path / "t.parquet", {"__key__": ["a", "b", "c", "d"],
+                                         "x": pa.array([b"1", None, None, b"2"]),
+                                         "y": pa.array([None, None, "q", None])}, row_group_size=2)
+    p = sh(f"tarcreate t.parquet {out}", stderr_ok=True)
+    assert p.stderr.decode().splitlines() == [
+        "tarcreate: warning: t.parquet: 1 row of the table has no field (every cell empty or null), no sample is "
+        "written for it (the first: row 1, key 'b')"]
+    assert read() == {"a": {"x": b"1"}, "c": {"y": b"q"}, "d": {"x": b"2"}}
+    write_table(tmp_path / "t.parquet", {"__key__": ["a", "b"]})
+    p = sh(f"tarcreate t.parquet {out}", stderr_ok=True)
+    assert p.stderr.decode().splitlines() == [
+        "tarcreate: warning: t.parquet: 2 rows of the table have no field (every cell empty or null), no sample is "
+        "written for them (the first: row 0, key 'a')",
+        "tarcreate: warning: t.parquet: no sample: the archive is empty"]
+    assert read() == {}
+    write_table(tmp_path / "t.parquet", {"__key__": pa.array([], pa.string()), "x": pa.array([], pa.binary())})
+    p = sh(f"tarcreate t.parquet {out}", stderr_ok=True)
+    assert one_line(p) == "tarcreate: warning: t.parquet: no sample: the archive is empty"
+
+
 def test_a_damaged_later_row_group_is_named_and_nothing_is_committed(sh, tmp_path):
     """Row groups are decoded a batch ahead in a thread: the error of group 6
     still comes as one line naming it, after the groups before it were read."""
@@ -405,9 +434,10 @@ def test_key_and_json_columns_blobs_empty_input_and_a_closed_pipe(sh, tmp_path):
     sh("tar2tsv --format parquet --blob-threshold 1MiB in.tar -o all.parquet")
     assert sh("tarcreate all.parquet | cmp - in.tar").returncode == 0
     # no samples: a table of no rows, and back an empty tar
-    sh("tarcreate --plan-format lines /dev/null -o empty.tar && tar2tsv --format parquet empty.tar -o e.parquet")
+    sh("tarcreate -q --plan-format lines /dev/null -o empty.tar && tar2tsv --format parquet empty.tar -o e.parquet")
     assert pq.read_table(tmp_path / "e.parquet").num_rows == 0
-    assert sh("tarcreate e.parquet").stdout == bytes(1024)
+    p = sh("tarcreate e.parquet", stderr_ok=True)
+    assert p.stdout == bytes(1024) and one_line(p) == "tarcreate: warning: e.parquet: no sample: the archive is empty"
     # a reader that closes early ends the command quietly
     p = sh("tar2tsv --format parquet in.tar | head -c 100 | wc -c; echo ${PIPESTATUS[0]}")
     assert p.stdout.split() == [b"100", b"141"] and p.stderr == b""

@@ -58,6 +58,23 @@ def test_csv_keys_dir_and_alias(sh, tmp_path):
     assert samples_of(data) == {"000000000": {"jpg": images[1], "cls": b"7"}}
 
 
+def test_rows_without_a_field_and_an_empty_plan_are_said(sh, tmp_path):
+    """A row whose cells are all empty makes no sample: one warning with
+    their count and the first; a plan of no members says the archive is
+    empty."""
+    (tmp_path / "plan.tsv").write_text("__key__\tcls\ttxt\na\t1\t\nb\t\t\nc\t\t\nd\t\tx\n")
+    p = sh("tarcreate plan.tsv -o out.tar", stderr_ok=True)
+    assert p.stderr.decode().splitlines() == [
+        "tarcreate: warning: plan.tsv: 2 rows of the table have no field (every cell empty or null), nothing is "
+        "written for them (the first: plan.tsv:3, key 'b')"]
+    assert list(samples_of((tmp_path / "out.tar").read_bytes())) == ["a", "d"]
+    (tmp_path / "head.tsv").write_text("__key__\tcls\n")
+    p = sh("tarcreate head.tsv -o empty.tar", stderr_ok=True)
+    assert one_line(p) == "tarcreate: warning: the plan makes no members: the archive is empty"
+    assert (tmp_path / "empty.tar").read_bytes() == bytes(1024)
+    assert sh("tarcreate -q head.tsv -o empty.tar").stderr == b""
+
+
 def test_line_plan(sh, tmp_path):
     images = make_files(tmp_path)
     png = png_bytes(seed=5)
