@@ -8,7 +8,8 @@ at :meth:`WriteBehind.finish`); closing stops the thread before it returns.
 While any of them runs, the interpreter's switch interval is at most
 :data:`SWITCH_INTERVAL`: with the default 5 ms, the thread waits that long
 for the GIL after each piece of work while the caller computes, and the
-pair is several times slower than one thread alone."""
+pair is several times slower than one thread alone.  While a worker pool
+runs (:func:`enter_crowd`), the interval stays the default."""
 
 import os
 import queue
@@ -22,23 +23,51 @@ SWITCH_INTERVAL = 50e-6
 STOP_WAIT = 10.0
 
 _lock = threading.Lock()
-_active = [0, None]  # read-aheads running, the switch interval before the first
+_state = {"short": 0, "crowd": 0, "saved": None}  # overlaps running, pools running, the interval before
+
+
+def _apply():
+    """The interval the state asks for: short while an overlap runs and no
+    worker pool does (a pool's feeder and collector threads hand the GIL to
+    each other often: at 50 µs they lose more than a decoder gains)."""
+    st = _state
+    if st["short"] and not st["crowd"]:
+        sys.setswitchinterval(min(st["saved"], SWITCH_INTERVAL))
+    else:
+        sys.setswitchinterval(st["saved"])
+
+
+def _enter(kind):
+    with _lock:
+        if not _state["short"] and not _state["crowd"]:
+            _state["saved"] = sys.getswitchinterval()
+        _state[kind] += 1
+        _apply()
+
+
+def _leave(kind):
+    with _lock:
+        if _state[kind] > 0:  # (0 in a forked child, which put the interval back at the fork)
+            _state[kind] -= 1
+            _apply()
 
 
 def _lower_switch():
-    with _lock:
-        if _active[0] == 0:
-            _active[1] = sys.getswitchinterval()
-            sys.setswitchinterval(min(_active[1], SWITCH_INTERVAL))
-        _active[0] += 1
+    _enter("short")
 
 
 def _restore_switch():
-    with _lock:
-        if _active[0] > 0:  # (0 in a forked child, which put the interval back at the fork)
-            _active[0] -= 1
-            if _active[0] == 0:
-                sys.setswitchinterval(_active[1])
+    _leave("short")
+
+
+def enter_crowd():
+    """A worker pool starts (runtime/pool.py): the interval stays the
+    default until :func:`leave_crowd`, whatever overlaps run."""
+    _enter("crowd")
+
+
+def leave_crowd():
+    _leave("crowd")
 
 
 def _in_child():
@@ -46,9 +75,9 @@ def _in_child():
     as it was before them."""
     global _lock
     _lock = threading.Lock()
-    if _active[0]:
-        sys.setswitchinterval(_active[1])
-    _active[0] = 0
+    if _state["short"] or _state["crowd"]:
+        sys.setswitchinterval(_state["saved"])
+    _state["short"] = _state["crowd"] = 0
 
 
 if hasattr(os, "register_at_fork"):

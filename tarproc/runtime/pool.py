@@ -27,6 +27,7 @@ import threading
 
 from ..errors import SampleFailed, UsageError, describe_exit
 from .messages import Receiver, send_pieces  # noqa: F401  (Receiver: tarpcat's, through here)
+from .overlap import enter_crowd, leave_crowd
 
 START_METHODS = ("fork", "spawn", "forkserver")
 
@@ -365,6 +366,8 @@ class TaskPool:
             raise
         self.collector = threading.Thread(target=self._collect, name=f"{name}-collector", daemon=True)
         self.collector.start()
+        enter_crowd()  # (the switch interval stays the default while the pool's threads run)
+        self.crowded = True
 
     def _parent_fds(self):
         fds = [self.wake_r, self.wake_w]
@@ -587,6 +590,9 @@ class TaskPool:
         self.closed = True
         if os.getpid() != self.pid:  # a copy in a forked child: the workers are the parent's
             return
+        if getattr(self, "crowded", False):
+            self.crowded = False
+            leave_crowd()
         workers = [w for w in self.workers if w is not None]
         stop_workers([w.proc for w in workers])
         try:

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tarproc.runtime.overlap import SWITCH_INTERVAL, ForkedCopy, WriteBehind, read_ahead
+from tarproc.runtime.overlap import SWITCH_INTERVAL, ForkedCopy, WriteBehind, read_ahead, short_switch
 
 
 def refused_in_child(fn):
@@ -236,4 +236,29 @@ def test_a_decoder_thread_runs_with_the_short_switch_interval(tmp_path):
         if sys.getswitchinterval() == before:
             break
         time.sleep(0.01)
+    assert sys.getswitchinterval() == before
+
+
+def test_a_worker_pool_keeps_the_default_interval_while_it_runs():
+    """While map_function's pool runs (its feeder and collector threads hand
+    the GIL over often) an overlap leaves the interval alone; before and
+    after, it lowers it."""
+    from tarproc.stages.function import map_function
+
+    before = sys.getswitchinterval()
+    seen = []
+
+    def samples():
+        for i in range(40):
+            with short_switch():
+                seen.append(sys.getswitchinterval())
+            yield {"__key__": f"s{i:03d}", "txt": b"x"}
+
+    with short_switch():
+        assert sys.getswitchinterval() == pytest.approx(min(before, SWITCH_INTERVAL))
+    out = list(map_function(samples(), lambda s: s, parallel=2))
+    assert len(out) == 40
+    assert seen[-1] == before  # the pool was running by then
+    with short_switch():
+        assert sys.getswitchinterval() == pytest.approx(min(before, SWITCH_INTERVAL))
     assert sys.getswitchinterval() == before
