@@ -179,14 +179,23 @@ def slurm(args, command, prog):
         status(f"all {len(job.ids)} shards are done (--done-if {args.done_if}): nothing to submit")
         return 0
     if not (args.submit or args.wait):
+        if max(job.indexes) >= slurm.DEFAULT_MAX_ARRAY_SIZE and not args.quiet:
+            status(f"warning: array index {max(job.indexes)}: a cluster with the default MaxArraySize "
+                   f"({slurm.DEFAULT_MAX_ARRAY_SIZE}) refuses indexes from {slurm.DEFAULT_MAX_ARRAY_SIZE}; "
+                   f"--submit or --wait splits the tasks into arrays the cluster takes")
         sys.stdout.write(job.script())
         return 0
-    job_id = slurm.submit(job)
-    status(f"submitted job array {job_id}: {len(job.indexes)} tasks, logs in {job.log_dir}")
+    job_ids = slurm.submit(job)
+    if len(job_ids) == 1:
+        status(f"submitted job array {job_ids[0]}: {len(job.indexes)} tasks, logs in {job.log_dir}")
+    else:
+        status(f"submitted job arrays {' '.join(job_ids)}: {len(job.indexes)} tasks in {len(job_ids)} arrays "
+               f"(MaxArraySize)" + (f", one after another (-j {args.jobs} in all)" if args.jobs else "")
+               + f", logs in {job.log_dir}")
     if not args.wait:
-        print(job_id, flush=True)
+        print("\n".join(job_ids), flush=True)
         return 0
-    summary = slurm.wait(job, job_id, poll=10.0 if args.poll is None else max(0.05, args.poll), status=status,
+    summary = slurm.wait(job, poll=10.0 if args.poll is None else max(0.05, args.poll), status=status,
                          progress=progress, verbose=args.verbose)
     clear()
     if args.verbose:

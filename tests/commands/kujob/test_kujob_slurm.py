@@ -106,7 +106,8 @@ def test_printed_script_accepted_by_sbatch_test_only(slurm_sh, tmp_path):
                     "#SBATCH --cpus-per-task=1", "#SBATCH --mem=100M", "#SBATCH --time=0:10:00",
                     "#SBATCH --partition=debug", "#SBATCH --comment=kujob-test"]
     assert "export GREETING='hello world'" in script
-    assert "--task-index \"$SLURM_ARRAY_TASK_ID\" -s '{0000..0009}' -v -- tarproc -c 'run-ocr *.png'" in script
+    assert "kujob_task=$((SLURM_ARRAY_TASK_ID + 0))" in script  # (one array: position = array index)
+    assert "--task-index \"$kujob_task\" -s '{0000..0009}' -v -- tarproc -c 'run-ocr *.png'" in script
     (tmp_path / "job.sh").write_text(script)
     t = slurm_sh("sbatch --test-only job.sh", stderr_ok=True)
     assert re.search(r"Job \d+ to start at", t.stderr.decode())
