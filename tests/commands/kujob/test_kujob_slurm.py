@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from helpers import samples_of
 from slurm_cluster import TOOLS, Cluster, which
 from test_kujob import assert_copied, make_inputs
 from test_urls import s3  # noqa: F401  (the moto fixture)
@@ -327,3 +328,161 @@ def test_tarreshard_steps_as_dependent_arrays_with_work_on_s3(slurm_sh, cluster,
     assert len(out) == len(ref) == 6 and all(open(a, "rb").read() == open(b, "rb").read() for a, b in zip(out, ref))
     listing = slurm_sh("aws s3 ls --recursive s3://tarproc-test/rw/", env=s3, ok=False).stdout
     assert listing == b""
+
+
+# --------------------------------------------------------------------------- past MaxArraySize: several arrays
+
+@pytest.fixture
+def small_arrays(cluster):
+    """The cluster with MaxArraySize=5 (array indexes 0..4) for one test,
+    then as before (scontrol reconfigure: milliseconds)."""
+    old = cluster.reconfigure("MaxArraySize", 5)
+    try:
+        yield cluster
+    finally:
+        cluster.reconfigure("MaxArraySize", old)
+
+
+def submitted_ids(stderr):
+    m = re.search(r"submitted job arrays ([\d ]+):", stderr)
+    assert m, stderr
+    return m.group(1).split()
+
+
+def batch_script(cluster, job):
+    return subprocess.run(["scontrol", "write", "batch_script", job, "-"], env=cluster.env, capture_output=True,
+                          text=True).stdout
+
+
+def test_twelve_shards_over_max_array_size_5(slurm_sh, small_arrays, tmp_path):
+    """12 shards, MaxArraySize 5: three arrays (positions 0-4, 5-9, 10-11),
+    one after another under -j 2; every output made (read back with
+    tarfile), each log named by the shard's position with its array's job
+    id; a failing shard reported by its own id; the rerun submits only it
+    (one array from offset 7)."""
+    ids = [f"{i:02d}" for i in range(12)]
+    make_inputs(tmp_path, [i for i in ids if i != "07"])
+    cmd = (f"kujob --slurm --wait {FAST} -j 2 -v --done-if out-{{}}.tar -s '{{00..11}}' -- "
+           f"tarcat in-{{}}.tar -o out-{{}}.tar")
+    p = slurm_sh(cmd, ok=False)
+    err = p.stderr.decode()
+    assert p.returncode == 1, err
+    jobs = submitted_ids(err)
+    assert len(jobs) == 3 and "12 tasks in 3 arrays" in err and "one after another (-j 2 in all)" in err, err
+    assert err.splitlines()[-1] == "kujob: 1 of 12 shards failed: 07"
+    assert re.search(rf"kujob: \[07\] failed \(exit status \d\); log: .*-{jobs[1]}_7\.log", err), err
+    for i in ids:
+        if i != "07":
+            assert_copied(tmp_path, i)
+    logs = tmp_path / "kujob-logs"
+    for n, i in enumerate(ids):
+        job = jobs[n // 5]
+        assert f"[{i}] " in (next(logs.glob(f"*-{job}_{n}.log"))).read_text()  # the task ran its own id
+        assert (next(logs.glob(f"*-{job}.exit/{n}")).read_text() == "0\n") == (i != "07")
+    assert sorted(x.name.rsplit("-", 1)[1] for x in logs.glob("*.log")) == sorted(
+        f"{jobs[n // 5]}_{n}.log" for n in range(12))  # none left under its array index
+    heads = [[x for x in batch_script(small_arrays, j).splitlines() if x.startswith("#SBATCH --")] for j in jobs]
+    assert [[x for x in h if x.startswith(("#SBATCH --array", "#SBATCH --dep"))] for h in heads] == [
+        ["#SBATCH --array=0-4%2"], ["#SBATCH --array=0-4%2", f"#SBATCH --dependency=afterany:{jobs[0]}"],
+        ["#SBATCH --array=0-1%2", f"#SBATCH --dependency=afterany:{jobs[1]}"]]
+
+    make_inputs(tmp_path, ["07"])
+    p = slurm_sh(cmd, stderr_ok=True)
+    err = p.stderr.decode()
+    job = submitted_id(err)  # one array: position 7 as array index 0 of an array from offset 7
+    assert "11 of 12 shards are done" in err and "12 shards: 1 ok, 0 failed, 11 skipped (done)" in err
+    assert "#SBATCH --array=0%2" in batch_script(small_arrays, job)
+    assert [x.name for x in logs.glob(f"*-{job}*")] and sorted(x.name.split("-")[-1] for x in logs.glob(
+        f"*-{job}*")) == [f"{job}.exit", f"{job}_7.log"]
+    assert_copied(tmp_path, "07")
+
+
+def test_refused_second_array_cancels_the_first(slurm_sh, small_arrays, tmp_path):
+    """sbatch refuses the second of two arrays: the first, already
+    submitted (and running), is cancelled; one line says which array
+    failed, why, and what was cancelled; exit 1."""
+    real = which("sbatch")
+    env = _stand_in(tmp_path, "sbatch", f"n=$(cat calls 2>/dev/null || echo 0); echo $((n + 1)) > calls\n"
+                    f"if [ \"$n\" = 1 ]; then cat > /dev/null; echo 'sbatch: error: Batch job submission failed: "
+                    f"Job violates accounting/QOS policy' >&2; exit 1; fi\nexec {real} \"$@\"\n")
+    env["PATH"] += ":" + small_arrays.env["PATH"]
+    p = slurm_sh("kujob --slurm --wait --poll 0.2 -s '{0..6}' -- sleep 60", env=env, ok=False)
+    err = p.stderr.decode()
+    assert p.returncode == 1 and err.count("\n") == 1, err
+    m = re.fullmatch(r"kujob: sbatch failed on array 2 of 2 \(positions 5-6, MaxArraySize 5\): sbatch: error: Batch "
+                     r"job submission failed: Job violates accounting/QOS policy; cancelled the arrays already "
+                     r"submitted \(scancel (\d+)\)\n", err)
+    assert m, err
+    deadline = time.monotonic() + 30
+    while squeue(small_arrays, "-j", m.group(1)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert squeue(small_arrays, "-j", m.group(1)) == ""
+
+
+def test_ctrl_c_cancels_every_array(small_arrays, tmp_path):
+    proc = subprocess.Popen(["kujob", "--slurm", "--wait", "--poll", "0.2", "-s", "{0..6}", "--", "sleep", "6{}"],
+                            cwd=tmp_path, env=small_arrays.env, stderr=subprocess.PIPE, text=True)
+    jobs = submitted_ids(proc.stderr.readline())
+    assert len(jobs) == 2
+    deadline = time.monotonic() + 30
+    while "RUNNING" not in squeue(small_arrays, "-j", jobs[0], "-o", "%T") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    err = proc.stderr.read()
+    assert proc.wait(30) == 130
+    assert f"kujob: interrupted: cancelled job arrays {' '.join(jobs)} (scancel {' '.join(jobs)})" in err, err
+    deadline = time.monotonic() + 30
+    while squeue(small_arrays, f"--jobs={','.join(jobs)}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert squeue(small_arrays, f"--jobs={','.join(jobs)}") == ""
+
+
+def test_tarreshard_steps_past_max_array_size(slurm_sh, small_arrays, tmp_path):
+    """tarreshard --slurm, 6 inputs, MaxArraySize 5: map, reduce and copy
+    run as two arrays each (6 tasks: limit + 1), plan and cut as one; each
+    step held by afterok on every array of the one before, and with -j its
+    second array by afterany on its first; the output is exactly tarsort |
+    tarsplit's."""
+    import glob
+
+    from test_tarreshard import make_inputs as reshard_inputs
+
+    reshard_inputs(tmp_path, shards=6, per=10)
+    (tmp_path / "out").mkdir()
+    p = slurm_sh(f"tarreshard --slurm {FAST} -j 2 -S text -n 7 --buckets 6 -v --work work "
+                 "-o 'out/%06d.tar' 'in-{0..5}.tar'", stderr_ok=True, timeout=600)
+    err = p.stderr.decode()
+    steps = re.findall(r"(\w+): submitted job arrays? ([\d ]+) \(", err)
+    assert [(s, len(j.split())) for s, j in steps] == [("map", 2), ("plan", 1), ("reduce", 2), ("cut", 1),
+                                                      ("copy", 2)], err
+    for (_, before), (step, job) in zip(steps, steps[1:]):
+        assert f"{step}: submitted job array{'s' if ' ' in job else ''} {job} (" in err, err
+        assert f"held by afterok:{before.replace(' ', ':')}" in err
+    plan, (r1, r2) = steps[1][1], steps[2][1].split()
+    assert f"#SBATCH --dependency=afterok:{plan},afterany:{r1}" in batch_script(small_arrays, r2)
+    assert "60 samples in 9 shards" in err, err
+    map_logs = sorted(os.path.basename(x) for x in glob.glob(str(tmp_path / "kujob-logs" / "tarreshard-map-*.log")))
+    first, second = steps[0][1].split()
+    assert map_logs == sorted([f"tarreshard-map-{first}_{n}.log" for n in range(5)] + [f"tarreshard-map-{second}_5.log"])
+    slurm_sh("mkdir -p ref && tarsort in-{0..5}.tar | tarsplit -n 7 -o 'ref/%06d.tar'")
+    out, ref = sorted(glob.glob(str(tmp_path / "out/*"))), sorted(glob.glob(str(tmp_path / "ref/*")))
+    assert len(out) == len(ref) == 9 and all(open(a, "rb").read() == open(b, "rb").read() for a, b in zip(out, ref))
+    assert [len(samples_of(open(a, "rb").read())) for a in out] == [7] * 8 + [4]  # (tarfile reads them)
+
+
+def test_max_array_size_from_scontrol(small_arrays, monkeypatch, tmp_path):
+    """The real cluster's MaxArraySize; Slurm's default when scontrol fails;
+    SchedulerParameters' max_array_tasks; at most CONFIG_BYTES read (a line
+    past them is not seen)."""
+    from tarproc.jobs import slurm
+
+    monkeypatch.setenv("SLURM_CONF", small_arrays.conf)
+    monkeypatch.setenv("PATH", small_arrays.env["PATH"])
+    assert slurm.max_array_size() == (5, 5)
+    for body, want in [("exit 1\n", (1001, 1001)),
+                       ("echo 'MaxArraySize = 7'; echo 'SchedulerParameters = sched_interval=1,max_array_tasks=3'\n",
+                        (7, 3)),
+                       ("head -c 3000000 /dev/zero | tr '\\0' x; echo; echo 'MaxArraySize = 7'\n", (1001, 1001))]:
+        for name, value in _stand_in(tmp_path, "scontrol", body).items():
+            monkeypatch.setenv(name, value)
+        assert slurm.max_array_size() == want, body
