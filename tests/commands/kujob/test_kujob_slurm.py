@@ -12,6 +12,8 @@ import subprocess
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import samples_of
 from slurm_cluster import TOOLS, Cluster, which
@@ -181,6 +183,80 @@ def test_array_spec_and_memory():
     assert array_spec([0, 1, 2, 5, 7, 8], 4) == "0-2,5,7-8%4"
     assert array_spec([3]) == "3"
     assert [slurm_memory(m) for m in ("8G", "8Gi", "8GiB", "512", "500m")] == ["8G", "8G", "8G", "512", "500M"]
+
+
+def _parse_spec(spec):
+    spec, _, throttle = spec.partition("%")
+    out = []
+    for part in spec.split(","):
+        a, _, b = part.partition("-")
+        out += range(int(a), int(b or a) + 1)
+    return out, (int(throttle) if throttle else None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sets(st.integers(0, 3000), min_size=1, max_size=300), st.integers(1, 40), st.none() | st.integers(1, 40),
+       st.none() | st.integers(1, 8))
+def test_split_indexes_every_position_once_below_the_limit(positions, limit, max_tasks, throttle):
+    """Each position in exactly one array, as offset + array index; every
+    index below MaxArraySize, at most max_tasks per array; a set that fits
+    is one array as it is; no array could have taken the next position;
+    each array's script keeps the throttle and says its offset."""
+    from tarproc.jobs.slurm import ArrayJob, split_indexes
+
+    parts = split_indexes(positions, limit, max_tasks)
+    per = limit if max_tasks is None else max_tasks
+    assert [o + i for o, local in parts for i in local] == sorted(positions)
+    assert all(0 <= i < limit for _, local in parts for i in local) and all(len(loc) <= per for _, loc in parts)
+    if max(positions) < limit and len(positions) <= per:
+        assert parts == [(0, sorted(positions))]
+    for (o, local), (nxt, _) in zip(parts, parts[1:]):
+        assert nxt - o >= limit or len(local) == per  # (the fewest arrays: each took all it could)
+    job = ArrayJob(["true"], ["x"], [str(n) for n in range(3001)], sorted(positions), "t", "/l", "/", "kujob", None, 0,
+                   throttle, [], [])
+    for o, local in parts:
+        script = job.script(o, [o + i for i in local])
+        spec = next(x for x in script.splitlines() if x.startswith("#SBATCH --array="))[len("#SBATCH --array="):]
+        assert _parse_spec(spec) == (local, throttle)
+        assert f"kujob_task=$((SLURM_ARRAY_TASK_ID + {o}))" in script
+        assert ("-%A_%a.log" in script) == (o == 0)  # (an array with an offset renames its logs)
+
+
+def test_split_at_the_limit():
+    from tarproc.jobs.slurm import split_indexes
+
+    assert split_indexes(range(4), 5) == [(0, [0, 1, 2, 3])]
+    assert split_indexes(range(5), 5) == [(0, [0, 1, 2, 3, 4])]
+    assert split_indexes(range(6), 5) == [(0, [0, 1, 2, 3, 4]), (5, [0])]
+    assert split_indexes([3, 9, 1500, 1501], 1001) == [(3, [0, 6]), (1500, [0, 1])]  # a rerun's sparse set
+    assert split_indexes(range(7), 1001, max_tasks=3) == [(0, [0, 1, 2]), (3, [0, 1, 2]), (6, [0])]
+
+
+@pytest.mark.parametrize("user, ours, want", [
+    ([], None, None), ([], "afterok:1", "afterok:1"), (["--dependency=after:7"], None, "after:7"),
+    (["--dependency=after:7"], "afterany:2", "after:7,afterany:2"), (["-d afterok:3"], "afterany:2", "afterok:3,afterany:2"),
+    (["--depend=singleton", "--comment=x"], "afterany:2", "singleton,afterany:2"),
+])
+def test_dependency_merged_with_the_users(user, ours, want):
+    from tarproc.jobs.slurm import merge_dependency
+
+    assert merge_dependency(user, ours) == want
+
+
+def test_dependency_any_of_not_merged():
+    from tarproc.errors import UsageError
+    from tarproc.jobs.slurm import merge_dependency
+
+    with pytest.raises(UsageError, match="cannot be combined"):
+        merge_dependency(["--dependency=afterok:1?afterok:2"], "afterany:3")
+
+
+def test_printed_script_past_the_default_max_array_size_warns(sh):
+    # a printed script cannot know the cluster: it runs positions as indexes, and says where that stops
+    p = sh("kujob --slurm -s '{0000..1001}' -- true", stderr_ok=True)
+    assert "#SBATCH --array=0-1001\n" in p.stdout.decode()
+    assert "array index 1001" in p.stderr.decode() and "--submit or --wait splits" in p.stderr.decode()
+    assert sh("kujob --slurm -s '{0000..1000}' -- true", stderr_ok=True).stderr == b""
 
 
 @pytest.mark.parametrize("opts, message", [
