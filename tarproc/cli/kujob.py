@@ -185,7 +185,7 @@ def slurm(args, command, prog):
                    f"--submit or --wait splits the tasks into arrays the cluster takes")
         sys.stdout.write(job.script())
         return 0
-    job_ids = slurm.submit(job)
+    job_ids = slurm.submit(job, status=status)  # (Ctrl-C meanwhile: the arrays submitted so far are cancelled)
     if len(job_ids) == 1:
         status(f"submitted job array {job_ids[0]}: {len(job.indexes)} tasks, logs in {job.log_dir}")
     else:

@@ -375,51 +375,63 @@ def _slurm(args, rep, me, work, counts):
     tail = args.settings.tail_bytes if args.settings is not None else None
     limit = slurm.max_array_size(tail)
     jobs, after, submitted = [], [], []
-    for step in STEPS:
-        command = [me, "--task", step, "--work", work, "--task-id", "{}"]
-        if args.tmpdir:
-            command += ["--tmpdir", args.tmpdir]
-        done = done_ids(step, work, counts[step], args.settings) if not after else set()
-        job = slurm.plan(command, [id_pattern(counts[step])], name=f"{args.name or 'tarreshard'}-{step}",
-                         log_dir=args.log_dir or slurm.DEFAULT_LOG_DIR,
-                         done_if=done_template(step, work) if done is None else None,
-                         retries=args.retries, throttle=args.jobs, sbatch=list(args.sbatch or ()),
-                         settings=args.settings, status=rep.info, mem=None)
-        if done is not None:  # (one listing here, not one existence check per task)
-            job.indexes = [k for k in job.indexes if job.ids[k] not in done]
-        if job.empty:
-            jobs.append((step, job, None))
-            continue
-        try:
-            ids = slurm.submit(job, after=after, limit=limit)
-        except slurm.SubmitError as e:
-            if submitted:
-                code = slurm.cancel(submitted, tail)
-                raise slurm.SubmitError(f"{step}: {e}; {'cancelled' if code == 0 else 'could not cancel'} the "
-                                        f"steps before (scancel {' '.join(submitted)})") from None
-            raise
-        rep.info(f"{step}: submitted job array{'s' if len(ids) > 1 else ''} {' '.join(ids)} ({len(job.indexes)} "
-                 f"tasks)" + (f", held by afterok:{':'.join(after)}" if after else ""))
-        after = ids
-        submitted += ids
-        jobs.append((step, job, ids))
-    results = {}
-    for n, (step, job, ids) in enumerate(jobs):
-        if ids is None:
-            from ..jobs.local import Result, Summary
+    waiting = False  # (slurm.wait cancels on Ctrl-C itself)
+    try:
+        for step in STEPS:
+            command = [me, "--task", step, "--work", work, "--task-id", "{}"]
+            if args.tmpdir:
+                command += ["--tmpdir", args.tmpdir]
+            done = done_ids(step, work, counts[step], args.settings) if not after else set()
+            job = slurm.plan(command, [id_pattern(counts[step])], name=f"{args.name or 'tarreshard'}-{step}",
+                             log_dir=args.log_dir or slurm.DEFAULT_LOG_DIR,
+                             done_if=done_template(step, work) if done is None else None,
+                             retries=args.retries, throttle=args.jobs, sbatch=list(args.sbatch or ()),
+                             settings=args.settings, status=rep.info, mem=None)
+            if done is not None:  # (one listing here, not one existence check per task)
+                job.indexes = [k for k in job.indexes if job.ids[k] not in done]
+            if job.empty:
+                jobs.append((step, job, None))
+                continue
+            try:
+                ids = slurm.submit(job, after=after, limit=limit, status=status)
+            except slurm.SubmitError as e:
+                before, submitted = submitted, []
+                if before:
+                    code = slurm.cancel(before, tail)
+                    raise slurm.SubmitError(f"{step}: {e}; {'cancelled' if code == 0 else 'could not cancel'} the "
+                                            f"steps before (scancel {' '.join(before)})") from None
+                raise
+            rep.info(f"{step}: submitted job array{'s' if len(ids) > 1 else ''} {' '.join(ids)} ({len(job.indexes)} "
+                     f"tasks)" + (f", held by afterok:{':'.join(after)}" if after else ""))
+            after = ids
+            submitted = submitted + ids
+            jobs.append((step, job, ids))
+        results = {}
+        for n, (step, job, ids) in enumerate(jobs):
+            if ids is None:
+                from ..jobs.local import Result, Summary
 
-            results[step] = Summary([Result(i, k) for k, i in enumerate(job.ids)])
-            for r in results[step].results:
-                r.status = "skipped"
-            continue
-        later = [i for _, _, more in jobs[n + 1:] for i in more or ()]
-        summary = slurm.wait(job, poll=10.0 if args.poll is None else max(0.05, args.poll), status=status,
-                             also=later)
-        results[step] = summary
-        if summary.failed:
-            slurm.cancel(later, tail)
-            break
-    return results
+                results[step] = Summary([Result(i, k) for k, i in enumerate(job.ids)])
+                for r in results[step].results:
+                    r.status = "skipped"
+                continue
+            later = [i for _, _, more in jobs[n + 1:] for i in more or ()]
+            waiting = True
+            summary = slurm.wait(job, poll=10.0 if args.poll is None else max(0.05, args.poll), status=status,
+                                 also=later)
+            waiting = False
+            submitted = later  # (the arrays not finished)
+            results[step] = summary
+            if summary.failed:
+                slurm.cancel(later, tail)
+                break
+        return results
+    except BaseException:
+        if submitted and not waiting:  # Ctrl-C between two sbatch or two steps: none left held
+            code = slurm.cancel(submitted, tail)
+            rep.say(f"interrupted: {'cancelled' if code == 0 else 'could not cancel'} job arrays "
+                    f"{' '.join(submitted)} (scancel {' '.join(submitted)})")
+        raise
 
 
 def _k8s(args, rep, plan, work, counts):

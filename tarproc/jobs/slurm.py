@@ -401,7 +401,7 @@ def max_array_size(tail_bytes=None):
     return size, (size if tasks is None else min(size, tasks))
 
 
-def submit(job, after=(), limit=None):
+def submit(job, after=(), limit=None, status=None):
     """Create the log directory and submit the job with ``sbatch``, as one
     array or, past the cluster's MaxArraySize, several (``limit``:
     ``(MaxArraySize, tasks per array)``, default :func:`max_array_size`);
@@ -409,7 +409,8 @@ def submit(job, after=(), limit=None):
     throttle the arrays run one after another (``afterany``), so ``-j N``
     holds for the whole job; ``after``: job ids every array waits for
     (``afterok``).  A refusal by sbatch is a :class:`SubmitError` that
-    carries sbatch's own message, the arrays already submitted cancelled."""
+    carries sbatch's own message; it, or Ctrl-C meanwhile, cancels the
+    arrays already submitted (an interruption said through ``status``)."""
     if job.empty:
         raise UsageError("nothing to submit: every shard is done")
     sbatch = _tool("sbatch")
@@ -419,24 +420,31 @@ def submit(job, after=(), limit=None):
     parts = [Part(offset, [offset + i for i in local]) for offset, local in split_indexes(job.indexes, size, per_array)]
     os.makedirs(job.log_dir, exist_ok=True)
     job.parts = []
-    for n, part in enumerate(parts):
-        deps = ([f"afterok:{':'.join(after)}"] if after else []) + (
-            [f"afterany:{job.parts[-1].job_id}"] if job.throttle and job.parts else [])
-        try:
-            part.job_id = _sbatch(sbatch, job, job.script(part.offset, part.positions, ",".join(deps) or None))
-        except SubmitError as e:
-            if len(parts) == 1:
-                raise
-            where = (f"array {n + 1} of {len(parts)} (positions {part.positions[0]}-{part.positions[-1]}, "
-                     f"MaxArraySize {size})")
-            done = ""
-            if job.parts:
-                code = cancel(job.job_ids, job.tail_bytes)
-                done = (f"; {'cancelled' if code == 0 else 'could not cancel'} the arrays already submitted "
-                        f"(scancel {' '.join(job.job_ids)})")
-                job.parts = []
-            raise SubmitError(str(e).replace("sbatch failed:", f"sbatch failed on {where}:", 1) + done) from None
-        job.parts.append(part)
+    try:
+        for n, part in enumerate(parts):
+            deps = ([f"afterok:{':'.join(after)}"] if after else []) + (
+                [f"afterany:{job.parts[-1].job_id}"] if job.throttle and job.parts else [])
+            try:
+                part.job_id = _sbatch(sbatch, job, job.script(part.offset, part.positions, ",".join(deps) or None))
+            except SubmitError as e:
+                if len(parts) == 1:
+                    raise
+                where = (f"array {n + 1} of {len(parts)} (positions {part.positions[0]}-{part.positions[-1]}, "
+                         f"MaxArraySize {size})")
+                raise SubmitError(str(e).replace("sbatch failed:", f"sbatch failed on {where}:", 1)) from None
+            job.parts.append(part)
+    except BaseException as e:
+        if job.parts:
+            ids = job.job_ids
+            code = cancel(ids, job.tail_bytes)
+            done = f"{'cancelled' if code == 0 else 'could not cancel'} the arrays already submitted (scancel " \
+                   f"{' '.join(ids)})"
+            job.parts = []
+            if isinstance(e, SubmitError):
+                raise SubmitError(f"{e}; {done}") from None
+            if status:
+                status(f"interrupted: {done}")
+        raise
     return job.job_ids
 
 

@@ -495,6 +495,59 @@ def test_refused_second_array_cancels_the_first(slurm_sh, small_arrays, tmp_path
     assert squeue(small_arrays, "-j", m.group(1)) == ""
 
 
+def test_tarreshard_refused_step_cancels_the_steps_before(slurm_sh, small_arrays, tmp_path):
+    """sbatch refuses plan (its third call: map is two arrays): both map
+    arrays are cancelled, one line says so, exit 1."""
+    from test_tarreshard import make_inputs as reshard_inputs
+
+    reshard_inputs(tmp_path, shards=6, per=2)
+    real = which("sbatch")
+    env = _stand_in(tmp_path, "sbatch", f"n=$(cat calls 2>/dev/null || echo 0); echo $((n + 1)) > calls\n"
+                    f"if [ \"$n\" = 2 ]; then cat > /dev/null; echo 'sbatch: error: refused' >&2; exit 1; fi\n"
+                    f"exec {real} --hold \"$@\"\n")  # (held: the map tasks wait to be cancelled)
+    env["PATH"] += ":" + small_arrays.env["PATH"]
+    p = slurm_sh("tarreshard --slurm --work work -o 'out-%06d.tar' 'in-{0..5}.tar'", env=env, ok=False)
+    err = p.stderr.decode()
+    m = re.search(r"tarreshard: plan: sbatch failed: sbatch: error: refused; cancelled the steps before \(scancel "
+                  r"(\d+) (\d+)\)\n", err)
+    assert p.returncode == 1 and m, err
+    deadline = time.monotonic() + 30
+    while squeue(small_arrays, f"--jobs={m.group(1)},{m.group(2)}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert squeue(small_arrays, f"--jobs={m.group(1)},{m.group(2)}") == ""
+
+
+def test_tarreshard_ctrl_c_cancels_every_step(small_arrays, tmp_path):
+    """Ctrl-C while tarreshard waits for map cancels map's arrays and the
+    steps held behind them (which would otherwise stay pending forever:
+    their afterok can no longer be met).  Every array is held (sbatch
+    --hold), so nothing runs."""
+    from test_tarreshard import make_inputs as reshard_inputs
+
+    reshard_inputs(tmp_path, shards=6, per=2)
+    env = dict(small_arrays.env, **_stand_in(tmp_path, "sbatch", f"exec {which('sbatch')} --hold \"$@\"\n"))
+    env["PATH"] += ":" + small_arrays.env["PATH"]
+    proc = subprocess.Popen(["tarreshard", "--slurm", "--poll", "0.2", "-v", "--work", "work", "-o", "out-%06d.tar",
+                             "in-0.tar", "in-1.tar", "in-2.tar", "in-3.tar", "in-4.tar", "in-5.tar"],
+                            cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    jobs = []
+    while not any(line.startswith("copy:") for line in jobs):
+        line = proc.stderr.readline()
+        assert line, jobs
+        if "submitted job array" in line:
+            jobs.append(line.split(": ", 1)[1])
+    every = [j for line in jobs for j in re.search(r"arrays? ([\d ]+) \(", line).group(1).split()]
+    assert len(every) == 8  # map, reduce and copy: two arrays each
+    proc.send_signal(signal.SIGINT)
+    err = proc.stderr.read()
+    assert proc.wait(30) == 130
+    assert f"interrupted: cancelled job arrays {' '.join(every)} (scancel {' '.join(every)})" in err, err
+    deadline = time.monotonic() + 30
+    while squeue(small_arrays, f"--jobs={','.join(every)}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert squeue(small_arrays, f"--jobs={','.join(every)}") == ""
+
+
 def test_ctrl_c_cancels_every_array(small_arrays, tmp_path):
     proc = subprocess.Popen(["kujob", "--slurm", "--wait", "--poll", "0.2", "-s", "{0..6}", "--", "sleep", "6{}"],
                             cwd=tmp_path, env=small_arrays.env, stderr=subprocess.PIPE, text=True)
