@@ -186,17 +186,24 @@ def slurm(args, command, prog):
         sys.stdout.write(job.script())
         return 0
     job_ids = slurm.submit(job, status=status)  # (Ctrl-C meanwhile: the arrays submitted so far are cancelled)
-    if len(job_ids) == 1:
-        status(f"submitted job array {job_ids[0]}: {len(job.indexes)} tasks, logs in {job.log_dir}")
-    else:
-        status(f"submitted job arrays {' '.join(job_ids)}: {len(job.indexes)} tasks in {len(job_ids)} arrays "
-               f"(MaxArraySize)" + (f", one after another (-j {args.jobs} in all)" if args.jobs else "")
-               + f", logs in {job.log_dir}")
-    if not args.wait:
-        print("\n".join(job_ids), flush=True)
-        return 0
-    summary = slurm.wait(job, poll=10.0 if args.poll is None else max(0.05, args.poll), status=status,
-                         progress=progress, verbose=args.verbose)
+    try:
+        if len(job_ids) == 1:
+            status(f"submitted job array {job_ids[0]}: {len(job.indexes)} tasks, logs in {job.log_dir}")
+        else:
+            chained = f", one after another (-j {args.jobs} in all)" if args.jobs else ""
+            status(f"submitted job arrays {' '.join(job_ids)}: {len(job.indexes)} tasks in {len(job_ids)} arrays "
+                   f"(MaxArraySize {job.max_array_size}){chained}, logs in {job.log_dir}")
+        if not args.wait:
+            print("\n".join(job_ids), flush=True)
+            return 0
+        summary = slurm.wait(job, poll=10.0 if args.poll is None else max(0.05, args.poll), status=status,
+                             progress=progress, verbose=args.verbose, cancel_all=False)
+    except BaseException:
+        if args.wait:  # Ctrl-C while waiting, or before: --wait cancels what it submitted
+            code = slurm.cancel(job_ids, job.tail_bytes)
+            status(f"interrupted: {'cancelled' if code == 0 else 'could not cancel'} job array"
+                   f"{'s' if len(job_ids) > 1 else ''} {' '.join(job_ids)} (scancel {' '.join(job_ids)})")
+        raise
     clear()
     if args.verbose:
         status(slurm.summary_line(summary))

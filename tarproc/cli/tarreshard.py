@@ -375,7 +375,6 @@ def _slurm(args, rep, me, work, counts):
     tail = args.settings.tail_bytes if args.settings is not None else None
     limit = slurm.max_array_size(tail)
     jobs, after, submitted = [], [], []
-    waiting = False  # (slurm.wait cancels on Ctrl-C itself)
     try:
         for step in STEPS:
             command = [me, "--task", step, "--work", work, "--task-id", "{}"]
@@ -401,11 +400,11 @@ def _slurm(args, rep, me, work, counts):
                     raise slurm.SubmitError(f"{step}: {e}; {'cancelled' if code == 0 else 'could not cancel'} the "
                                             f"steps before (scancel {' '.join(before)})") from None
                 raise
+            submitted = submitted + ids  # (first: a Ctrl-C from here on cancels them)
+            jobs.append((step, job, ids))
             rep.info(f"{step}: submitted job array{'s' if len(ids) > 1 else ''} {' '.join(ids)} ({len(job.indexes)} "
                      f"tasks)" + (f", held by afterok:{':'.join(after)}" if after else ""))
             after = ids
-            submitted = submitted + ids
-            jobs.append((step, job, ids))
         results = {}
         for n, (step, job, ids) in enumerate(jobs):
             if ids is None:
@@ -416,10 +415,8 @@ def _slurm(args, rep, me, work, counts):
                     r.status = "skipped"
                 continue
             later = [i for _, _, more in jobs[n + 1:] for i in more or ()]
-            waiting = True
             summary = slurm.wait(job, poll=10.0 if args.poll is None else max(0.05, args.poll), status=status,
-                                 also=later)
-            waiting = False
+                                 cancel_all=False)
             submitted = later  # (the arrays not finished)
             results[step] = summary
             if summary.failed:
@@ -427,7 +424,7 @@ def _slurm(args, rep, me, work, counts):
                 break
         return results
     except BaseException:
-        if submitted and not waiting:  # Ctrl-C between two sbatch or two steps: none left held
+        if submitted:  # Ctrl-C (while waiting, or between two sbatch): this step's arrays and those held behind
             code = slurm.cancel(submitted, tail)
             rep.say(f"interrupted: {'cancelled' if code == 0 else 'could not cancel'} job arrays "
                     f"{' '.join(submitted)} (scancel {' '.join(submitted)})")

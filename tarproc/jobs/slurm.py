@@ -190,7 +190,7 @@ class ArrayJob:
         self.throttle = throttle
         self.header = header  # sbatch options beyond the fixed ones
         self.env = env
-
+        self.max_array_size = None  # the cluster's, as submit() found it
         self.parts = []  # the submitted arrays: Part (job id, offset, positions), set by submit()
 
     @property
@@ -417,6 +417,7 @@ def submit(job, after=(), limit=None, status=None):
     size, per_array = max_array_size(job.tail_bytes) if limit is None else limit
     if size < 1:
         raise SubmitError("this cluster takes no job arrays (MaxArraySize = 0 in scontrol show config)")
+    job.max_array_size = size
     parts = [Part(offset, [offset + i for i in local]) for offset, local in split_indexes(job.indexes, size, per_array)]
     os.makedirs(job.log_dir, exist_ok=True)
     job.parts = []
@@ -534,7 +535,7 @@ def _parts(job, job_ids):
     return [Part(0, list(job.indexes), ids[0])]
 
 
-def wait(job, job_ids=None, poll=10.0, status=None, progress=None, verbose=False, grace=None, also=()):
+def wait(job, job_ids=None, poll=10.0, status=None, progress=None, verbose=False, grace=None, also=(), cancel_all=True):
     """Wait until ``squeue`` no longer lists the job's arrays, then read
     each task's exit record; returns a :class:`Summary` over every id of
     the pattern (ids left out by ``done_if`` count as skipped).
@@ -542,7 +543,7 @@ def wait(job, job_ids=None, poll=10.0, status=None, progress=None, verbose=False
 
     Ctrl-C or SIGTERM while waiting cancels the arrays with ``scancel``
     (and the jobs ``also``, e.g. arrays held by these; said through
-    ``status``) and re-raises.  ``progress`` is called with a dict of counts
+    ``status``) and re-raises (``cancel_all=False``: the caller cancels).  ``progress`` is called with a dict of counts
     after each poll."""
     say = status or (lambda message: None)
     parts = _parts(job, job_ids)
@@ -568,6 +569,8 @@ def wait(job, job_ids=None, poll=10.0, status=None, progress=None, verbose=False
                     break
             time.sleep(poll)
     except BaseException:
+        if not cancel_all:
+            raise
         every = ids + [i for i in _ids(also) if i not in ids]
         code = cancel(every, job.tail_bytes)
         done = "cancelled" if code == 0 else "could not cancel"
