@@ -97,9 +97,10 @@ def kujob_command(
     # Slurm (print an sbatch job array script; -j, --retries, --done-if, --name, -e and --kujob apply too)
     slurm_: Annotated[bool, opt("--slurm", help="Slurm: print the sbatch script of a job array, one task per "
                                                 "shard id (-j N: at most N at once)")] = False,
-    submit: Annotated[bool, opt("--submit", help="Slurm: submit it with sbatch and print the job id")] = False,
+    submit: Annotated[bool, opt("--submit", help="Slurm: submit it with sbatch and print the job id (one a line: "
+                                                 "several arrays past the cluster's MaxArraySize)")] = False,
     wait: Annotated[bool, opt("--wait", help="Slurm: submit, wait for every task, report per id (exit 1 naming "
-                                             "the failed ids); Ctrl-C cancels the array")] = False,
+                                             "the failed ids); Ctrl-C cancels the arrays")] = False,
     partition: Annotated[Optional[str], opt("--partition", metavar="P", help="Slurm: sbatch --partition")] = None,
     account: Annotated[Optional[str], opt("--account", metavar="A", help="Slurm: sbatch --account")] = None,
     time: Annotated[Optional[str], opt("--time", metavar="T", help="Slurm: time limit per task, e.g. 90 "
