@@ -97,9 +97,10 @@ def kujob_command(
     # Slurm (print an sbatch job array script; -j, --retries, --done-if, --name, -e and --kujob apply too)
     slurm_: Annotated[bool, opt("--slurm", help="Slurm: print the sbatch script of a job array, one task per "
                                                 "shard id (-j N: at most N at once)")] = False,
-    submit: Annotated[bool, opt("--submit", help="Slurm: submit it with sbatch and print the job id")] = False,
+    submit: Annotated[bool, opt("--submit", help="Slurm: submit it with sbatch and print the job id (one a line: "
+                                                 "several arrays past the cluster's MaxArraySize)")] = False,
     wait: Annotated[bool, opt("--wait", help="Slurm: submit, wait for every task, report per id (exit 1 naming "
-                                             "the failed ids); Ctrl-C cancels the array")] = False,
+                                             "the failed ids); Ctrl-C cancels the arrays")] = False,
     partition: Annotated[Optional[str], opt("--partition", metavar="P", help="Slurm: sbatch --partition")] = None,
     account: Annotated[Optional[str], opt("--account", metavar="A", help="Slurm: sbatch --account")] = None,
     time: Annotated[Optional[str], opt("--time", metavar="T", help="Slurm: time limit per task, e.g. 90 "
@@ -179,15 +180,31 @@ def slurm(args, command, prog):
         status(f"all {len(job.ids)} shards are done (--done-if {args.done_if}): nothing to submit")
         return 0
     if not (args.submit or args.wait):
+        if max(job.indexes) >= slurm.DEFAULT_MAX_ARRAY_SIZE and not args.quiet:
+            status(f"warning: array index {max(job.indexes)}: a cluster with the default MaxArraySize "
+                   f"({slurm.DEFAULT_MAX_ARRAY_SIZE}) refuses indexes from {slurm.DEFAULT_MAX_ARRAY_SIZE}; "
+                   f"--submit or --wait splits the tasks into arrays the cluster takes")
         sys.stdout.write(job.script())
         return 0
-    job_id = slurm.submit(job)
-    status(f"submitted job array {job_id}: {len(job.indexes)} tasks, logs in {job.log_dir}")
-    if not args.wait:
-        print(job_id, flush=True)
-        return 0
-    summary = slurm.wait(job, job_id, poll=10.0 if args.poll is None else max(0.05, args.poll), status=status,
-                         progress=progress, verbose=args.verbose)
+    job_ids = slurm.submit(job, status=status)  # (Ctrl-C meanwhile: the arrays submitted so far are cancelled)
+    try:
+        if len(job_ids) == 1:
+            status(f"submitted job array {job_ids[0]}: {len(job.indexes)} tasks, logs in {job.log_dir}")
+        else:
+            chained = f", one after another (-j {args.jobs} in all)" if args.jobs else ""
+            status(f"submitted job arrays {' '.join(job_ids)}: {len(job.indexes)} tasks in {len(job_ids)} arrays "
+                   f"(MaxArraySize {job.max_array_size}){chained}, logs in {job.log_dir}")
+        if not args.wait:
+            print("\n".join(job_ids), flush=True)
+            return 0
+        summary = slurm.wait(job, poll=10.0 if args.poll is None else max(0.05, args.poll), status=status,
+                             progress=progress, verbose=args.verbose, cancel_all=False)
+    except BaseException:
+        if args.wait:  # Ctrl-C while waiting, or before: --wait cancels what it submitted
+            code = slurm.cancel(job_ids, job.tail_bytes)
+            status(f"interrupted: {'cancelled' if code == 0 else 'could not cancel'} job array"
+                   f"{'s' if len(job_ids) > 1 else ''} {' '.join(job_ids)} (scancel {' '.join(job_ids)})")
+        raise
     clear()
     if args.verbose:
         status(slurm.summary_line(summary))

@@ -362,53 +362,73 @@ def _in_process(args, rep, step, work, tid):
 
 
 def _slurm(args, rep, me, work, counts):
-    """Submit every step as an array held by ``afterok`` on the one before,
-    then wait for each in turn; a failed step cancels those after it."""
+    """Submit every step as arrays (several past MaxArraySize) held by
+    ``afterok`` on every array of the step before, then wait for each step
+    in turn; a failed step, a refused sbatch or Ctrl-C cancels the arrays
+    not finished."""
     from ..jobs import slurm
     from ..jobs.reshard import STEPS, done_ids, done_template, id_pattern
 
     def status(message):
         rep.say(message)
 
-    jobs, after = [], None
-    for step in STEPS:
-        command = [me, "--task", step, "--work", work, "--task-id", "{}"]
-        if args.tmpdir:
-            command += ["--tmpdir", args.tmpdir]
-        extra = list(args.sbatch or ()) + ([f"--dependency=afterok:{after}"] if after else [])
-        done = done_ids(step, work, counts[step], args.settings) if after is None else set()
-        job = slurm.plan(command, [id_pattern(counts[step])], name=f"{args.name or 'tarreshard'}-{step}",
-                         log_dir=args.log_dir or slurm.DEFAULT_LOG_DIR,
-                         done_if=done_template(step, work) if done is None else None,
-                         retries=args.retries, throttle=args.jobs, sbatch=extra, settings=args.settings,
-                         status=rep.info, mem=None)
-        if done is not None:  # (one listing here, not one existence check per task)
-            job.indexes = [k for k in job.indexes if job.ids[k] not in done]
-        if job.empty:
-            jobs.append((step, job, None))
-            continue
-        before, after = after, slurm.submit(job)
-        rep.info(f"{step}: submitted job array {after} ({len(job.indexes)} tasks)"
-                 + (f", held by afterok:{before}" if before else ""))
-        jobs.append((step, job, after))
-    results = {}
-    for n, (step, job, job_id) in enumerate(jobs):
-        if job_id is None:
-            from ..jobs.local import Result, Summary
+    tail = args.settings.tail_bytes if args.settings is not None else None
+    limit = slurm.max_array_size(tail)
+    jobs, after, submitted = [], [], []
+    try:
+        for step in STEPS:
+            command = [me, "--task", step, "--work", work, "--task-id", "{}"]
+            if args.tmpdir:
+                command += ["--tmpdir", args.tmpdir]
+            done = done_ids(step, work, counts[step], args.settings) if not after else set()
+            job = slurm.plan(command, [id_pattern(counts[step])], name=f"{args.name or 'tarreshard'}-{step}",
+                             log_dir=args.log_dir or slurm.DEFAULT_LOG_DIR,
+                             done_if=done_template(step, work) if done is None else None,
+                             retries=args.retries, throttle=args.jobs, sbatch=list(args.sbatch or ()),
+                             settings=args.settings, status=rep.info, mem=None)
+            if done is not None:  # (one listing here, not one existence check per task)
+                job.indexes = [k for k in job.indexes if job.ids[k] not in done]
+            if job.empty:
+                jobs.append((step, job, None))
+                continue
+            try:
+                ids = slurm.submit(job, after=after, limit=limit, status=status)
+            except slurm.SubmitError as e:
+                before, submitted = submitted, []
+                if before:
+                    code = slurm.cancel(before, tail)
+                    raise slurm.SubmitError(f"{step}: {e}; {'cancelled' if code == 0 else 'could not cancel'} the "
+                                            f"steps before (scancel {' '.join(before)})") from None
+                raise
+            submitted = submitted + ids  # (first: a Ctrl-C from here on cancels them)
+            jobs.append((step, job, ids))
+            rep.info(f"{step}: submitted job array{'s' if len(ids) > 1 else ''} {' '.join(ids)} ({len(job.indexes)} "
+                     f"tasks)" + (f", held by afterok:{':'.join(after)}" if after else ""))
+            after = ids
+        results = {}
+        for n, (step, job, ids) in enumerate(jobs):
+            if ids is None:
+                from ..jobs.local import Result, Summary
 
-            results[step] = Summary([Result(i, k) for k, i in enumerate(job.ids)])
-            for r in results[step].results:
-                r.status = "skipped"
-            continue
-        summary = slurm.wait(job, job_id, poll=10.0 if args.poll is None else max(0.05, args.poll),
-                             status=status)
-        results[step] = summary
-        if summary.failed:
-            for _, _, later in jobs[n + 1:]:
-                if later is not None:
-                    slurm.cancel(later)
-            break
-    return results
+                results[step] = Summary([Result(i, k) for k, i in enumerate(job.ids)])
+                for r in results[step].results:
+                    r.status = "skipped"
+                continue
+            later = [i for _, _, more in jobs[n + 1:] for i in more or ()]
+            summary = slurm.wait(job, poll=10.0 if args.poll is None else max(0.05, args.poll), status=status,
+                                 cancel_all=False)
+            submitted = later  # (the arrays not finished)
+            results[step] = summary
+            if summary.failed:
+                slurm.cancel(later, tail)
+                break
+        return results
+    except BaseException:
+        if submitted:  # Ctrl-C (while waiting, or between two sbatch): this step's arrays and those held behind
+            code = slurm.cancel(submitted, tail)
+            rep.say(f"interrupted: {'cancelled' if code == 0 else 'could not cancel'} job arrays "
+                    f"{' '.join(submitted)} (scancel {' '.join(submitted)})")
+        raise
 
 
 def _k8s(args, rep, plan, work, counts):

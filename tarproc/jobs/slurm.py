@@ -6,11 +6,16 @@ COMMAND`` (the same code as a local run and a Kubernetes pod), so the script
 carries the pattern and the command, not a copy of the id list, and stays
 self-contained.  ``--array`` lists only the positions to run (all of them, or
 with ``done_if`` those whose output is missing), with ``%N`` as the throttle.
+A cluster takes array indexes below its ``MaxArraySize`` (``scontrol show
+config``; 1001 by default): :func:`submit` splits a larger set into several
+arrays (:func:`split_indexes`), each task adding its array's offset to its
+index, so a task's number, log and record are the shard's position whatever
+the array; with a throttle the arrays run one after another.
 
 Results do not come from Slurm's accounting (a fresh single-node install has
 none): each task writes its exit status to ``<log_dir>/<name>-<array job
 id>.exit/<N>`` (written under a temporary name, then renamed), and
-:func:`wait` reads those files once ``squeue`` no longer lists the array.
+:func:`wait` reads those files once ``squeue`` no longer lists the arrays.
 A task with no record was cancelled, timed out or killed before its shell
 could write one (a SIGTERM from Slurm is recorded as 143).
 
@@ -39,6 +44,30 @@ _MEM = re.compile(r"(\d+)\s*(?:([KMGTkmgt])(?:i?B|i)?)?\Z")
 _WORDS = re.compile(r"[A-Za-z0-9_.,+:=@-]+\Z")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _GONE = ("Invalid job id", "invalid job id")
+# an sbatch option that is --dependency (sbatch takes any unambiguous prefix, --dep on)
+_DEPENDENCY = re.compile(r"(?:--dep[a-z]*(?:=|\s+)|-d\s*)(\S+)\Z")
+
+
+def merge_dependency(header, ours):
+    """The ``--dependency`` of an array: the user's (an ``--sbatch`` line)
+    and ours (held by other arrays) both, or either."""
+    theirs = [m.group(1) for m in map(_DEPENDENCY.match, header) if m]
+    user = theirs[-1] if theirs else None  # (as sbatch: the last one given)
+    if not ours or not user:
+        return ours or user
+    if "?" in user:
+        raise UsageError(f"--sbatch --dependency={user}: a dependency with '?' (any of) cannot be combined with "
+                         f"the one kujob adds ({ours}); use ',' (all of)")
+    return f"{user},{ours}"
+
+
+class Part:
+    """One submitted array of a job: its job id, its offset, its positions."""
+
+    def __init__(self, offset, positions, job_id=None):
+        self.offset = offset
+        self.positions = positions
+        self.job_id = job_id
 
 
 def array_spec(indexes, throttle=None):
@@ -56,6 +85,36 @@ def array_spec(indexes, throttle=None):
         parts.append(str(start) if start == prev else f"{start}-{prev}")
     spec = ",".join(parts)
     return f"{spec}%{int(throttle)}" if throttle else spec
+
+
+#: MaxArraySize when ``scontrol show config`` does not say (Slurm's default).
+DEFAULT_MAX_ARRAY_SIZE = 1001
+#: Bytes of ``scontrol show config`` (a few KiB) or sbatch's answer read.
+CONFIG_BYTES = 1 << 20
+#: Bytes of squeue's line per task kept (``%F %K %T``: under 40).
+QUEUE_LINE_BYTES = 64
+
+
+def split_indexes(indexes, limit, max_tasks=None):
+    """The positions ``indexes`` as arrays a cluster takes: ``[(offset,
+    [array index, ...]), ...]``, every array index below ``limit``
+    (MaxArraySize) and at most ``max_tasks`` per array; position = offset +
+    array index.  Positions that all fit stay as they are (one array,
+    offset 0); else each array starts at the first position left (the
+    fewest arrays an offset can give)."""
+    indexes = sorted(set(indexes))
+    limit = max(1, int(limit))
+    max_tasks = limit if max_tasks is None else max(1, int(max_tasks))
+    if not indexes:
+        return []
+    if indexes[-1] < limit and len(indexes) <= max_tasks:
+        return [(0, indexes)]
+    parts = []
+    for i in indexes:
+        if not parts or i - parts[-1][0] >= limit or len(parts[-1][1]) >= max_tasks:
+            parts.append((i, []))
+        parts[-1][1].append(i - parts[-1][0])
+    return parts
 
 
 def slurm_memory(value):
@@ -131,10 +190,16 @@ class ArrayJob:
         self.throttle = throttle
         self.header = header  # sbatch options beyond the fixed ones
         self.env = env
+        self.max_array_size = None  # the cluster's, as submit() found it
+        self.parts = []  # the submitted arrays: Part (job id, offset, positions), set by submit()
 
     @property
     def empty(self):
         return not self.indexes
+
+    @property
+    def job_ids(self):
+        return [p.job_id for p in self.parts]
 
     def log_path(self, job_id, index):
         return os.path.join(self.log_dir, f"{self.name}-{job_id}_{index}.log")
@@ -143,7 +208,7 @@ class ArrayJob:
         return os.path.join(self.log_dir, f"{self.name}-{job_id}.exit")
 
     def task_argv(self):
-        argv = [self.kujob, "--task-index", "$SLURM_ARRAY_TASK_ID"]
+        argv = [self.kujob, "--task-index", "$kujob_task"]
         for p in self.patterns:
             argv += ["-s", p]
         if self.retries:
@@ -152,33 +217,49 @@ class ArrayJob:
             argv += ["--done-if", self.done_if]
         return argv + ["-v", "--"] + self.command
 
-    def script(self):
+    def script(self, offset=0, indexes=None, dependency=None):
+        """The sbatch script of the array that runs positions ``indexes``
+        (default: all of the job's) as array indexes ``position - offset``
+        (``offset`` 0: the positions themselves); ``dependency``: its
+        ``--dependency`` value."""
         q = shlex.quote
+        positions = self.indexes if indexes is None else indexes
+        base = os.path.join(self.log_dir, self.name)
+        # an array with an offset starts its log under another name, which the task renames to its position
+        # (slurmd names it by array index; the two kinds of names never meet)
+        output = base + ("-%A_%a.log" if offset == 0 else "-%A-index%a.log")
+        header = [line for line in self.header if not _DEPENDENCY.match(line)]
+        dependency = merge_dependency(self.header, dependency)
         head = [
             "#!/bin/bash",
             f"#SBATCH --job-name={self.name}",
-            f"#SBATCH --array={array_spec(self.indexes, self.throttle)}",
-            f"#SBATCH --output={_directive_path(os.path.join(self.log_dir, self.name) + '-%A_%a.log')}",
+            f"#SBATCH --array={array_spec([i - offset for i in positions], self.throttle)}",
+            f"#SBATCH --output={_directive_path(output)}",
             f"#SBATCH --chdir={_directive_path(self.chdir)}",
-        ] + [f"#SBATCH {line}" for line in self.header]
+        ] + [f"#SBATCH {line}" for line in header] + (
+            [f"#SBATCH --dependency={dependency}"] if dependency else [])
         # only kujob's own --task-index is the task's number: a command argument that
         # reads $SLURM_ARRAY_TASK_ID is quoted like any other (as in a local run)
-        task = " ".join('"$SLURM_ARRAY_TASK_ID"' if n == 2 else q(a) for n, a in enumerate(self.task_argv()))
-        records = q(os.path.join(self.log_dir, self.name + "-"))
+        task = " ".join('"$kujob_task"' if n == 2 else q(a) for n, a in enumerate(self.task_argv()))
+        records = q(base + "-")
+        where = "N" if offset == 0 else f"N + {offset}"
         body = [
             "",
-            f"# kujob: {len(self.indexes)} of {len(self.ids)} shard ids; array task N runs the shard at",
-            "# 0-based position N of the pattern, with the same kujob code as a local run.",
-            "# Each task writes its exit status to <log dir>/<name>-<array job id>.exit/<N>",
+            f"# kujob: {len(positions)} of {len(self.ids)} shard ids; array task N runs the shard at",
+            f"# 0-based position {where} of the pattern, with the same kujob code as a local run.",
+            "# Each task writes its exit status to <log dir>/<name>-<array job id>.exit/<position>",
             "# for 'kujob --wait'; a failing command is retried inside the task (--retries).",
             f"# The log directory must exist before sbatch: mkdir -p {q(self.log_dir)}",
             ": \"${SLURM_ARRAY_TASK_ID:?submit this script with sbatch: it is a job array}\"",
         ] + [f"export {name}={q(value)}" for name, value in self.env] + [
+            f"kujob_task=$((SLURM_ARRAY_TASK_ID + {int(offset)}))",
+        ] + ([f"mv -f {records}\"$SLURM_ARRAY_JOB_ID-index$SLURM_ARRAY_TASK_ID.log\" "
+              f"{records}\"${{SLURM_ARRAY_JOB_ID}}_$kujob_task.log\" 2>/dev/null"] if offset else []) + [
             f"kujob_exit={records}\"$SLURM_ARRAY_JOB_ID\".exit",
             "kujob_record() {",
             "    mkdir -p \"$kujob_exit\" &&",
-            "    printf '%s\\n' \"$1\" > \"$kujob_exit/$SLURM_ARRAY_TASK_ID.tmp\" &&",
-            "    mv -f \"$kujob_exit/$SLURM_ARRAY_TASK_ID.tmp\" \"$kujob_exit/$SLURM_ARRAY_TASK_ID\"",
+            "    printf '%s\\n' \"$1\" > \"$kujob_exit/$kujob_task.tmp\" &&",
+            "    mv -f \"$kujob_exit/$kujob_task.tmp\" \"$kujob_exit/$kujob_task\"",
             "}",
             "trap 'kujob_record 143; exit 143' TERM",
             task,
@@ -275,18 +356,18 @@ def _tool(name):
 TAIL_CHARS = 1000
 
 
-def _client(argv, name, timeout, input=None, stdout="pipe", tail_bytes=None):
+def _client(argv, name, timeout, input=None, stdout="pipe", tail_bytes=None, limit=None):
     """Run a Slurm client (``sbatch``, ``squeue``, ``scancel``) to its end as a
     :class:`~tarproc.runtime.child.Child` (its own process group, killed
     whole after ``timeout`` seconds with ``subprocess.TimeoutExpired``, or
     when we die; SIGCHLD at its default; ``/dev/null`` for a closed stream of
     ours); returns ``(stdout, exit status, last bytes of its stderr)`` (at
-    most ``tail_bytes``)."""
+    most ``limit`` bytes of stdout, ``tail_bytes`` of stderr)."""
     from ..runtime.child import Child
 
     child = Child(argv, name, stdin="pipe" if input is not None else None, stdout=stdout, stderr="tail",
                   tail_bytes=tail_bytes)
-    out = child.communicate(input, timeout)
+    out = child.communicate(input, timeout, limit=limit)
     return out, child.returncode, child.kept_stderr()[0]
 
 
@@ -296,25 +377,86 @@ class SubmitError(TarprocError):
     exit_code = EXIT_FAILED
 
 
-def submit(job):
-    """Create the log directory and submit the script with ``sbatch``; returns
-    the array's job id.  A refusal by sbatch is a :class:`UsageError` that
-    carries sbatch's own message."""
+def max_array_size(tail_bytes=None):
+    """``(MaxArraySize, max_array_tasks)`` of the cluster, from ``scontrol
+    show config`` (its first :data:`CONFIG_BYTES`); 1001 (Slurm's default,
+    tasks: the same) when scontrol cannot say.  0 means the cluster takes no
+    job arrays."""
+    size = tasks = None
+    try:
+        out, code, _ = _client([_tool("scontrol"), "show", "config"], "scontrol", 60, tail_bytes=tail_bytes,
+                               limit=CONFIG_BYTES)
+    except (subprocess.TimeoutExpired, UsageError, OSError):
+        out, code = b"", 1
+    if code == 0:
+        for line in out.decode("utf-8", "replace").splitlines():
+            key, _, value = line.partition("=")
+            key, value = key.strip(), value.strip()
+            if key == "MaxArraySize" and value.isdigit() and len(value) < 10:
+                size = int(value)
+            elif key == "SchedulerParameters":
+                m = re.search(r"(?:^|,)max_array_tasks=(\d{1,9})(?:,|$)", value)
+                tasks = int(m.group(1)) if m else None
+    size = DEFAULT_MAX_ARRAY_SIZE if size is None else size
+    return size, (size if tasks is None else min(size, tasks))
+
+
+def submit(job, after=(), limit=None, status=None):
+    """Create the log directory and submit the job with ``sbatch``, as one
+    array or, past the cluster's MaxArraySize, several (``limit``:
+    ``(MaxArraySize, tasks per array)``, default :func:`max_array_size`);
+    returns their job ids (``job.parts`` keeps which runs what).  With a
+    throttle the arrays run one after another (``afterany``), so ``-j N``
+    holds for the whole job; ``after``: job ids every array waits for
+    (``afterok``).  A refusal by sbatch is a :class:`SubmitError` that
+    carries sbatch's own message; it, or Ctrl-C meanwhile, cancels the
+    arrays already submitted (an interruption said through ``status``)."""
     if job.empty:
         raise UsageError("nothing to submit: every shard is done")
     sbatch = _tool("sbatch")
+    size, per_array = max_array_size(job.tail_bytes) if limit is None else limit
+    if size < 1:
+        raise SubmitError("this cluster takes no job arrays (MaxArraySize = 0 in scontrol show config)")
+    job.max_array_size = size
+    parts = [Part(offset, [offset + i for i in local]) for offset, local in split_indexes(job.indexes, size, per_array)]
     os.makedirs(job.log_dir, exist_ok=True)
-    out, code, stderr = _client([sbatch, "--parsable"], "sbatch", 300,
-                                input=job.script().encode("utf-8", "surrogateescape"), tail_bytes=job.tail_bytes)
+    job.parts = []
+    try:
+        for n, part in enumerate(parts):
+            deps = ([f"afterok:{':'.join(after)}"] if after else []) + (
+                [f"afterany:{job.parts[-1].job_id}"] if job.throttle and job.parts else [])
+            try:
+                part.job_id = _sbatch(sbatch, job, job.script(part.offset, part.positions, ",".join(deps) or None))
+            except SubmitError as e:
+                if len(parts) == 1:
+                    raise
+                where = (f"array {n + 1} of {len(parts)} (positions {part.positions[0]}-{part.positions[-1]}, "
+                         f"MaxArraySize {size})")
+                raise SubmitError(str(e).replace("sbatch failed:", f"sbatch failed on {where}:", 1)) from None
+            job.parts.append(part)
+    except BaseException as e:
+        if job.parts:
+            ids = job.job_ids
+            code = cancel(ids, job.tail_bytes)
+            done = f"{'cancelled' if code == 0 else 'could not cancel'} the arrays already submitted (scancel " \
+                   f"{' '.join(ids)})"
+            job.parts = []
+            if isinstance(e, SubmitError):
+                raise SubmitError(f"{e}; {done}") from None
+            if status:
+                status(f"interrupted: {done}")
+        raise
+    return job.job_ids
+
+
+def _sbatch(sbatch, job, script):
+    out, code, stderr = _client([sbatch, "--parsable"], "sbatch", 300, input=script.encode("utf-8", "surrogateescape"),
+                                tail_bytes=job.tail_bytes, limit=CONFIG_BYTES)
     if code != 0:
         from ..core.limits import safe_text
 
         why = stderr.decode("utf-8", "replace").strip().replace("\n", "; ") or describe_exit(code)
-        hint = ""
-        if max(job.indexes) >= 1000:
-            hint = (f" (array index {max(job.indexes)}: clusters limit indexes to MaxArraySize-1, "
-                    f"1000 by default; split the pattern into several -s runs)")
-        raise SubmitError(f"sbatch failed: {safe_text(why, TAIL_CHARS)}{hint}")
+        raise SubmitError(f"sbatch failed: {safe_text(why, TAIL_CHARS)}")
     job_id = out.decode(errors="replace").strip().split(";")[0]
     if not job_id.isdigit():
         from ..core.limits import safe_text
@@ -323,29 +465,40 @@ def submit(job):
     return job_id
 
 
-def queue_states(job_id, tail_bytes=None):
-    """``{array index: state}`` of the array's tasks that Slurm still lists
-    (pending, running, completing); ``{}`` once the array is gone.  ``None``
-    when squeue itself failed (controller busy): try again later."""
+def _ids(job_ids):
+    return [job_ids] if isinstance(job_ids, str) else list(job_ids)
+
+
+def queue_states(job_ids, tail_bytes=None, tasks=None):
+    """``{(array job id, array index): state}`` of the tasks of the arrays
+    ``job_ids`` (one id or a list; ``tasks``: how many they hold, which
+    bounds what is read) that Slurm still lists (pending, running,
+    completing); ``{}`` once they are gone.  ``None`` when squeue itself
+    failed (controller busy): try again later."""
+    ids = _ids(job_ids)
+    limit = QUEUE_LINE_BYTES * ((tasks or 4000001 * len(ids)) + 1)
     try:
-        out, code, stderr = _client([_tool("squeue"), "-h", "-r", "-j", job_id, "-o", "%K %T"], job_id, 120,
-                                    tail_bytes=tail_bytes)
+        out, code, stderr = _client([_tool("squeue"), "-h", "-r", f"--jobs={','.join(ids)}", "-o", "%F %K %T"],
+                                    ",".join(ids), 120, tail_bytes=tail_bytes, limit=limit)
     except subprocess.TimeoutExpired:
         return None
     if code != 0:
         return {} if any(g in stderr.decode("utf-8", "replace") for g in _GONE) else None
     states = {}
     for line in out.decode("utf-8", "replace").splitlines():
-        index, _, state = line.strip().partition(" ")
-        if index.isdigit():
-            states[int(index)] = state
+        words = line.split()
+        if len(words) == 3 and words[1].isdigit():
+            states[(words[0], int(words[1]))] = words[2]
     return states
 
 
-def cancel(job_id, tail_bytes=None):
-    """``scancel JOB_ID``: the whole array; returns scancel's exit status."""
+def cancel(job_ids, tail_bytes=None):
+    """``scancel JOB_ID...``: the whole arrays; returns scancel's exit status."""
+    ids = _ids(job_ids)
+    if not ids:
+        return 0
     try:
-        return _client([_tool("scancel"), job_id], job_id, 60, stdout=None, tail_bytes=tail_bytes)[1]
+        return _client([_tool("scancel")] + ids, ",".join(ids), 60, stdout=None, tail_bytes=tail_bytes)[1]
     except (subprocess.TimeoutExpired, UsageError, OSError):
         return None
 
@@ -371,59 +524,82 @@ def log_tail(path, lines=5, limit=1 << 16):
     return data.decode("utf-8", "replace").splitlines()[-lines:]
 
 
-def wait(job, job_id, poll=10.0, status=None, progress=None, verbose=False, grace=None):
-    """Wait until ``squeue`` no longer lists the array, then read each task's
-    exit record; returns a :class:`Summary` over every id of the pattern
-    (ids left out by ``done_if`` count as skipped).
+def _parts(job, job_ids):
+    """The job's submitted arrays; ``job_ids`` given for a job submitted
+    elsewhere (the printed script through sbatch): one array, offset 0."""
+    if job_ids is None or (job.parts and _ids(job_ids) == job.job_ids):
+        return job.parts
+    ids = _ids(job_ids)
+    if len(ids) != 1:
+        raise UsageError("job ids of arrays not submitted by submit(): give one (the printed script's)")
+    return [Part(0, list(job.indexes), ids[0])]
 
-    Ctrl-C or SIGTERM while waiting cancels the array with ``scancel`` (said
-    through ``status``) and re-raises.  ``progress`` is called with a dict
-    of counts after each poll."""
+
+def wait(job, job_ids=None, poll=10.0, status=None, progress=None, verbose=False, grace=None, also=(), cancel_all=True):
+    """Wait until ``squeue`` no longer lists the job's arrays, then read
+    each task's exit record; returns a :class:`Summary` over every id of
+    the pattern (ids left out by ``done_if`` count as skipped).
+    ``job_ids``: only for a job that :func:`submit` did not submit.
+
+    Ctrl-C or SIGTERM while waiting cancels the arrays with ``scancel``
+    (and the jobs ``also``, e.g. arrays held by these; said through
+    ``status``) and re-raises (``cancel_all=False``: the caller cancels).  ``progress`` is called with a dict of counts
+    after each poll."""
     say = status or (lambda message: None)
+    parts = _parts(job, job_ids)
+    ids = [p.job_id for p in parts]
+    shown = " ".join(ids)
     started = time.monotonic()
     failures = 0
     try:
         while True:
-            states = queue_states(job_id, job.tail_bytes)
+            states = queue_states(ids, job.tail_bytes, tasks=len(job.indexes))
             if states is None:
                 failures += 1
                 if failures == 3:
-                    say(f"squeue does not answer about job {job_id}; still waiting")
+                    say(f"squeue does not answer about job {shown}; still waiting")
             else:
                 failures = 0
                 if progress:
                     running = sum(1 for s in states.values() if s in ("RUNNING", "COMPLETING"))
-                    progress({"job": job_id, "total": len(job.indexes), "pending": len(states) - running,
+                    progress({"job": shown, "total": len(job.indexes), "pending": len(states) - running,
                               "running": running, "finished": len(job.indexes) - len(states),
                               "seconds": time.monotonic() - started})
                 if not states:
                     break
             time.sleep(poll)
     except BaseException:
-        code = cancel(job_id, job.tail_bytes)
+        if not cancel_all:
+            raise
+        every = ids + [i for i in _ids(also) if i not in ids]
+        code = cancel(every, job.tail_bytes)
         done = "cancelled" if code == 0 else "could not cancel"
-        say(f"interrupted: {done} job array {job_id} (scancel {job_id})")
+        say(f"interrupted: {done} job array{'s' if len(every) > 1 else ''} {' '.join(every)} "
+            f"(scancel {' '.join(every)})")
         raise
     # records on a shared file system may show up a little after the task ends
     grace = min(30.0, 3 * poll) if grace is None else grace
     deadline = time.monotonic() + grace
-    while any(read_record(job, job_id, n) is None for n in job.indexes) and time.monotonic() < deadline:
+    by_part = [(p.job_id, n) for p in parts for n in p.positions]
+    while any(read_record(job, j, n) is None for j, n in by_part) and time.monotonic() < deadline:
         time.sleep(min(poll, 1.0))
-    return report(job, job_id, status=say, verbose=verbose)
+    return report(job, job_ids, status=say, verbose=verbose)
 
 
-def report(job, job_id, status=None, verbose=False, tail=5, max_tails=10):
-    """The :class:`Summary` of a finished array from the tasks' records;
+def report(job, job_ids=None, status=None, verbose=False, tail=5, max_tails=10):
+    """The :class:`Summary` of a finished job from the tasks' records;
     failed ids are told through ``status`` with their log and its last
     lines (for the first ``max_tails`` failures)."""
     say = status or (lambda message: None)
+    parts = _parts(job, job_ids)
+    where = {n: p.job_id for p in parts for n in p.positions}
     results = [Result(i, n) for n, i in enumerate(job.ids)]
-    wanted = set(job.indexes)
     tails = 0
     for r in results:
-        if r.index not in wanted:
+        if r.index not in where:
             r.status = "skipped"
             continue
+        job_id = where[r.index]
         code = read_record(job, job_id, r.index)
         log = job.log_path(job_id, r.index)
         r.returncode = code
@@ -454,5 +630,6 @@ def summary_line(summary):
             f"{c['skipped']} skipped (done)")
 
 
-__all__ = ["ArrayJob", "DEFAULT_LOG_DIR", "SubmitError", "array_spec", "cancel", "plan",
-           "queue_states", "read_record", "report", "slurm_memory", "submit", "summary_line", "wait"]
+__all__ = ["ArrayJob", "DEFAULT_LOG_DIR", "DEFAULT_MAX_ARRAY_SIZE", "Part", "SubmitError", "array_spec", "cancel",
+           "max_array_size", "merge_dependency", "plan", "queue_states", "read_record", "report", "slurm_memory",
+           "split_indexes", "submit", "summary_line", "wait"]

@@ -377,10 +377,11 @@ class Child:
         line of a failed child."""
         return f"{self.name}: {self.failed(what)}"
 
-    def communicate(self, input=None, timeout=None):
+    def communicate(self, input=None, timeout=None, limit=None):
         """Feed ``input`` (bytes) to the child's stdin (when it is a pipe, then
         closed), read its stdout (when it is a pipe) to the end and wait for
-        it; returns the stdout (``bytes``, ``b""`` without a pipe).  After
+        it; returns the stdout (``bytes``, ``b""`` without a pipe; with
+        ``limit``, its first ``limit`` bytes, the rest read and dropped).  After
         ``timeout`` seconds the whole group is killed and
         ``subprocess.TimeoutExpired`` raised (as ``subprocess.run`` does);
         an exception in the caller's thread (Ctrl-C) kills it too."""
@@ -403,7 +404,17 @@ class Child:
 
         def read():
             try:
-                out.append(self.proc.stdout.read())
+                if limit is None:
+                    out.append(self.proc.stdout.read())
+                    return
+                kept = bytearray()
+                read_some = getattr(self.proc.stdout, "read1", self.proc.stdout.read)
+                while True:
+                    chunk = read_some(1 << 16)
+                    if not chunk:
+                        break
+                    kept += chunk[:max(0, limit - len(kept))]
+                out.append(bytes(kept))
             except (OSError, ValueError):
                 pass
 

@@ -121,6 +121,20 @@ PartitionName=debug Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
         with open(self.conf, "w") as f:
             f.write(lines)
 
+    def reconfigure(self, name, value):
+        """Set ``name=value`` in slurm.conf and ``scontrol reconfigure`` (the
+        daemons reread it; about 10 ms); returns the old value."""
+        with open(self.conf) as f:
+            lines = f.read().splitlines()
+        old = next(line.split("=", 1)[1] for line in lines if line.startswith(name + "="))
+        with open(self.conf, "w") as f:
+            f.write("\n".join(f"{name}={value}" if line.startswith(name + "=") else line for line in lines) + "\n")
+        subprocess.run(["scontrol", "reconfigure"], env=self.env, check=True, capture_output=True, timeout=60)
+        self._wait_for(lambda: f"{name}={value}" in subprocess.run(
+            ["scontrol", "show", "config"], env=self.env, capture_output=True, text=True,
+            timeout=30).stdout.replace(" ", "").splitlines(), 30, f"{name}={value}")
+        return old
+
     def _spawn(self, name, argv):
         log = open(self.path("log", f"{name}.out"), "wb")
         self.procs[name] = subprocess.Popen([which(argv[0])] + argv[1:], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
