@@ -249,11 +249,14 @@ def in_keeper(fn):
     calling thread itself when it is the main thread, else one daemon
     thread kept for the purpose (made on first use, and again in a forked
     child).  For starting children whose parent-death signal must outlive
-    the calling thread."""
+    the calling thread.  In the main thread, Ctrl-C, SIGTERM and SIGHUP
+    are held while ``fn`` forks and handled once it returns
+    (:class:`held_signals`)."""
     import threading
 
     if threading.current_thread() is threading.main_thread():
-        return fn()
+        with held_signals():
+            return fn()
     global _KEEPER
     keeper = _KEEPER
     if keeper is None or keeper[0] != os.getpid():
@@ -282,6 +285,41 @@ def popen(*args, **kwargs):
 
     kwargs.setdefault("preexec_fn", pdeathsig)
     return in_keeper(lambda: subprocess.Popen(*args, **kwargs))
+
+
+class held_signals:
+    """``with held_signals():`` in the main thread: SIGINT, SIGTERM and
+    SIGHUP that arrive inside the block are handled by their handlers when
+    it ends.  A Python handler that runs inside an at-fork hook (logging's,
+    the thread pool's) has its exception dropped by the interpreter
+    ("Exception ignored"), so a Ctrl-C that lands while the main thread
+    forks would be lost."""
+
+    SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+    def __enter__(self):
+        import signal
+
+        self.held = []
+        self.saved = {}
+        for name in self.SIGNALS:
+            signum = getattr(signal, name)
+            handler = signal.getsignal(signum)
+            if callable(handler):  # (a Python handler: default_int_handler, the commands' SIGTERM)
+                self.saved[signum] = handler
+                signal.signal(signum, self._hold)
+        return self
+
+    def _hold(self, signum, frame):
+        self.held.append(signum)
+
+    def __exit__(self, *exc):
+        import signal
+
+        for signum, handler in self.saved.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(self.held):
+            self.saved[signum](signum, None)  # (KeyboardInterrupt, Terminated: raised here)
 
 
 def _reset_keeper_lock():
