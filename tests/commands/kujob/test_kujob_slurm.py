@@ -539,15 +539,8 @@ def test_tarreshard_ctrl_c_cancels_every_step(small_arrays, tmp_path):
             jobs.append(line.split(": ", 1)[1])
     every = [j for line in jobs for j in re.search(r"arrays? ([\d ]+) \(", line).group(1).split()]
     assert len(every) == 8  # map, reduce and copy: two arrays each; plan and cut: one
-    time.sleep(0.3)  # (in the wait, not in the fork of a squeue: Python drops a Ctrl-C that lands there)
-    proc.send_signal(signal.SIGINT)
-    err = proc.stderr.read()
-    assert proc.wait(30) == 130
-    assert f"interrupted: cancelled job arrays {' '.join(every)} (scancel {' '.join(every)})" in err, err
-    deadline = time.monotonic() + 30
-    while squeue(small_arrays, f"--jobs={','.join(every)}") and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert squeue(small_arrays, f"--jobs={','.join(every)}") == ""
+    time.sleep(0.3)
+    interrupted_and_cancelled(proc, small_arrays, every)
 
 
 def test_ctrl_c_cancels_every_array(small_arrays, tmp_path):
@@ -558,14 +551,20 @@ def test_ctrl_c_cancels_every_array(small_arrays, tmp_path):
     deadline = time.monotonic() + 30
     while "RUNNING" not in squeue(small_arrays, "-j", jobs[0], "-o", "%T") and time.monotonic() < deadline:
         time.sleep(0.1)
+    interrupted_and_cancelled(proc, small_arrays, jobs)
+
+
+def interrupted_and_cancelled(proc, cluster, jobs):
+    """Ctrl-C to ``proc``: exit 130, one line naming the arrays cancelled,
+    and none of them left in the queue."""
     proc.send_signal(signal.SIGINT)
     err = proc.stderr.read()
     assert proc.wait(30) == 130
-    assert f"kujob: interrupted: cancelled job arrays {' '.join(jobs)} (scancel {' '.join(jobs)})" in err, err
+    assert f"interrupted: cancelled job arrays {' '.join(jobs)} (scancel {' '.join(jobs)})" in err, err
     deadline = time.monotonic() + 30
-    while squeue(small_arrays, f"--jobs={','.join(jobs)}") and time.monotonic() < deadline:
+    while squeue(cluster, f"--jobs={','.join(jobs)}") and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert squeue(small_arrays, f"--jobs={','.join(jobs)}") == ""
+    assert squeue(cluster, f"--jobs={','.join(jobs)}") == ""
 
 
 def test_tarreshard_steps_past_max_array_size(slurm_sh, small_arrays, tmp_path):
